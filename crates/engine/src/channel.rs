@@ -1,0 +1,194 @@
+//! The three channels between a runtime thread and its cell actor (S3), and the event sender that
+//! implements both output modes of S5.
+//!
+//! - Events flow from the runtime thread to the actor through an [`EventSender`]. In client mode the
+//!   queue is unbounded; in server mode it is bounded, and a full queue blocks the runtime thread
+//!   (back-pressure) until the actor drains it. The runtime thread is the only sender; the channel
+//!   closing tells the actor the thread has ended.
+//! - Commands ([`RuntimeCommand`]) and control ([`RuntimeControl`]) flow from the actor to the
+//!   runtime thread over `std::sync::mpsc`, because the receiver is a plain thread that blocks.
+
+use std::collections::HashMap;
+
+use codemode_protocol::{OutputItem, ToolKind, ToolName};
+use serde_json::Value;
+use tokio::sync::mpsc;
+
+/// What a runtime thread reports to its cell actor.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RuntimeEvent {
+    /// The thread is up and about to evaluate the source; the yield clock starts here.
+    Started,
+    /// The cell emitted an output item.
+    ContentItem(OutputItem),
+    /// The cell called a tool; answer with [`RuntimeCommand::ToolResponse`] or
+    /// [`RuntimeCommand::ToolError`] carrying the same id.
+    ToolCall {
+        /// `tool-1`, `tool-2`, … in call order, per cell.
+        id: String,
+        name: ToolName,
+        kind: ToolKind,
+        /// The JSON-serialised argument; `None` when the tool was called without one.
+        input: Option<Value>,
+    },
+    /// The cell called `notify`; delivered to the host at once, not into the output.
+    Notify { call_id: String, text: String },
+    /// The cell called `yield_control()`.
+    YieldRequested,
+    /// Nothing is runnable: the cell waits on tool results or timers.
+    Pending,
+    /// The cell finished: successfully (`error_text` is `None`) or with the text of its error.
+    Result {
+        stored_value_writes: HashMap<String, Value>,
+        error_text: Option<String>,
+    },
+    /// The runtime thread panicked; it ends without a result.
+    ThreadPanicked,
+}
+
+/// What the cell actor tells a running cell.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RuntimeCommand {
+    /// A tool call succeeded: its promise resolves with `result`.
+    ToolResponse { id: String, result: Value },
+    /// A tool call failed: its promise rejects with an `Error` whose message is `error_text`.
+    ToolError { id: String, error_text: String },
+    /// The timer `id` is due: its callback runs. The runtime's own timer table produces these; a
+    /// host may send them too, to fire a timer early.
+    TimeoutFired { id: u64 },
+    /// Pause at the next pending frontier (emitting [`RuntimeEvent::Pending`]), at once if the cell
+    /// is idle now. Only meaningful in [`crate::PendingMode::PauseUntilResumed`].
+    ObservePendingFrontier,
+    /// Stop the cell; the same as [`crate::TerminateHandle::terminate`] when it is idle.
+    Terminate,
+}
+
+/// What the cell actor tells a cell paused at its pending frontier.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RuntimeControl {
+    /// Go on, and stop pausing at idle points until asked again.
+    Continue,
+    /// Go on, and pause again at the next idle point.
+    Resume,
+    /// Stop the cell.
+    Terminate,
+}
+
+/// The runtime thread's end of the event channel.
+#[derive(Debug, Clone)]
+pub enum EventSender {
+    /// Client mode: nothing blocks.
+    Unbounded(mpsc::UnboundedSender<RuntimeEvent>),
+    /// Server mode: a full queue blocks the sending thread.
+    Bounded(mpsc::Sender<RuntimeEvent>),
+}
+
+/// The actor's end of the event channel.
+#[derive(Debug)]
+pub enum EventReceiver {
+    Unbounded(mpsc::UnboundedReceiver<RuntimeEvent>),
+    Bounded(mpsc::Receiver<RuntimeEvent>),
+}
+
+/// The receiver is gone: nobody is listening to this cell any more.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("the cell actor stopped listening to the runtime")]
+pub struct EventSendError(pub RuntimeEvent);
+
+/// Makes an event channel: unbounded when `capacity` is `None` (client mode), bounded with
+/// back-pressure otherwise (server mode).
+pub fn event_channel(capacity: Option<usize>) -> (EventSender, EventReceiver) {
+    match capacity {
+        None => {
+            let (sender, receiver) = mpsc::unbounded_channel();
+            (
+                EventSender::Unbounded(sender),
+                EventReceiver::Unbounded(receiver),
+            )
+        }
+        Some(capacity) => {
+            let (sender, receiver) = mpsc::channel(capacity.max(1));
+            (
+                EventSender::Bounded(sender),
+                EventReceiver::Bounded(receiver),
+            )
+        }
+    }
+}
+
+impl EventSender {
+    /// Sends from a plain (non-async) thread, blocking while a bounded queue is full.
+    ///
+    /// Must not be called from inside an async runtime: a runtime thread is a plain OS thread.
+    pub fn send_blocking(&self, event: RuntimeEvent) -> Result<(), EventSendError> {
+        match self {
+            EventSender::Unbounded(sender) => {
+                sender.send(event).map_err(|error| EventSendError(error.0))
+            }
+            EventSender::Bounded(sender) => sender
+                .blocking_send(event)
+                .map_err(|error| EventSendError(error.0)),
+        }
+    }
+}
+
+impl EventReceiver {
+    /// The next event, or `None` once the runtime thread has ended and the queue is empty.
+    pub async fn recv(&mut self) -> Option<RuntimeEvent> {
+        match self {
+            EventReceiver::Unbounded(receiver) => receiver.recv().await,
+            EventReceiver::Bounded(receiver) => receiver.recv().await,
+        }
+    }
+
+    /// The next event if one is queued, without waiting.
+    pub fn try_recv(&mut self) -> Option<RuntimeEvent> {
+        match self {
+            EventReceiver::Unbounded(receiver) => receiver.try_recv().ok(),
+            EventReceiver::Bounded(receiver) => receiver.try_recv().ok(),
+        }
+    }
+
+    /// Waits for the next event from a plain thread (tests and simple drivers).
+    pub fn blocking_recv(&mut self) -> Option<RuntimeEvent> {
+        match self {
+            EventReceiver::Unbounded(receiver) => receiver.blocking_recv(),
+            EventReceiver::Bounded(receiver) => receiver.blocking_recv(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_full_bounded_queue_blocks_the_sender_until_drained() {
+        let (sender, mut receiver) = event_channel(Some(1));
+        sender.send_blocking(RuntimeEvent::Started).unwrap();
+        let (sent_tx, sent_rx) = std::sync::mpsc::channel();
+        let producer = std::thread::spawn(move || {
+            sender.send_blocking(RuntimeEvent::Pending).unwrap();
+            sent_tx.send(()).unwrap();
+        });
+        // The second send cannot complete while the queue holds one event.
+        assert!(sent_rx.try_recv().is_err());
+        assert_eq!(receiver.blocking_recv(), Some(RuntimeEvent::Started));
+        sent_rx
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .expect("hung: the producer stayed blocked after the queue drained");
+        assert_eq!(receiver.blocking_recv(), Some(RuntimeEvent::Pending));
+        producer.join().unwrap();
+        assert_eq!(receiver.blocking_recv(), None);
+    }
+
+    #[test]
+    fn sending_after_the_receiver_is_gone_returns_the_event() {
+        let (sender, receiver) = event_channel(None);
+        drop(receiver);
+        assert_eq!(
+            sender.send_blocking(RuntimeEvent::YieldRequested),
+            Err(EventSendError(RuntimeEvent::YieldRequested))
+        );
+    }
+}

@@ -1,0 +1,140 @@
+//! The pluggable engine layer: how a cell's JavaScript engine is started, and how its runtime thread
+//! talks to the cell actor (S3).
+//!
+//! An [`Engine`] starts one cell on its own OS thread and hands back [`EngineHandles`]: a command
+//! sender, a control sender and a [`TerminateHandle`]. The thread reports [`RuntimeEvent`]s through
+//! an [`EventSender`]. The rules of the globals that do not depend on the engine (how output items
+//! are normalised, what may be stored, what a notification must contain, how timers are numbered)
+//! live in [`globals`] and [`timers`], so that every engine behaves the same.
+//!
+//! This crate names no concrete engine and holds no engine types: it must not know about V8.
+
+#![forbid(unsafe_code)]
+
+mod channel;
+pub mod globals;
+pub mod timers;
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::Arc;
+
+use codemode_protocol::ToolDefinition;
+use codemode_protocol::limits::DEFAULT_HEAP_LIMIT_BYTES;
+use serde_json::Value;
+
+pub use channel::{
+    EventReceiver, EventSendError, EventSender, RuntimeCommand, RuntimeControl, RuntimeEvent,
+    event_channel,
+};
+
+/// Everything an engine needs to start one cell.
+#[derive(Debug, Clone)]
+pub struct CellStart {
+    /// The id of the request that started the cell (the model's `exec` call); every
+    /// [`RuntimeEvent::Notify`] carries it.
+    pub call_id: String,
+    /// The cell's JavaScript source, evaluated as an ES module.
+    pub source: String,
+    /// The tools the cell may call, in the order `ALL_TOOLS` lists them.
+    pub enabled_tools: Vec<ToolDefinition>,
+    /// A snapshot of the session's stored values, visible to `load`.
+    pub stored_values: HashMap<String, Value>,
+    pub limits: CellLimits,
+    pub pending_mode: PendingMode,
+}
+
+/// Resource limits of one cell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CellLimits {
+    /// The most heap the cell's engine may use; past it the cell ends with `heap limit exceeded`.
+    pub heap_limit_bytes: usize,
+}
+
+impl Default for CellLimits {
+    fn default() -> Self {
+        CellLimits {
+            heap_limit_bytes: DEFAULT_HEAP_LIMIT_BYTES,
+        }
+    }
+}
+
+/// What the runtime thread does when it has nothing runnable (no microtask, no due timer) while the
+/// cell is still unfinished.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PendingMode {
+    /// Emit [`RuntimeEvent::Pending`] each time the cell becomes idle, and keep waiting for
+    /// commands.
+    Continue,
+    /// Emit [`RuntimeEvent::Pending`] when the cell becomes idle and block on the control channel
+    /// until [`RuntimeControl::Continue`] (stop pausing until the next
+    /// [`RuntimeCommand::ObservePendingFrontier`]), [`RuntimeControl::Resume`] (pause again at the
+    /// next idle point) or [`RuntimeControl::Terminate`]. Nothing the cell does runs while paused;
+    /// commands that arrive meanwhile wait in order.
+    PauseUntilResumed,
+}
+
+/// What an engine hands back for a started cell. Dropping every sender lets the thread end once it
+/// next looks at its channels.
+#[derive(Debug)]
+pub struct EngineHandles {
+    /// Commands for the running cell: tool results, timer firings, frontier observation.
+    pub commands: std::sync::mpsc::Sender<RuntimeCommand>,
+    /// Control for a cell paused at its pending frontier.
+    pub control: std::sync::mpsc::Sender<RuntimeControl>,
+    pub terminate: TerminateHandle,
+}
+
+/// Stops one cell's JavaScript at any point: in an infinite loop, a microtask loop, a timer callback,
+/// or while it waits for tool results or is paused.
+///
+/// Cloneable and usable from any thread. It targets exactly the run it was made for, and stays safe
+/// (a no-op) after that run has ended and its engine instance is gone.
+#[derive(Clone)]
+pub struct TerminateHandle(Arc<dyn Terminate>);
+
+impl TerminateHandle {
+    pub fn new(target: Arc<dyn Terminate>) -> Self {
+        TerminateHandle(target)
+    }
+
+    /// Asks the cell to stop. Returns at once; the runtime thread then ends without a
+    /// [`RuntimeEvent::Result`] and drops its event sender.
+    pub fn terminate(&self) {
+        self.0.terminate();
+    }
+}
+
+impl fmt::Debug for TerminateHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TerminateHandle").finish_non_exhaustive()
+    }
+}
+
+/// What an engine implements behind a [`TerminateHandle`].
+pub trait Terminate: Send + Sync + 'static {
+    /// Stops the run; idempotent; must not block on the runtime thread.
+    fn terminate(&self);
+}
+
+/// Why an engine could not start a cell.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    /// The OS refused to create the runtime thread.
+    #[error("failed to start the runtime thread for the cell: {0}")]
+    Thread(#[source] std::io::Error),
+    /// A limit is outside what the engine accepts.
+    #[error("invalid cell limit: {0}")]
+    InvalidLimit(String),
+}
+
+/// A JavaScript engine that can run cells. Implemented by `runtime-v8`; a scripted engine can
+/// implement it in tests that need exact control of event order.
+pub trait Engine: Send + Sync + 'static {
+    /// A short human-readable name and version, such as `V8 10.2.154.26`.
+    fn describe(&self) -> String;
+
+    /// Starts `cell` on a new OS thread. The thread sends [`RuntimeEvent::Started`] first and, unless
+    /// terminated, [`RuntimeEvent::Result`] last, then drops `events`.
+    fn start(&self, cell: CellStart, events: EventSender) -> Result<EngineHandles, EngineError>;
+}

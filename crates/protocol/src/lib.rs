@@ -1,0 +1,18 @@
+//! Plain data shared by every layer of codemode: the output items a cell produces, the definitions
+//! of the tools a cell may call, the model-facing `exec`/`wait` requests, and the limits and defaults
+//! that govern them.
+//!
+//! This crate knows nothing about engines, threads, tokio or I/O. Everything here is plain data with a
+//! stable, documented JSON shape (each shape is pinned by a snapshot test), so that any layer, and any
+//! embedder, can hold and exchange it.
+
+#![forbid(unsafe_code)]
+
+pub mod limits;
+mod output;
+mod request;
+mod tool;
+
+pub use output::{AudioItem, ImageDetail, ImageItem, OutputItem, ParseImageDetailError};
+pub use request::{ExecuteRequest, WaitRequest};
+pub use tool::{ToolDefinition, ToolKind, ToolName, normalize_identifier};

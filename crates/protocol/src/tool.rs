@@ -1,0 +1,164 @@
+//! Tool definitions: what the host offers a cell, and how each tool is named inside JavaScript (S2).
+//!
+//! JSON shape of a definition:
+//! `{"name": {"name": "search", "namespace": "web"}, "description": "...", "kind": "function",
+//!   "input_schema": {...}, "output_schema": {...}}`; `namespace`, `input_schema` and
+//! `output_schema` are omitted when absent.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// A tool's name as the host knows it: a name, optionally inside a namespace (such as the MCP
+/// server it comes from).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct ToolName {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+}
+
+impl ToolName {
+    /// A tool outside any namespace.
+    pub fn plain(name: impl Into<String>) -> Self {
+        ToolName {
+            name: name.into(),
+            namespace: None,
+        }
+    }
+
+    /// A tool inside `namespace`.
+    pub fn namespaced(namespace: impl Into<String>, name: impl Into<String>) -> Self {
+        ToolName {
+            name: name.into(),
+            namespace: Some(namespace.into()),
+        }
+    }
+
+    /// The name under which the tool appears in `tools` and `ALL_TOOLS`: the name normalised to a
+    /// JavaScript identifier, prefixed with the normalised namespace and `__` when there is one.
+    pub fn global_name(&self) -> String {
+        match &self.namespace {
+            Some(namespace) => format!(
+                "{}__{}",
+                normalize_identifier(namespace),
+                normalize_identifier(&self.name)
+            ),
+            None => normalize_identifier(&self.name),
+        }
+    }
+}
+
+/// How a tool takes its input.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ToolKind {
+    /// Takes a JSON value described by the input schema.
+    #[default]
+    Function,
+    /// Takes free-form text.
+    Freeform,
+}
+
+/// One tool the host offers to cells.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolDefinition {
+    pub name: ToolName,
+    pub description: String,
+    #[serde(default)]
+    pub kind: ToolKind,
+    /// The JSON Schema of the tool's input, when the tool publishes one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_schema: Option<Value>,
+    /// The JSON Schema of the tool's result, when the tool publishes one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_schema: Option<Value>,
+}
+
+impl ToolDefinition {
+    /// A function tool with no schemas.
+    pub fn function(name: ToolName, description: impl Into<String>) -> Self {
+        ToolDefinition {
+            name,
+            description: description.into(),
+            kind: ToolKind::Function,
+            input_schema: None,
+            output_schema: None,
+        }
+    }
+
+    /// The tool's name inside JavaScript; see [`ToolName::global_name`].
+    pub fn global_name(&self) -> String {
+        self.name.global_name()
+    }
+}
+
+/// Turns any string into a JavaScript identifier: every character outside `[A-Za-z0-9_$]`, and a
+/// leading digit, becomes `_`. An empty string becomes `_`.
+pub fn normalize_identifier(raw: &str) -> String {
+    let mut identifier: String = raw
+        .chars()
+        .enumerate()
+        .map(|(index, character)| {
+            let allowed = character.is_ascii_alphanumeric() || character == '_' || character == '$';
+            if !allowed || (index == 0 && character.is_ascii_digit()) {
+                '_'
+            } else {
+                character
+            }
+        })
+        .collect();
+    if identifier.is_empty() {
+        identifier.push('_');
+    }
+    identifier
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn names_are_normalised_to_javascript_identifiers() {
+        assert_eq!(normalize_identifier("search"), "search");
+        assert_eq!(normalize_identifier("web-search.v2"), "web_search_v2");
+        assert_eq!(normalize_identifier("2fa code"), "_fa_code");
+        assert_eq!(normalize_identifier("a1$_"), "a1$_");
+        assert_eq!(normalize_identifier("héllo"), "h_llo");
+        assert_eq!(normalize_identifier(""), "_");
+    }
+
+    #[test]
+    fn namespaced_tools_join_namespace_and_name_with_two_underscores() {
+        assert_eq!(ToolName::namespaced("my-server", "get.file").global_name(), "my_server__get_file");
+        assert_eq!(ToolName::plain("echo").global_name(), "echo");
+    }
+
+    #[test]
+    fn tool_definitions_have_stable_json_shapes() {
+        let definitions = vec![
+            ToolDefinition {
+                name: ToolName::namespaced("web", "search"),
+                description: "Search the web.".into(),
+                kind: ToolKind::Function,
+                input_schema: Some(json!({
+                    "type": "object",
+                    "properties": {"q": {"type": "string"}},
+                    "required": ["q"]
+                })),
+                output_schema: Some(json!({"type": "array", "items": {"type": "string"}})),
+            },
+            ToolDefinition {
+                name: ToolName::plain("apply_patch"),
+                description: "Apply a patch.".into(),
+                kind: ToolKind::Freeform,
+                input_schema: None,
+                output_schema: None,
+            },
+        ];
+        insta::assert_json_snapshot!(definitions);
+        let round_trip: Vec<ToolDefinition> =
+            serde_json::from_value(serde_json::to_value(&definitions).unwrap()).unwrap();
+        assert_eq!(round_trip, definitions);
+    }
+}

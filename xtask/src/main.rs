@@ -1,0 +1,155 @@
+//! `cargo xtask <task>`: project chores that need more than a cargo command.
+//!
+//! - `setup-v8`: unpack Debian's V8 (inside `libnode108`, V8 10.2) and its headers into the
+//!   git-ignored `.v8/` folder at the workspace root, touching nothing system-wide. The
+//!   `runtime-v8` build finds it there (or wherever `CODEMODE_V8_PREFIX` points).
+//! - `ci`: what `.ci/run` runs: setup-v8, `cargo fmt --check`, clippy with warnings denied, tests.
+
+#![forbid(unsafe_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+
+/// The Debian packages that carry V8's shared library, its headers, and the library's own
+/// dependencies that a fresh machine may lack.
+const V8_PACKAGES: [&str; 4] = ["libnode108", "libnode-dev", "libuv1", "libc-ares2"];
+
+/// The V8 these packages carry; the build refuses any other headers.
+const EXPECTED_V8: &str = "10.2";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let result = match args.first().map(String::as_str) {
+        Some("setup-v8") => setup_v8(),
+        Some("ci") => ci(),
+        _ => {
+            eprintln!(
+                "usage: cargo xtask <task>\n\n\
+                 tasks:\n  setup-v8   unpack the system V8 into .v8/ (needed before building)\n  \
+                 ci         setup-v8, fmt --check, clippy -D warnings, tests"
+            );
+            return ExitCode::from(2);
+        }
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("error: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask lives one folder below the workspace root")
+        .to_path_buf()
+}
+
+/// Where V8 goes: `CODEMODE_V8_PREFIX` if set, else `.v8/` at the workspace root.
+fn v8_prefix() -> PathBuf {
+    std::env::var_os("CODEMODE_V8_PREFIX")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace_root().join(".v8"))
+}
+
+fn setup_v8() -> Result<(), String> {
+    let prefix = v8_prefix();
+    let library = prefix.join("usr/lib/x86_64-linux-gnu/libnode.so.108");
+    let version_header = prefix.join("usr/include/node/v8-version.h");
+    if library.exists() && version_header.exists() {
+        println!("V8 {} is already set up in {}", header_version(&version_header)?, prefix.display());
+        return Ok(());
+    }
+    let download_dir = std::env::temp_dir().join(format!("codemode-v8-debs-{}", std::process::id()));
+    std::fs::create_dir_all(&download_dir)
+        .map_err(|error| format!("cannot create {}: {error}", download_dir.display()))?;
+    // apt's download sandbox user must be able to write here.
+    let _ = run(Command::new("chmod").arg("777").arg(&download_dir));
+    let download = || run(Command::new("apt-get").arg("download").args(V8_PACKAGES).current_dir(&download_dir));
+    if download().is_err() {
+        println!("apt-get download failed; refreshing the package lists with apt-get update and retrying");
+        run(Command::new("apt-get").arg("update")).map_err(|error| {
+            format!("{error}\nsetup-v8 needs Debian's apt-get with access to the package registry")
+        })?;
+        download()?;
+    }
+    // Unpack into a sibling folder and rename it into place, so an interrupted set-up never leaves a
+    // half-filled prefix that later looks complete.
+    let staging = prefix.with_extension("partial");
+    let _ = std::fs::remove_dir_all(&staging);
+    std::fs::create_dir_all(&staging)
+        .map_err(|error| format!("cannot create {}: {error}", staging.display()))?;
+    let mut debs: Vec<PathBuf> = std::fs::read_dir(&download_dir)
+        .map_err(|error| format!("cannot list {}: {error}", download_dir.display()))?
+        .filter_map(|entry| entry.ok().map(|entry| entry.path()))
+        .filter(|path| path.extension().is_some_and(|extension| extension == "deb"))
+        .collect();
+    debs.sort();
+    if debs.len() != V8_PACKAGES.len() {
+        return Err(format!(
+            "expected {} packages in {}, found {}",
+            V8_PACKAGES.len(),
+            download_dir.display(),
+            debs.len()
+        ));
+    }
+    for deb in &debs {
+        run(Command::new("dpkg-deb").arg("-x").arg(deb).arg(&staging))?;
+    }
+    let staged_header = staging.join("usr/include/node/v8-version.h");
+    let version = header_version(&staged_header)?;
+    if !version.starts_with(EXPECTED_V8) {
+        return Err(format!("the packages carry V8 {version}, but the shim is written for V8 {EXPECTED_V8}"));
+    }
+    let _ = std::fs::remove_dir_all(&prefix);
+    std::fs::rename(&staging, &prefix)
+        .map_err(|error| format!("cannot move {} to {}: {error}", staging.display(), prefix.display()))?;
+    let _ = std::fs::remove_dir_all(&download_dir);
+    println!("V8 {version} set up in {}", prefix.display());
+    Ok(())
+}
+
+/// Reads `major.minor.build.patch` out of `v8-version.h`.
+fn header_version(header: &Path) -> Result<String, String> {
+    let text = std::fs::read_to_string(header)
+        .map_err(|error| format!("cannot read {}: {error}", header.display()))?;
+    let field = |name: &str| {
+        text.lines()
+            .find_map(|line| line.strip_prefix(&format!("#define {name} ")))
+            .map(|value| value.trim().to_owned())
+            .ok_or_else(|| format!("{} does not define {name}", header.display()))
+    };
+    Ok(format!(
+        "{}.{}.{}.{}",
+        field("V8_MAJOR_VERSION")?,
+        field("V8_MINOR_VERSION")?,
+        field("V8_BUILD_NUMBER")?,
+        field("V8_PATCH_LEVEL")?
+    ))
+}
+
+fn ci() -> Result<(), String> {
+    setup_v8()?;
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    let root = workspace_root();
+    run(Command::new(&cargo).args(["fmt", "--all", "--", "--check"]).current_dir(&root))?;
+    run(Command::new(&cargo)
+        .args(["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"])
+        .current_dir(&root))?;
+    run(Command::new(&cargo).args(["test", "--workspace"]).current_dir(&root))?;
+    Ok(())
+}
+
+fn run(command: &mut Command) -> Result<(), String> {
+    let description = format!("{command:?}");
+    let status = command
+        .status()
+        .map_err(|error| format!("cannot run {description}: {error}"))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("{description} failed with {status}"))
+    }
+}
