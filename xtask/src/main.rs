@@ -59,17 +59,29 @@ fn setup_v8() -> Result<(), String> {
     let library = prefix.join("usr/lib/x86_64-linux-gnu/libnode.so.108");
     let version_header = prefix.join("usr/include/node/v8-version.h");
     if library.exists() && version_header.exists() {
-        println!("V8 {} is already set up in {}", header_version(&version_header)?, prefix.display());
+        println!(
+            "V8 {} is already set up in {}",
+            header_version(&version_header)?,
+            prefix.display()
+        );
         return Ok(());
     }
-    let download_dir = std::env::temp_dir().join(format!("codemode-v8-debs-{}", std::process::id()));
+    let download_dir =
+        std::env::temp_dir().join(format!("codemode-v8-debs-{}", std::process::id()));
     std::fs::create_dir_all(&download_dir)
         .map_err(|error| format!("cannot create {}: {error}", download_dir.display()))?;
     // apt's download sandbox user must be able to write here.
     let _ = run(Command::new("chmod").arg("777").arg(&download_dir));
-    let download = || run(Command::new("apt-get").arg("download").args(V8_PACKAGES).current_dir(&download_dir));
+    let download = || {
+        run(Command::new("apt-get")
+            .arg("download")
+            .args(V8_PACKAGES)
+            .current_dir(&download_dir))
+    };
     if download().is_err() {
-        println!("apt-get download failed; refreshing the package lists with apt-get update and retrying");
+        println!(
+            "apt-get download failed; refreshing the package lists with apt-get update and retrying"
+        );
         run(Command::new("apt-get").arg("update")).map_err(|error| {
             format!("{error}\nsetup-v8 needs Debian's apt-get with access to the package registry")
         })?;
@@ -101,11 +113,18 @@ fn setup_v8() -> Result<(), String> {
     let staged_header = staging.join("usr/include/node/v8-version.h");
     let version = header_version(&staged_header)?;
     if !version.starts_with(EXPECTED_V8) {
-        return Err(format!("the packages carry V8 {version}, but the shim is written for V8 {EXPECTED_V8}"));
+        return Err(format!(
+            "the packages carry V8 {version}, but the shim is written for V8 {EXPECTED_V8}"
+        ));
     }
     let _ = std::fs::remove_dir_all(&prefix);
-    std::fs::rename(&staging, &prefix)
-        .map_err(|error| format!("cannot move {} to {}: {error}", staging.display(), prefix.display()))?;
+    std::fs::rename(&staging, &prefix).map_err(|error| {
+        format!(
+            "cannot move {} to {}: {error}",
+            staging.display(),
+            prefix.display()
+        )
+    })?;
     let _ = std::fs::remove_dir_all(&download_dir);
     println!("V8 {version} set up in {}", prefix.display());
     Ok(())
@@ -134,11 +153,22 @@ fn ci() -> Result<(), String> {
     setup_v8()?;
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
     let root = workspace_root();
-    run(Command::new(&cargo).args(["fmt", "--all", "--", "--check"]).current_dir(&root))?;
     run(Command::new(&cargo)
-        .args(["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"])
+        .args(["fmt", "--all", "--", "--check"])
         .current_dir(&root))?;
-    run(Command::new(&cargo).args(["test", "--workspace"]).current_dir(&root))?;
+    run(Command::new(&cargo)
+        .args([
+            "clippy",
+            "--workspace",
+            "--all-targets",
+            "--",
+            "-D",
+            "warnings",
+        ])
+        .current_dir(&root))?;
+    run(Command::new(&cargo)
+        .args(["test", "--workspace"])
+        .current_dir(&root))?;
     Ok(())
 }
 

@@ -156,7 +156,10 @@ pub fn text_item(text: String) -> OutputItem {
 
 /// `image(urlOrItem, detail?)`. `value` is the first argument as JSON (`None` when it has no JSON
 /// form); `detail_override` is `String(detail)` when a second argument was given.
-pub fn image_item(value: Option<Value>, detail_override: Option<&str>) -> Result<OutputItem, Refusal> {
+pub fn image_item(
+    value: Option<Value>,
+    detail_override: Option<&str>,
+) -> Result<OutputItem, Refusal> {
     let (url, item_detail) = match value {
         Some(Value::String(url)) => (url, None),
         Some(Value::Object(mut object)) => {
@@ -224,10 +227,7 @@ fn audio_shape_refusal() -> Refusal {
 }
 
 /// An MCP content block `{ type, data, mimeType }` as a `data:<mime>;base64,<data>` URL.
-fn mcp_data_url(
-    block: &mut serde_json::Map<String, Value>,
-    kind: &str,
-) -> Result<String, Refusal> {
+fn mcp_data_url(block: &mut serde_json::Map<String, Value>, kind: &str) -> Result<String, Refusal> {
     let data = block.remove("data");
     let mime = block.remove("mimeType");
     match (data, mime) {
@@ -289,8 +289,13 @@ mod tests {
                 input: Some(json!({"q": "x"})),
             }
         );
-        assert!(matches!(second, RuntimeEvent::ToolCall { ref id, input: None, .. } if id == "tool-2"));
-        assert_eq!(globals.tool_call(3, None).unwrap_err().message, "unknown tool index 3");
+        assert!(
+            matches!(second, RuntimeEvent::ToolCall { ref id, input: None, .. } if id == "tool-2")
+        );
+        assert_eq!(
+            globals.tool_call(3, None).unwrap_err().message,
+            "unknown tool index 3"
+        );
     }
 
     #[test]
@@ -380,14 +385,23 @@ mod tests {
 
     #[test]
     fn audio_accepts_data_urls_objects_and_mcp_blocks_and_refuses_the_rest() {
-        let audio = |url: &str| OutputItem::Audio(AudioItem { audio_url: url.into() });
-        assert_eq!(audio_item(Some(json!("data:audio/wav;base64,UklG"))), Ok(audio("data:audio/wav;base64,UklG")));
+        let audio = |url: &str| {
+            OutputItem::Audio(AudioItem {
+                audio_url: url.into(),
+            })
+        };
+        assert_eq!(
+            audio_item(Some(json!("data:audio/wav;base64,UklG"))),
+            Ok(audio("data:audio/wav;base64,UklG"))
+        );
         assert_eq!(
             audio_item(Some(json!({"audio_url": "data:audio/mp3;base64,SUQz"}))),
             Ok(audio("data:audio/mp3;base64,SUQz"))
         );
         assert_eq!(
-            audio_item(Some(json!({"type": "audio", "data": "UklG", "mimeType": "audio/wav"}))),
+            audio_item(Some(
+                json!({"type": "audio", "data": "UklG", "mimeType": "audio/wav"})
+            )),
             Ok(audio("data:audio/wav;base64,UklG"))
         );
         let refusals: Vec<String> = [

@@ -29,7 +29,9 @@ impl Timers {
     pub fn set(&mut self, now: Instant, delay: Duration) -> u64 {
         self.last_id += 1;
         let id = self.last_id;
-        let deadline = now.checked_add(delay).unwrap_or(now + Duration::from_secs(u32::MAX.into()));
+        let deadline = now
+            .checked_add(delay)
+            .unwrap_or(now + Duration::from_secs(u32::MAX.into()));
         self.deadlines.insert(id, deadline);
         self.queue.insert((deadline, id));
         id
@@ -103,8 +105,14 @@ mod tests {
         assert_eq!(timers.pop_due(start), Some(first));
         assert_eq!(timers.pop_due(start), Some(second));
         assert_eq!(timers.pop_due(start), None);
-        assert_eq!(timers.next_deadline(), Some(start + Duration::from_millis(20)));
-        assert_eq!(timers.pop_due(start + Duration::from_millis(20)), Some(late));
+        assert_eq!(
+            timers.next_deadline(),
+            Some(start + Duration::from_millis(20))
+        );
+        assert_eq!(
+            timers.pop_due(start + Duration::from_millis(20)),
+            Some(late)
+        );
         assert!(timers.is_empty());
     }
 }

@@ -130,7 +130,10 @@ mod tests {
 
     #[test]
     fn namespaced_tools_join_namespace_and_name_with_two_underscores() {
-        assert_eq!(ToolName::namespaced("my-server", "get.file").global_name(), "my_server__get_file");
+        assert_eq!(
+            ToolName::namespaced("my-server", "get.file").global_name(),
+            "my_server__get_file"
+        );
         assert_eq!(ToolName::plain("echo").global_name(), "echo");
     }
 

@@ -1,1 +1,95 @@
+//! The V8 engine of codemode: runs each cell in its own V8 isolate on its own OS thread.
+//!
+//! V8 is the system's (Debian's libnode108, V8 10.2), reached through a narrow C++ shim
+//! (`shim/shim.cc`) whose safe face is [`ffi`]: all `unsafe` code of the project lives there. The
+//! globals of S2 are installed by a JavaScript bootstrap (`js/bootstrap.js`) that calls back into
+//! Rust through one host-call entry point ([`host`]); the runtime thread ([`thread`]) drives the
+//! module, microtasks, timers, tool results and the pending frontier.
+//!
+//! This crate knows nothing of cell actors, sessions or tools beyond their definitions: it speaks
+//! only the channels of `codemode_engine`.
 
+mod ffi;
+mod host;
+mod thread;
+
+use std::sync::Arc;
+use std::sync::mpsc;
+
+use codemode_engine::{
+    CellStart, Engine, EngineError, EngineHandles, EventSender, TerminateHandle,
+};
+use codemode_protocol::limits::MIN_HEAP_LIMIT_BYTES;
+
+use crate::thread::{CellTerminator, TerminateTarget, ThreadContext};
+
+/// The stack of a cell's runtime thread. V8 keeps its own stack limit (about 1 MiB below where the
+/// isolate is entered), so deep recursion ends as a `RangeError` well before this is used up.
+const RUNTIME_THREAD_STACK_BYTES: usize = 8 * 1024 * 1024;
+
+/// The version of the V8 this crate is linked against, such as `10.2.154.26-node.36`.
+pub fn v8_version() -> String {
+    ffi::version()
+}
+
+/// Runs cells on V8. Cheap to clone; holds no isolate itself.
+#[derive(Debug, Clone, Default)]
+pub struct V8Engine {
+    fault_injection: bool,
+}
+
+impl V8Engine {
+    pub fn new() -> Self {
+        V8Engine::default()
+    }
+
+    /// An engine whose cells have a `__codemode_test_panic()` global that panics on the runtime
+    /// thread, for tests of panic containment. Never use it for real cells.
+    #[doc(hidden)]
+    pub fn with_fault_injection() -> Self {
+        V8Engine {
+            fault_injection: true,
+        }
+    }
+}
+
+impl Engine for V8Engine {
+    fn describe(&self) -> String {
+        format!("V8 {}", v8_version())
+    }
+
+    fn start(&self, cell: CellStart, events: EventSender) -> Result<EngineHandles, EngineError> {
+        if cell.limits.heap_limit_bytes < MIN_HEAP_LIMIT_BYTES {
+            return Err(EngineError::InvalidLimit(format!(
+                "a heap limit of {} bytes is below the minimum of {} bytes (8 MiB)",
+                cell.limits.heap_limit_bytes, MIN_HEAP_LIMIT_BYTES
+            )));
+        }
+        ffi::initialize();
+        let (command_tx, command_rx) = mpsc::channel();
+        let (control_tx, control_rx) = mpsc::channel();
+        let target = Arc::new(TerminateTarget::default());
+        let context = ThreadContext {
+            events,
+            commands: command_rx,
+            control: control_rx,
+            terminate: Arc::clone(&target),
+            test_hooks: self.fault_injection,
+        };
+        std::thread::Builder::new()
+            .name(format!("codemode-cell-{}", cell.call_id))
+            .stack_size(RUNTIME_THREAD_STACK_BYTES)
+            .spawn(move || thread::run(cell, context))
+            .map_err(EngineError::Thread)?;
+        let terminator = CellTerminator {
+            target,
+            commands: command_tx.clone(),
+            control: control_tx.clone(),
+        };
+        Ok(EngineHandles {
+            commands: command_tx,
+            control: control_tx,
+            terminate: TerminateHandle::new(Arc::new(terminator)),
+        })
+    }
+}

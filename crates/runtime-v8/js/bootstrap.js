@@ -1,0 +1,347 @@
+// The bootstrap of every V8 cell: runs once, as a classic script, before the cell's module.
+//
+// It evaluates to a function that receives the native host entry point and the cell's
+// configuration (JSON), installs the globals of S2 and the prelude of built-ins that V8 10.2 lacks,
+// removes what a cell must not have, and returns the dispatcher through which the runtime thread
+// delivers tool results and fires timers. Every rule that does not need JavaScript (ids, output
+// items, stored values, refusals) is decided in Rust behind `host`; this file does only what needs
+// JavaScript: String(), JSON.stringify/parse, promises and callbacks.
+(function installCodemodeGlobals(host, configJson) {
+  'use strict';
+
+  // The ops of `host(op, a?, b?)`; the Rust side (src/host.rs) uses the same numbers.
+  const OP_TEXT = 1;
+  const OP_IMAGE = 2;
+  const OP_AUDIO = 3;
+  const OP_STORE = 4;
+  const OP_LOAD = 5;
+  const OP_NOTIFY = 6;
+  const OP_YIELD = 7;
+  const OP_EXIT = 8;
+  const OP_TOOL_CALL = 9;
+  const OP_SET_TIMEOUT = 10;
+  const OP_CLEAR_TIMEOUT = 11;
+  const OP_TEST_PANIC = 99;
+
+  // The kinds of `dispatch(kind, id, payload)`.
+  const DISPATCH_RESOLVE = 1;
+  const DISPATCH_REJECT = 2;
+  const DISPATCH_TIMER = 3;
+
+  // Built-ins captured now, so that a cell that overwrites them cannot break its own globals.
+  const $String = String;
+  const $Number = Number;
+  const $Error = Error;
+  const $TypeError = TypeError;
+  const $RangeError = RangeError;
+  const $Promise = Promise;
+  const $Map = Map;
+  const $Array = Array;
+  const $Object = Object;
+  const $Symbol = Symbol;
+  const $Math = Math;
+  const jsonStringify = JSON.stringify;
+  const jsonParse = JSON.parse;
+  const defineProperty = Object.defineProperty;
+  const freeze = Object.freeze;
+  const uncurry = (method) => Function.prototype.call.bind(method);
+  const mapGet = uncurry(Map.prototype.get);
+  const mapSet = uncurry(Map.prototype.set);
+  const mapDelete = uncurry(Map.prototype.delete);
+  const mapHas = uncurry(Map.prototype.has);
+  const arrayPush = uncurry(Array.prototype.push);
+  const arraySort = uncurry(Array.prototype.sort);
+  const arraySplice = uncurry(Array.prototype.splice);
+  const promiseReject = $Promise.reject.bind($Promise);
+
+  const config = jsonParse(configJson);
+  const global = globalThis;
+
+  function defineGlobal(name, value) {
+    defineProperty(global, name, { value, writable: true, enumerable: false, configurable: true });
+  }
+
+  // The display rule of text() and notify(): primitives by String(), anything else by
+  // JSON.stringify, or String() when that yields undefined. Exceptions (a throwing toJSON, a cycle)
+  // propagate to the caller.
+  function display(value) {
+    if (value === null || value === undefined) return $String(value);
+    const type = typeof value;
+    if (type === 'boolean' || type === 'number' || type === 'bigint' || type === 'string') {
+      return $String(value);
+    }
+    const json = jsonStringify(value);
+    return json === undefined ? $String(value) : json;
+  }
+
+  // JSON text of a value, or undefined when it has none (including when stringifying throws).
+  function jsonOrUndefined(value) {
+    try {
+      return jsonStringify(value);
+    } catch {
+      return undefined;
+    }
+  }
+
+  // ---- output, notifications, control ----
+
+  function text(value) {
+    host(OP_TEXT, display(value));
+  }
+
+  function image(urlOrItem, detail) {
+    host(OP_IMAGE, jsonOrUndefined(urlOrItem), detail == null ? undefined : $String(detail));
+  }
+
+  function audio(urlOrItem) {
+    host(OP_AUDIO, jsonOrUndefined(urlOrItem));
+  }
+
+  function notify(value) {
+    host(OP_NOTIFY, display(value));
+  }
+
+  function yield_control() {
+    host(OP_YIELD);
+  }
+
+  function exit() {
+    host(OP_EXIT);
+  }
+
+  // ---- stored values ----
+
+  function store(key, value) {
+    host(OP_STORE, $String(key), jsonOrUndefined(value));
+  }
+
+  function load(key) {
+    const json = host(OP_LOAD, $String(key));
+    return json === undefined ? undefined : jsonParse(json);
+  }
+
+  // ---- timers ----
+
+  const timerCallbacks = new $Map();
+
+  function setTimeout(callback, delay, ...args) {
+    if (typeof callback !== 'function') {
+      throw new $TypeError('setTimeout expects a function as its first argument');
+    }
+    const id = $Number(host(OP_SET_TIMEOUT, $String($Number(delay))));
+    mapSet(timerCallbacks, id, () => callback(...args));
+    return id;
+  }
+
+  function clearTimeout(id) {
+    if (id === undefined || id === null) return;
+    if (typeof id !== 'number') {
+      throw new $TypeError('clearTimeout expects a timer id returned by setTimeout');
+    }
+    if (!(id > 0)) return;
+    if (mapDelete(timerCallbacks, id)) host(OP_CLEAR_TIMEOUT, $String(id));
+  }
+
+  // ---- tools ----
+
+  // Resolvers of the tool calls in flight, by call id.
+  const pendingToolCalls = new $Map();
+
+  function callTool(index, name, argument) {
+    let input;
+    if (argument !== undefined) {
+      input = jsonStringify(argument);
+      if (input === undefined) {
+        throw new $TypeError(`tools.${name} expects a JSON-serialisable argument`);
+      }
+    }
+    const id = host(OP_TOOL_CALL, $String(index), input);
+    return new $Promise((resolve, reject) => {
+      mapSet(pendingToolCalls, id, { resolve, reject });
+    });
+  }
+
+  const tools = {};
+  const allTools = [];
+  config.tools.forEach((tool, index) => {
+    const name = tool.name;
+    const call = function (argument) {
+      try {
+        return callTool(index, name, argument);
+      } catch (error) {
+        return promiseReject(error);
+      }
+    };
+    defineProperty(call, 'name', { value: name });
+    defineProperty(tools, name, { value: call, enumerable: true });
+    arrayPush(allTools, freeze({ name, description: tool.description }));
+  });
+  freeze(tools);
+  freeze(allTools);
+
+  defineGlobal('tools', tools);
+  defineGlobal('ALL_TOOLS', allTools);
+  defineGlobal('text', text);
+  defineGlobal('image', image);
+  defineGlobal('audio', audio);
+  defineGlobal('store', store);
+  defineGlobal('load', load);
+  defineGlobal('notify', notify);
+  defineGlobal('yield_control', yield_control);
+  defineGlobal('exit', exit);
+  defineGlobal('setTimeout', setTimeout);
+  defineGlobal('clearTimeout', clearTimeout);
+  if (config.testHooks) {
+    defineGlobal('__codemode_test_panic', () => host(OP_TEST_PANIC));
+  }
+
+  // ---- what a cell must not have ----
+
+  delete global.console;
+  delete global.SharedArrayBuffer;
+  delete global.Atomics;
+  delete global.WebAssembly;
+
+  // ---- prelude: built-ins models use that V8 10.2 lacks ----
+
+  function definePolyfill(target, name, value) {
+    if (name in target) return;
+    defineProperty(target, name, { value, writable: true, enumerable: false, configurable: true });
+  }
+
+  function toLength(value) {
+    const number = $Math.trunc($Number(value));
+    if (!(number > 0)) return 0;
+    return $Math.min(number, 2 ** 53 - 1);
+  }
+
+  function toIntegerOrInfinity(value) {
+    const number = $Number(value);
+    if (number !== number) return 0;
+    return $Math.trunc(number);
+  }
+
+  function copyOf(arrayLike) {
+    const object = $Object(arrayLike);
+    const length = toLength(object.length);
+    const copy = new $Array(length);
+    for (let index = 0; index < length; index++) copy[index] = object[index];
+    return copy;
+  }
+
+  definePolyfill($Array.prototype, 'toSorted', function toSorted(compare) {
+    if (compare !== undefined && typeof compare !== 'function') {
+      throw new $TypeError('The comparison function must be either a function or undefined');
+    }
+    return arraySort(copyOf(this), compare);
+  });
+
+  definePolyfill($Array.prototype, 'toReversed', function toReversed() {
+    const source = copyOf(this);
+    const length = source.length;
+    const reversed = new $Array(length);
+    for (let index = 0; index < length; index++) reversed[index] = source[length - 1 - index];
+    return reversed;
+  });
+
+  definePolyfill($Array.prototype, 'toSpliced', function toSpliced(start, skipCount, ...items) {
+    const copy = copyOf(this);
+    if (arguments.length === 0) return copy;
+    if (arguments.length === 1) {
+      arraySplice(copy, start);
+    } else {
+      arraySplice(copy, start, skipCount, ...items);
+    }
+    return copy;
+  });
+
+  definePolyfill($Array.prototype, 'with', function (index, value) {
+    const copy = copyOf(this);
+    const relative = toIntegerOrInfinity(index);
+    const actual = relative >= 0 ? relative : copy.length + relative;
+    if (actual >= copy.length || actual < 0) throw new $RangeError('Invalid index : ' + index);
+    copy[actual] = value;
+    return copy;
+  });
+
+  definePolyfill($Object, 'groupBy', function groupBy(items, callback) {
+    if (typeof callback !== 'function') throw new $TypeError('callback is not a function');
+    const groups = $Object.create(null);
+    let index = 0;
+    for (const item of items) {
+      const key = callback(item, index++);
+      const property = typeof key === 'symbol' ? key : $String(key);
+      if (groups[property] === undefined) groups[property] = [];
+      arrayPush(groups[property], item);
+    }
+    return groups;
+  });
+
+  definePolyfill($Map, 'groupBy', function groupBy(items, callback) {
+    if (typeof callback !== 'function') throw new $TypeError('callback is not a function');
+    const groups = new $Map();
+    let index = 0;
+    for (const item of items) {
+      let key = callback(item, index++);
+      if (key === 0) key = 0; // normalise -0 as Map does
+      if (!mapHas(groups, key)) mapSet(groups, key, []);
+      arrayPush(mapGet(groups, key), item);
+    }
+    return groups;
+  });
+
+  definePolyfill($Promise, 'withResolvers', function withResolvers() {
+    let resolve;
+    let reject;
+    const promise = new this((resolveWith, rejectWith) => {
+      resolve = resolveWith;
+      reject = rejectWith;
+    });
+    return { promise, resolve, reject };
+  });
+
+  definePolyfill($Array, 'fromAsync', async function fromAsync(items, mapFn, thisArg) {
+    if (mapFn !== undefined && typeof mapFn !== 'function') {
+      throw new $TypeError('Array.fromAsync: mapFn is not a function');
+    }
+    const result = [];
+    let index = 0;
+    const add = async (value) => {
+      const awaited = await value;
+      arrayPush(result, mapFn === undefined ? awaited : await mapFn.call(thisArg, awaited, index));
+      index++;
+    };
+    if (items != null && typeof items[$Symbol.asyncIterator] === 'function') {
+      for await (const value of items) await add(value);
+    } else if (items != null && typeof items[$Symbol.iterator] === 'function') {
+      for (const value of items) await add(value);
+    } else {
+      const object = $Object(items);
+      const length = toLength(object.length);
+      for (let position = 0; position < length; position++) await add(object[position]);
+    }
+    return result;
+  });
+
+  // ---- the dispatcher the runtime thread calls ----
+
+  return function dispatch(kind, id, payload) {
+    if (kind === DISPATCH_TIMER) {
+      const timerId = $Number(id);
+      const callback = mapGet(timerCallbacks, timerId);
+      if (callback === undefined) return;
+      mapDelete(timerCallbacks, timerId);
+      // A throwing callback propagates to the runtime thread, which fails the cell with it.
+      callback();
+      return;
+    }
+    const resolvers = mapGet(pendingToolCalls, id);
+    if (resolvers === undefined) return;
+    mapDelete(pendingToolCalls, id);
+    if (kind === DISPATCH_RESOLVE) {
+      resolvers.resolve(payload === undefined ? undefined : jsonParse(payload));
+    } else if (kind === DISPATCH_REJECT) {
+      resolvers.reject(new $Error(payload));
+    }
+  };
+});

@@ -1,0 +1,522 @@
+// codemode's native shim over the system V8 (Debian's libnode108, V8 10.2).
+//
+// A narrow C ABI: create and delete a runtime (one isolate, one context, limits), run the bootstrap
+// script that installs the globals, evaluate the cell's ES module, call the bootstrap's dispatcher,
+// run microtasks, read the module's state, and terminate from any thread. Every JavaScript global
+// reaches Rust through one host-call entry point.
+//
+// Ownership rules
+// - `cm_runtime_new` allocates a `cm_runtime`; only `cm_runtime_delete` frees it, exactly once.
+// - A `cm_runtime` and its isolate belong to the thread that created it: every function here except
+//   `cm_runtime_terminate` and `cm_v8_version` must be called on that thread, never concurrently.
+// - `cm_runtime_terminate` may be called from any thread while the runtime is alive (it only calls
+//   `Isolate::TerminateExecution`, which V8 documents as thread-safe). The caller guarantees that
+//   no call races with `cm_runtime_delete`; the Rust side does this with a mutex.
+// - Strings cross as `cm_str` (pointer + length, UTF-8, not NUL-terminated). A `cm_str` passed into
+//   the shim is borrowed for the duration of the call. A `cm_str` the host callback writes to `out`
+//   must stay valid until the callback's caller has copied it (the shim copies it at once).
+// - The text returned by `cm_runtime_last_error` is owned by the runtime and valid until the next
+//   call on that runtime.
+// - No C++ exception crosses the ABI: every entry point catches and reports `CM_INTERNAL_ERROR`.
+// - The `host_data` pointer is opaque here; the Rust side owns it and keeps it alive for as long as
+//   the runtime.
+
+#include <libplatform/libplatform.h>
+#include <v8.h>
+
+#include <atomic>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <string>
+
+static_assert(V8_MAJOR_VERSION == 10 && V8_MINOR_VERSION == 2,
+              "the shim is written for V8 10.2; point CODEMODE_V8_PREFIX at libnode108's headers");
+static_assert(sizeof(size_t) == sizeof(void*), "cm_str assumes size_t is pointer-sized");
+
+using namespace v8;
+
+extern "C" {
+
+struct cm_str {
+  const char* ptr;  // NULL means "absent" (JavaScript undefined)
+  size_t len;
+};
+
+// Results of the entry points that run JavaScript.
+enum cm_status : int32_t {
+  CM_OK = 0,
+  CM_EXCEPTION = 1,   // JavaScript threw; cm_runtime_last_error has the formatted error
+  CM_TERMINATED = 2,  // execution was terminated (terminate, exit, heap limit, host request)
+  CM_INTERNAL_ERROR = 3,  // the shim itself failed; cm_runtime_last_error says how
+};
+
+// What the host callback tells the shim to do.
+enum cm_host_reply : int32_t {
+  CM_HOST_UNDEFINED = 0,  // return undefined
+  CM_HOST_STRING = 1,     // return *out as a string
+  CM_HOST_THROW = 2,      // throw new Error(*out)
+  CM_HOST_TERMINATE = 3,  // terminate execution at once (exit(), or the host cannot go on)
+};
+
+// Module states for cm_runtime_module_state.
+enum cm_module_state : int32_t {
+  CM_MODULE_PENDING = 0,
+  CM_MODULE_FULFILLED = 1,
+  CM_MODULE_REJECTED = 2,  // cm_runtime_last_error has the formatted reason
+};
+
+typedef int32_t (*cm_host_fn)(void* host_data, int32_t op, cm_str a, cm_str b, cm_str* out);
+
+}  // extern "C"
+
+namespace {
+
+// The resource name of the cell's module: stack traces read `at cell.js:LINE:COLUMN`.
+constexpr const char* kCellResourceName = "cell.js";
+// The resource name of the bootstrap script; its frames are dropped from error texts.
+constexpr const char* kBootstrapResourceName = "codemode:bootstrap";
+
+std::unique_ptr<Platform> g_platform;
+std::once_flag g_initialize_once;
+
+// An ArrayBuffer allocator that counts what it hands out, so that typed arrays and buffers count
+// against the cell's heap limit instead of growing outside it.
+class CountingAllocator final : public ArrayBuffer::Allocator {
+ public:
+  explicit CountingAllocator(size_t limit) : limit_(limit) {}
+
+  void* Allocate(size_t length) override {
+    if (!Reserve(length)) return nullptr;
+    void* data = calloc(length ? length : 1, 1);
+    if (!data) Release(length);
+    return data;
+  }
+
+  void* AllocateUninitialized(size_t length) override {
+    if (!Reserve(length)) return nullptr;
+    void* data = malloc(length ? length : 1);
+    if (!data) Release(length);
+    return data;
+  }
+
+  void Free(void* data, size_t length) override {
+    free(data);
+    Release(length);
+  }
+
+ private:
+  bool Reserve(size_t length) {
+    size_t current = used_.load(std::memory_order_relaxed);
+    do {
+      if (length > limit_ || current > limit_ - length) return false;
+    } while (!used_.compare_exchange_weak(current, current + length, std::memory_order_relaxed));
+    return true;
+  }
+
+  void Release(size_t length) { used_.fetch_sub(length, std::memory_order_relaxed); }
+
+  const size_t limit_;
+  std::atomic<size_t> used_{0};
+};
+
+}  // namespace
+
+struct cm_runtime {
+  Isolate* isolate = nullptr;
+  std::unique_ptr<CountingAllocator> allocator;
+  Global<Context> context;
+  Global<Function> dispatch;
+  Global<Promise> module_promise;
+  cm_host_fn host = nullptr;
+  void* host_data = nullptr;
+  std::atomic<bool> heap_limit_hit{false};
+  std::string last_error;
+};
+
+namespace {
+
+Local<String> NewString(Isolate* isolate, const char* data, size_t length) {
+  Local<String> result;
+  if (!String::NewFromUtf8(isolate, data, NewStringType::kNormal, static_cast<int>(length))
+           .ToLocal(&result)) {
+    return String::Empty(isolate);
+  }
+  return result;
+}
+
+Local<String> NewString(Isolate* isolate, const std::string& text) {
+  return NewString(isolate, text.data(), text.size());
+}
+
+std::string ToStdString(Isolate* isolate, Local<Value> value) {
+  String::Utf8Value utf8(isolate, value);
+  if (*utf8 == nullptr) return std::string();
+  return std::string(*utf8, utf8.length());
+}
+
+// Drops the stack lines that point into the bootstrap, so the cell's author sees only their frames.
+std::string WithoutBootstrapFrames(const std::string& stack) {
+  std::string result;
+  size_t start = 0;
+  while (start <= stack.size()) {
+    size_t end = stack.find('\n', start);
+    if (end == std::string::npos) end = stack.size();
+    std::string line = stack.substr(start, end - start);
+    if (line.find(kBootstrapResourceName) == std::string::npos) {
+      if (!result.empty()) result += '\n';
+      result += line;
+    }
+    start = end + 1;
+  }
+  return result;
+}
+
+// The error text of S2: the exception's `stack` when it is a string, else String(exception); when a
+// message with a position in the cell is known and the text names none, the position is appended.
+std::string FormatException(Isolate* isolate, Local<Context> context, Local<Value> exception,
+                            Local<Message> message) {
+  TryCatch inner(isolate);  // getters and toString may throw; such errors are swallowed here
+  std::string text;
+  bool have_text = false;
+  if (exception->IsObject()) {
+    Local<Value> stack;
+    if (exception.As<Object>()->Get(context, NewString(isolate, "stack", 5)).ToLocal(&stack) &&
+        stack->IsString()) {
+      text = WithoutBootstrapFrames(ToStdString(isolate, stack));
+      have_text = true;
+    }
+  }
+  if (!have_text) {
+    Local<String> as_string;
+    if (exception->ToString(context).ToLocal(&as_string)) {
+      text = ToStdString(isolate, as_string);
+    } else {
+      text = "uncaught exception (its value could not be converted to a string)";
+    }
+  }
+  if (!message.IsEmpty() && text.find(kCellResourceName) == std::string::npos) {
+    Local<Value> resource = message->GetScriptResourceName();
+    if (!resource.IsEmpty() && resource->IsString() &&
+        ToStdString(isolate, resource) == kCellResourceName) {
+      int line = message->GetLineNumber(context).FromMaybe(0);
+      int column = message->GetStartColumn(context).FromMaybe(0) + 1;
+      text += "\n    at " + std::string(kCellResourceName) + ":" + std::to_string(line) + ":" +
+              std::to_string(column);
+    }
+  }
+  return text;
+}
+
+// Turns the outcome of a V8 call into a status, recording the error text on exceptions.
+int32_t Settle(cm_runtime* rt, Local<Context> context, TryCatch& try_catch, bool succeeded) {
+  Isolate* isolate = rt->isolate;
+  if (try_catch.HasTerminated() || isolate->IsExecutionTerminating()) return CM_TERMINATED;
+  if (succeeded) return CM_OK;
+  if (!try_catch.HasCaught()) {
+    rt->last_error = "the engine failed without an exception";
+    return CM_EXCEPTION;
+  }
+  rt->last_error = FormatException(isolate, context, try_catch.Exception(), try_catch.Message());
+  return CM_EXCEPTION;
+}
+
+// The single host-call entry point: host(op, a?, b?) from the bootstrap.
+void HostCall(const FunctionCallbackInfo<Value>& info) {
+  Isolate* isolate = info.GetIsolate();
+  cm_runtime* rt = static_cast<cm_runtime*>(info.Data().As<External>()->Value());
+  int32_t op = info[0]->Int32Value(isolate->GetCurrentContext()).FromMaybe(-1);
+  std::string arguments[2];
+  cm_str views[2] = {{nullptr, 0}, {nullptr, 0}};
+  for (int index = 0; index < 2; index++) {
+    Local<Value> value = info[index + 1];
+    if (value->IsUndefined()) continue;
+    arguments[index] = ToStdString(isolate, value);
+    views[index] = {arguments[index].data(), arguments[index].size()};
+  }
+  cm_str out = {nullptr, 0};
+  int32_t reply = rt->host(rt->host_data, op, views[0], views[1], &out);
+  switch (reply) {
+    case CM_HOST_UNDEFINED:
+      return;
+    case CM_HOST_STRING: {
+      Local<String> result;
+      if (!String::NewFromUtf8(isolate, out.ptr ? out.ptr : "", NewStringType::kNormal,
+                               static_cast<int>(out.len))
+               .ToLocal(&result)) {
+        isolate->ThrowException(Exception::RangeError(
+            NewString(isolate, "the host's answer is too large for a JavaScript string")));
+        return;
+      }
+      info.GetReturnValue().Set(result);
+      return;
+    }
+    case CM_HOST_THROW:
+      isolate->ThrowException(
+          Exception::Error(NewString(isolate, out.ptr ? out.ptr : "", out.ptr ? out.len : 0)));
+      return;
+    default:
+      isolate->TerminateExecution();
+      return;
+  }
+}
+
+// `import x from "y"` inside the cell.
+MaybeLocal<Module> RefuseStaticImport(Local<Context> context, Local<String> specifier,
+                                      Local<FixedArray>, Local<Module>) {
+  Isolate* isolate = context->GetIsolate();
+  std::string text = "Unsupported import in exec: " + ToStdString(isolate, specifier);
+  isolate->ThrowException(Exception::Error(NewString(isolate, text)));
+  return MaybeLocal<Module>();
+}
+
+// `await import("y")` inside the cell: a promise rejected with the same error.
+MaybeLocal<Promise> RefuseDynamicImport(Local<Context> context, Local<Data>, Local<Value>,
+                                        Local<String> specifier, Local<FixedArray>) {
+  Isolate* isolate = context->GetIsolate();
+  Local<Promise::Resolver> resolver;
+  if (!Promise::Resolver::New(context).ToLocal(&resolver)) return MaybeLocal<Promise>();
+  std::string text = "Unsupported import in exec: " + ToStdString(isolate, specifier);
+  if (resolver->Reject(context, Exception::Error(NewString(isolate, text))).IsNothing()) {
+    return MaybeLocal<Promise>();
+  }
+  return resolver->GetPromise();
+}
+
+// Called by V8 as the heap approaches its limit: stop the cell, and give V8 room to unwind instead
+// of aborting the process.
+size_t NearHeapLimit(void* data, size_t current_heap_limit, size_t) {
+  cm_runtime* rt = static_cast<cm_runtime*>(data);
+  rt->heap_limit_hit.store(true);
+  rt->isolate->TerminateExecution();
+  return current_heap_limit * 2;
+}
+
+}  // namespace
+
+#define CM_GUARD_BEGIN try {
+#define CM_GUARD_END(rt)                          \
+  }                                               \
+  catch (...) {                                   \
+    (rt)->last_error = "internal error in the V8 shim"; \
+    return CM_INTERNAL_ERROR;                     \
+  }
+
+extern "C" {
+
+const char* cm_v8_version() { return V8::GetVersion(); }
+
+// Initialises V8 once per process; later calls do nothing. Returns 0 on success.
+int32_t cm_v8_initialize() {
+  int32_t result = 0;
+  try {
+    std::call_once(g_initialize_once, [&] {
+      // The cell has no WebAssembly; keep V8 from compiling any.
+      V8::SetFlagsFromString("--no-expose-wasm");
+      V8::InitializeICU();
+      g_platform = platform::NewDefaultPlatform();
+      V8::InitializePlatform(g_platform.get());
+      if (!V8::Initialize()) result = 1;
+    });
+  } catch (...) {
+    return 1;
+  }
+  return result;
+}
+
+// A new runtime whose heap (and ArrayBuffer memory) may grow to `heap_limit_bytes`. Returns NULL
+// when the isolate cannot be created.
+cm_runtime* cm_runtime_new(size_t heap_limit_bytes, cm_host_fn host, void* host_data) {
+  cm_runtime* rt = nullptr;
+  try {
+    rt = new cm_runtime();
+    rt->allocator = std::make_unique<CountingAllocator>(heap_limit_bytes);
+    rt->host = host;
+    rt->host_data = host_data;
+    Isolate::CreateParams params;
+    params.array_buffer_allocator = rt->allocator.get();
+    params.constraints.ConfigureDefaultsFromHeapSize(0, heap_limit_bytes);
+    rt->isolate = Isolate::New(params);
+    if (!rt->isolate) {
+      delete rt;
+      return nullptr;
+    }
+    Isolate* isolate = rt->isolate;
+    isolate->SetMicrotasksPolicy(MicrotasksPolicy::kExplicit);
+    isolate->AddNearHeapLimitCallback(NearHeapLimit, rt);
+    isolate->SetHostImportModuleDynamicallyCallback(RefuseDynamicImport);
+    Isolate::Scope isolate_scope(isolate);
+    HandleScope handle_scope(isolate);
+    Local<Context> context = Context::New(isolate);
+    rt->context.Reset(isolate, context);
+    return rt;
+  } catch (...) {
+    if (rt) {
+      if (rt->isolate) rt->isolate->Dispose();
+      delete rt;
+    }
+    return nullptr;
+  }
+}
+
+void cm_runtime_delete(cm_runtime* rt) {
+  if (!rt) return;
+  try {
+    {
+      Isolate::Scope isolate_scope(rt->isolate);
+      rt->module_promise.Reset();
+      rt->dispatch.Reset();
+      rt->context.Reset();
+    }
+    rt->isolate->Dispose();
+  } catch (...) {
+  }
+  delete rt;
+}
+
+// Thread-safe: stops whatever JavaScript runs now, or the next that would run.
+void cm_runtime_terminate(cm_runtime* rt) { rt->isolate->TerminateExecution(); }
+
+int32_t cm_runtime_heap_limit_hit(cm_runtime* rt) { return rt->heap_limit_hit.load() ? 1 : 0; }
+
+const char* cm_runtime_last_error(cm_runtime* rt, size_t* length) {
+  *length = rt->last_error.size();
+  return rt->last_error.data();
+}
+
+// Runs `source` as a classic script that must evaluate to a function, calls it with the host entry
+// point and `config`, and keeps the function it returns as the dispatcher.
+int32_t cm_runtime_bootstrap(cm_runtime* rt, cm_str source, cm_str config) {
+  CM_GUARD_BEGIN
+  Isolate* isolate = rt->isolate;
+  Isolate::Scope isolate_scope(isolate);
+  HandleScope handle_scope(isolate);
+  Local<Context> context = rt->context.Get(isolate);
+  Context::Scope context_scope(context);
+  TryCatch try_catch(isolate);
+  ScriptOrigin origin(isolate, NewString(isolate, kBootstrapResourceName));
+  Local<Script> script;
+  Local<Value> installer;
+  if (!Script::Compile(context, NewString(isolate, source.ptr, source.len), &origin)
+           .ToLocal(&script) ||
+      !script->Run(context).ToLocal(&installer)) {
+    return Settle(rt, context, try_catch, false);
+  }
+  if (!installer->IsFunction()) {
+    rt->last_error = "the bootstrap script must evaluate to a function";
+    return CM_INTERNAL_ERROR;
+  }
+  Local<Function> host_function;
+  if (!Function::New(context, HostCall, External::New(isolate, rt)).ToLocal(&host_function)) {
+    return Settle(rt, context, try_catch, false);
+  }
+  Local<Value> arguments[2] = {host_function, NewString(isolate, config.ptr, config.len)};
+  Local<Value> dispatch;
+  if (!installer.As<Function>()->Call(context, Undefined(isolate), 2, arguments).ToLocal(&dispatch)) {
+    return Settle(rt, context, try_catch, false);
+  }
+  if (!dispatch->IsFunction()) {
+    rt->last_error = "the bootstrap must return its dispatcher function";
+    return CM_INTERNAL_ERROR;
+  }
+  rt->dispatch.Reset(isolate, dispatch.As<Function>());
+  return CM_OK;
+  CM_GUARD_END(rt)
+}
+
+// Compiles, instantiates and evaluates the cell's source as an ES module; its evaluation promise is
+// kept for cm_runtime_module_state.
+int32_t cm_runtime_evaluate_module(cm_runtime* rt, cm_str source) {
+  CM_GUARD_BEGIN
+  Isolate* isolate = rt->isolate;
+  Isolate::Scope isolate_scope(isolate);
+  HandleScope handle_scope(isolate);
+  Local<Context> context = rt->context.Get(isolate);
+  Context::Scope context_scope(context);
+  TryCatch try_catch(isolate);
+  try_catch.SetVerbose(false);
+  ScriptOrigin origin(isolate, NewString(isolate, kCellResourceName), 0, 0, false, -1,
+                      Local<Value>(), false, false, /*is_module=*/true);
+  ScriptCompiler::Source compiler_source(NewString(isolate, source.ptr, source.len), origin);
+  Local<Module> module;
+  if (!ScriptCompiler::CompileModule(isolate, &compiler_source).ToLocal(&module)) {
+    return Settle(rt, context, try_catch, false);
+  }
+  if (module->InstantiateModule(context, RefuseStaticImport).IsNothing()) {
+    return Settle(rt, context, try_catch, false);
+  }
+  Local<Value> evaluation;
+  if (!module->Evaluate(context).ToLocal(&evaluation)) {
+    return Settle(rt, context, try_catch, false);
+  }
+  if (!evaluation->IsPromise()) {
+    rt->last_error = "module evaluation did not return a promise";
+    return CM_INTERNAL_ERROR;
+  }
+  rt->module_promise.Reset(isolate, evaluation.As<Promise>());
+  return Settle(rt, context, try_catch, true);
+  CM_GUARD_END(rt)
+}
+
+// Calls the dispatcher with (kind, id, payload): delivers a tool result or fires a timer.
+int32_t cm_runtime_dispatch(cm_runtime* rt, int32_t kind, cm_str id, cm_str payload) {
+  CM_GUARD_BEGIN
+  Isolate* isolate = rt->isolate;
+  Isolate::Scope isolate_scope(isolate);
+  HandleScope handle_scope(isolate);
+  Local<Context> context = rt->context.Get(isolate);
+  Context::Scope context_scope(context);
+  TryCatch try_catch(isolate);
+  Local<Value> arguments[3] = {
+      Integer::New(isolate, kind),
+      NewString(isolate, id.ptr ? id.ptr : "", id.len),
+      payload.ptr ? Local<Value>(NewString(isolate, payload.ptr, payload.len))
+                  : Local<Value>(Undefined(isolate)),
+  };
+  bool succeeded =
+      !rt->dispatch.Get(isolate)->Call(context, Undefined(isolate), 3, arguments).IsEmpty();
+  return Settle(rt, context, try_catch, succeeded);
+  CM_GUARD_END(rt)
+}
+
+// Runs every queued microtask (and any platform task V8 posted for this isolate).
+int32_t cm_runtime_run_microtasks(cm_runtime* rt) {
+  CM_GUARD_BEGIN
+  Isolate* isolate = rt->isolate;
+  Isolate::Scope isolate_scope(isolate);
+  HandleScope handle_scope(isolate);
+  Local<Context> context = rt->context.Get(isolate);
+  Context::Scope context_scope(context);
+  while (platform::PumpMessageLoop(g_platform.get(), isolate)) {
+  }
+  isolate->PerformMicrotaskCheckpoint();
+  return isolate->IsExecutionTerminating() ? CM_TERMINATED : CM_OK;
+  CM_GUARD_END(rt)
+}
+
+// Whether the module's evaluation promise has settled; on rejection the reason's error text.
+int32_t cm_runtime_module_state(cm_runtime* rt) {
+  CM_GUARD_BEGIN
+  Isolate* isolate = rt->isolate;
+  Isolate::Scope isolate_scope(isolate);
+  HandleScope handle_scope(isolate);
+  Local<Context> context = rt->context.Get(isolate);
+  Context::Scope context_scope(context);
+  if (rt->module_promise.IsEmpty()) return CM_MODULE_PENDING;
+  Local<Promise> promise = rt->module_promise.Get(isolate);
+  switch (promise->State()) {
+    case Promise::kPending:
+      return CM_MODULE_PENDING;
+    case Promise::kFulfilled:
+      return CM_MODULE_FULFILLED;
+    case Promise::kRejected:
+      rt->last_error = FormatException(isolate, context, promise->Result(), Local<Message>());
+      return CM_MODULE_REJECTED;
+  }
+  return CM_MODULE_PENDING;
+  CM_GUARD_END(rt)
+}
+
+}  // extern "C"

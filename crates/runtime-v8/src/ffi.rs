@@ -1,0 +1,367 @@
+//! The safe face of the C++ shim (`shim/shim.cc`): the only module of codemode with `unsafe` code.
+//!
+//! Ownership, mirrored from the shim's header comment:
+//! - A [`V8Runtime`] owns one `cm_runtime` (isolate + context) and the boxed [`HostSlot`] whose
+//!   address the shim passes back to [`host_trampoline`]. Both are freed in `Drop`, the runtime
+//!   first, so the shim never calls into a freed host.
+//! - A `V8Runtime` is `!Send`: it stays on the thread that created it, as V8 requires.
+//! - [`IsolateTerminator`] is the one thing that crosses threads. It reaches the isolate only under
+//!   a mutex that [`V8Runtime`]'s `Drop` takes to detach it before the isolate is disposed, so a
+//!   terminate can never touch a freed isolate.
+//! - Strings cross as pointer + length and are copied on the other side before the call returns.
+
+use std::ffi::{CStr, c_void};
+use std::marker::PhantomData;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::{Arc, Mutex, Once};
+
+#[repr(C)]
+struct RawRuntime {
+    _opaque: [u8; 0],
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct CmStr {
+    ptr: *const u8,
+    len: usize,
+}
+
+impl CmStr {
+    const ABSENT: CmStr = CmStr {
+        ptr: std::ptr::null(),
+        len: 0,
+    };
+
+    fn borrowed(text: Option<&str>) -> CmStr {
+        match text {
+            Some(text) => CmStr {
+                ptr: text.as_ptr(),
+                len: text.len(),
+            },
+            None => CmStr::ABSENT,
+        }
+    }
+
+    /// # Safety
+    /// `self` must be absent, or point at `len` bytes that stay valid for `'a`.
+    unsafe fn as_bytes<'a>(self) -> Option<&'a [u8]> {
+        if self.ptr.is_null() {
+            None
+        } else {
+            // SAFETY: the caller promises `ptr` points at `len` live bytes for 'a.
+            Some(unsafe { std::slice::from_raw_parts(self.ptr, self.len) })
+        }
+    }
+}
+
+type HostFn = extern "C" fn(*mut c_void, i32, CmStr, CmStr, *mut CmStr) -> i32;
+
+unsafe extern "C" {
+    fn cm_v8_version() -> *const std::ffi::c_char;
+    fn cm_v8_initialize() -> i32;
+    fn cm_runtime_new(
+        heap_limit_bytes: usize,
+        host: HostFn,
+        host_data: *mut c_void,
+    ) -> *mut RawRuntime;
+    fn cm_runtime_delete(runtime: *mut RawRuntime);
+    fn cm_runtime_terminate(runtime: *mut RawRuntime);
+    fn cm_runtime_heap_limit_hit(runtime: *mut RawRuntime) -> i32;
+    fn cm_runtime_last_error(runtime: *mut RawRuntime, length: *mut usize) -> *const u8;
+    fn cm_runtime_bootstrap(runtime: *mut RawRuntime, source: CmStr, config: CmStr) -> i32;
+    fn cm_runtime_evaluate_module(runtime: *mut RawRuntime, source: CmStr) -> i32;
+    fn cm_runtime_dispatch(runtime: *mut RawRuntime, kind: i32, id: CmStr, payload: CmStr) -> i32;
+    fn cm_runtime_run_microtasks(runtime: *mut RawRuntime) -> i32;
+    fn cm_runtime_module_state(runtime: *mut RawRuntime) -> i32;
+}
+
+/// The V8 version the shim is linked against, such as `10.2.154.26-node.36`.
+pub fn version() -> String {
+    initialize();
+    // SAFETY: V8::GetVersion returns a static NUL-terminated string.
+    unsafe { CStr::from_ptr(cm_v8_version()) }
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// Initialises V8 once per process (the shim guards it too).
+pub fn initialize() {
+    static INITIALIZE: Once = Once::new();
+    INITIALIZE.call_once(|| {
+        // SAFETY: cm_v8_initialize is idempotent and thread-safe (std::call_once inside).
+        let status = unsafe { cm_v8_initialize() };
+        assert_eq!(
+            status, 0,
+            "V8 failed to initialise: the library does not match its headers"
+        );
+    });
+}
+
+/// How a call that ran JavaScript ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RunStatus {
+    Ok,
+    /// JavaScript threw; the formatted error text.
+    Exception(String),
+    /// Execution was terminated: by a terminator, a host reply, or the heap limit.
+    Terminated,
+}
+
+/// The state of the module's evaluation promise.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ModuleState {
+    Pending,
+    Fulfilled,
+    Rejected(String),
+}
+
+/// What the host answers to one host call from JavaScript.
+#[derive(Debug)]
+pub enum HostReply {
+    Undefined,
+    String(String),
+    /// Throw an `Error` with this message.
+    Throw(String),
+    /// Terminate execution at once.
+    Terminate,
+}
+
+/// The Rust side of the host-call entry point.
+pub trait Host {
+    /// `host(op, a?, b?)` from the bootstrap; `a` and `b` are `None` when JavaScript passed
+    /// `undefined`.
+    fn call(&mut self, op: i32, a: Option<&str>, b: Option<&str>) -> HostReply;
+}
+
+/// What the shim reads through `host_data`: the host and the buffer that keeps the last string
+/// answer alive until the shim has copied it.
+struct HostSlot<H> {
+    host: H,
+    reply: String,
+    panicked: bool,
+}
+
+extern "C" fn host_trampoline<H: Host>(
+    host_data: *mut c_void,
+    op: i32,
+    a: CmStr,
+    b: CmStr,
+    out: *mut CmStr,
+) -> i32 {
+    const UNDEFINED: i32 = 0;
+    const STRING: i32 = 1;
+    const THROW: i32 = 2;
+    const TERMINATE: i32 = 3;
+    // SAFETY: host_data is the HostSlot<H> that V8Runtime::new boxed and passed to cm_runtime_new;
+    // it outlives the runtime, and no other reference to it is live while JavaScript runs, because
+    // every V8Runtime method that runs JavaScript takes `&mut self`.
+    let slot = unsafe { &mut *host_data.cast::<HostSlot<H>>() };
+    // SAFETY: the shim passes strings it keeps alive for the duration of this call.
+    let (a, b) = unsafe { (a.as_bytes(), b.as_bytes()) };
+    // V8's UTF-8 conversion replaces lone surrogates, so these are valid UTF-8; stay safe anyway.
+    let a = a.map(String::from_utf8_lossy);
+    let b = b.map(String::from_utf8_lossy);
+    let reply = catch_unwind(AssertUnwindSafe(|| {
+        slot.host.call(op, a.as_deref(), b.as_deref())
+    }));
+    let reply = reply.unwrap_or_else(|_| {
+        slot.panicked = true;
+        HostReply::Terminate
+    });
+    let (status, text) = match reply {
+        HostReply::Undefined => (UNDEFINED, None),
+        HostReply::String(text) => (STRING, Some(text)),
+        HostReply::Throw(text) => (THROW, Some(text)),
+        HostReply::Terminate => (TERMINATE, None),
+    };
+    if let Some(text) = text {
+        slot.reply = text;
+        // SAFETY: `out` is the shim's local, valid for writes; the pointer we store stays valid
+        // until the next host call replaces `slot.reply`, after the shim has copied it.
+        unsafe {
+            *out = CmStr::borrowed(Some(&slot.reply));
+        }
+    }
+    status
+}
+
+/// Stops the isolate of one [`V8Runtime`] from any thread; a no-op once that runtime is dropped.
+#[derive(Clone)]
+pub struct IsolateTerminator {
+    target: Arc<Mutex<Option<SendRuntimePtr>>>,
+}
+
+struct SendRuntimePtr(*mut RawRuntime);
+
+// SAFETY: the pointer is only used for cm_runtime_terminate, which is thread-safe, and only while
+// the mutex holding it is locked; V8Runtime::drop clears it under the same mutex before freeing.
+unsafe impl Send for SendRuntimePtr {}
+
+impl IsolateTerminator {
+    pub fn terminate(&self) {
+        let target = self
+            .target
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(runtime) = target.as_ref() {
+            // SAFETY: the runtime is alive while its pointer is in the locked slot (see above).
+            unsafe { cm_runtime_terminate(runtime.0) };
+        }
+    }
+}
+
+impl std::fmt::Debug for IsolateTerminator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IsolateTerminator").finish_non_exhaustive()
+    }
+}
+
+/// One isolate with one context, driven from the thread that created it.
+pub struct V8Runtime<H: Host> {
+    raw: *mut RawRuntime,
+    slot: *mut HostSlot<H>,
+    terminator: IsolateTerminator,
+    /// A raw pointer field already makes this !Send; this says so on purpose.
+    _not_send: PhantomData<*mut ()>,
+}
+
+/// The isolate could not be created.
+#[derive(Debug, thiserror::Error)]
+#[error("V8 could not create an isolate with a {heap_limit_bytes}-byte heap limit")]
+pub struct CreateError {
+    pub heap_limit_bytes: usize,
+}
+
+impl<H: Host> V8Runtime<H> {
+    pub fn new(heap_limit_bytes: usize, host: H) -> Result<Self, CreateError> {
+        initialize();
+        let slot = Box::into_raw(Box::new(HostSlot {
+            host,
+            reply: String::new(),
+            panicked: false,
+        }));
+        // SAFETY: V8 is initialised; `slot` is a live, uniquely owned allocation that we free only
+        // after cm_runtime_delete.
+        let raw = unsafe { cm_runtime_new(heap_limit_bytes, host_trampoline::<H>, slot.cast()) };
+        if raw.is_null() {
+            // SAFETY: `slot` came from Box::into_raw above and the shim did not keep it.
+            drop(unsafe { Box::from_raw(slot) });
+            return Err(CreateError { heap_limit_bytes });
+        }
+        Ok(V8Runtime {
+            raw,
+            slot,
+            terminator: IsolateTerminator {
+                target: Arc::new(Mutex::new(Some(SendRuntimePtr(raw)))),
+            },
+            _not_send: PhantomData,
+        })
+    }
+
+    /// A handle that stops this runtime's JavaScript from any thread.
+    pub fn terminator(&self) -> IsolateTerminator {
+        self.terminator.clone()
+    }
+
+    /// The host, between calls into JavaScript.
+    pub fn host(&mut self) -> &mut H {
+        // SAFETY: `slot` is live for self's lifetime, and `&mut self` excludes any running
+        // JavaScript, hence any concurrent use by the trampoline.
+        unsafe { &mut (*self.slot).host }
+    }
+
+    /// Whether a host call panicked (the panic was caught and execution terminated).
+    pub fn host_panicked(&self) -> bool {
+        // SAFETY: as in `host`; a shared read between calls.
+        unsafe { (*self.slot).panicked }
+    }
+
+    /// Whether V8 reported the heap limit as reached.
+    pub fn heap_limit_hit(&self) -> bool {
+        // SAFETY: `raw` is live; the flag is an atomic read.
+        unsafe { cm_runtime_heap_limit_hit(self.raw) != 0 }
+    }
+
+    pub fn bootstrap(&mut self, source: &str, config: &str) -> RunStatus {
+        // SAFETY: `raw` is live, we are on its thread, and the strings outlive the call.
+        let status = unsafe {
+            cm_runtime_bootstrap(
+                self.raw,
+                CmStr::borrowed(Some(source)),
+                CmStr::borrowed(Some(config)),
+            )
+        };
+        self.status(status)
+    }
+
+    pub fn evaluate_module(&mut self, source: &str) -> RunStatus {
+        // SAFETY: as in `bootstrap`.
+        let status = unsafe { cm_runtime_evaluate_module(self.raw, CmStr::borrowed(Some(source))) };
+        self.status(status)
+    }
+
+    pub fn dispatch(&mut self, kind: i32, id: &str, payload: Option<&str>) -> RunStatus {
+        // SAFETY: as in `bootstrap`.
+        let status = unsafe {
+            cm_runtime_dispatch(
+                self.raw,
+                kind,
+                CmStr::borrowed(Some(id)),
+                CmStr::borrowed(payload),
+            )
+        };
+        self.status(status)
+    }
+
+    pub fn run_microtasks(&mut self) -> RunStatus {
+        // SAFETY: `raw` is live and we are on its thread.
+        let status = unsafe { cm_runtime_run_microtasks(self.raw) };
+        self.status(status)
+    }
+
+    pub fn module_state(&mut self) -> ModuleState {
+        // SAFETY: `raw` is live and we are on its thread.
+        match unsafe { cm_runtime_module_state(self.raw) } {
+            0 => ModuleState::Pending,
+            1 => ModuleState::Fulfilled,
+            2 => ModuleState::Rejected(self.last_error()),
+            _ => ModuleState::Rejected(self.last_error()),
+        }
+    }
+
+    fn status(&self, status: i32) -> RunStatus {
+        match status {
+            0 => RunStatus::Ok,
+            2 => RunStatus::Terminated,
+            _ => RunStatus::Exception(self.last_error()),
+        }
+    }
+
+    fn last_error(&self) -> String {
+        let mut length = 0;
+        // SAFETY: `raw` is live; the returned bytes are owned by the runtime and valid until its
+        // next call, and we copy them at once.
+        let bytes = unsafe {
+            let pointer = cm_runtime_last_error(self.raw, &mut length);
+            std::slice::from_raw_parts(pointer, length)
+        };
+        String::from_utf8_lossy(bytes).into_owned()
+    }
+}
+
+impl<H: Host> Drop for V8Runtime<H> {
+    fn drop(&mut self) {
+        // Detach the terminator first: after this no other thread can reach the isolate.
+        self.terminator
+            .target
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .take();
+        // SAFETY: `raw` is live and unreachable from other threads now; it is freed exactly once.
+        unsafe { cm_runtime_delete(self.raw) };
+        // SAFETY: the runtime that could call back into `slot` is gone; `slot` came from
+        // Box::into_raw in `new` and is freed exactly once.
+        drop(unsafe { Box::from_raw(self.slot) });
+    }
+}

@@ -1,0 +1,154 @@
+//! The Rust side of the bootstrap's `host(op, a?, b?)`: turns each call of a global into an event,
+//! an answer, or a refusal, by way of the engine-independent rules in `codemode_engine::globals`.
+//!
+//! State: the cell's [`CellGlobals`] (tool-call ids, stored values and writes), its timer table, the
+//! event sender, and what the cell asked of the runtime thread (exit, or that nobody listens).
+
+#![forbid(unsafe_code)]
+
+use std::time::Instant;
+
+use codemode_engine::globals::{self, CellGlobals, Refusal};
+use codemode_engine::timers::{Timers, normalize_delay};
+use codemode_engine::{EventSender, RuntimeEvent};
+
+use crate::ffi::{Host, HostReply};
+
+// The ops of the bootstrap (js/bootstrap.js uses the same numbers).
+const OP_TEXT: i32 = 1;
+const OP_IMAGE: i32 = 2;
+const OP_AUDIO: i32 = 3;
+const OP_STORE: i32 = 4;
+const OP_LOAD: i32 = 5;
+const OP_NOTIFY: i32 = 6;
+const OP_YIELD: i32 = 7;
+const OP_EXIT: i32 = 8;
+const OP_TOOL_CALL: i32 = 9;
+const OP_SET_TIMEOUT: i32 = 10;
+const OP_CLEAR_TIMEOUT: i32 = 11;
+const OP_TEST_PANIC: i32 = 99;
+
+/// Why the host stopped the cell's JavaScript from inside a host call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum HostStop {
+    /// The cell called `exit()`.
+    Exit,
+    /// The event receiver is gone: nobody will ever read this cell's output.
+    Abandoned,
+}
+
+#[derive(Debug)]
+pub(crate) struct CellHost {
+    pub(crate) globals: CellGlobals,
+    pub(crate) timers: Timers,
+    events: EventSender,
+    /// The first reason the host stopped the cell, if it did.
+    pub(crate) stop: Option<HostStop>,
+    test_hooks: bool,
+}
+
+impl CellHost {
+    pub(crate) fn new(globals: CellGlobals, events: EventSender, test_hooks: bool) -> Self {
+        CellHost {
+            globals,
+            timers: Timers::default(),
+            events,
+            stop: None,
+            test_hooks,
+        }
+    }
+
+    /// Sends an event; returns false (and records that the cell is abandoned) if nobody listens.
+    pub(crate) fn emit(&mut self, event: RuntimeEvent) -> bool {
+        if self.events.send_blocking(event).is_ok() {
+            return true;
+        }
+        self.stop.get_or_insert(HostStop::Abandoned);
+        false
+    }
+
+    fn emit_reply(&mut self, event: RuntimeEvent) -> HostReply {
+        if self.emit(event) {
+            HostReply::Undefined
+        } else {
+            HostReply::Terminate
+        }
+    }
+
+    fn stop_with(&mut self, stop: HostStop) -> HostReply {
+        self.stop.get_or_insert(stop);
+        HostReply::Terminate
+    }
+}
+
+fn refused(refusal: Refusal) -> HostReply {
+    HostReply::Throw(refusal.message)
+}
+
+impl Host for CellHost {
+    fn call(&mut self, op: i32, a: Option<&str>, b: Option<&str>) -> HostReply {
+        match op {
+            OP_TEXT => self.emit_reply(RuntimeEvent::ContentItem(globals::text_item(
+                a.unwrap_or_default().to_owned(),
+            ))),
+            OP_IMAGE => match globals::image_item(parse_json(a), b) {
+                Ok(item) => self.emit_reply(RuntimeEvent::ContentItem(item)),
+                Err(refusal) => refused(refusal),
+            },
+            OP_AUDIO => match globals::audio_item(parse_json(a)) {
+                Ok(item) => self.emit_reply(RuntimeEvent::ContentItem(item)),
+                Err(refusal) => refused(refusal),
+            },
+            OP_STORE => match self.globals.store(a.unwrap_or_default().to_owned(), b) {
+                Ok(()) => HostReply::Undefined,
+                Err(refusal) => refused(refusal),
+            },
+            OP_LOAD => match self.globals.load(a.unwrap_or_default()) {
+                Some(json) => HostReply::String(json),
+                None => HostReply::Undefined,
+            },
+            OP_NOTIFY => match self.globals.notify(a.unwrap_or_default().to_owned()) {
+                Ok(event) => self.emit_reply(event),
+                Err(refusal) => refused(refusal),
+            },
+            OP_YIELD => self.emit_reply(RuntimeEvent::YieldRequested),
+            OP_EXIT => self.stop_with(HostStop::Exit),
+            OP_TOOL_CALL => {
+                let index = a
+                    .and_then(|index| index.parse::<usize>().ok())
+                    .unwrap_or(usize::MAX);
+                match self.globals.tool_call(index, b) {
+                    Ok(event) => {
+                        let RuntimeEvent::ToolCall { id, .. } = &event else {
+                            unreachable!("tool_call returns a ToolCall event");
+                        };
+                        let id = id.clone();
+                        if self.emit(event) {
+                            HostReply::String(id)
+                        } else {
+                            HostReply::Terminate
+                        }
+                    }
+                    Err(refusal) => refused(refusal),
+                }
+            }
+            OP_SET_TIMEOUT => {
+                let delay = a.and_then(|delay| delay.parse::<f64>().ok()).unwrap_or(0.0);
+                let id = self.timers.set(Instant::now(), normalize_delay(delay));
+                HostReply::String(id.to_string())
+            }
+            OP_CLEAR_TIMEOUT => {
+                if let Some(id) = a.and_then(|id| id.parse::<u64>().ok()) {
+                    self.timers.clear(id);
+                }
+                HostReply::Undefined
+            }
+            OP_TEST_PANIC if self.test_hooks => panic!("a panic injected by a test hook"),
+            _ => HostReply::Throw(format!("unknown host operation {op}")),
+        }
+    }
+}
+
+fn parse_json(text: Option<&str>) -> Option<serde_json::Value> {
+    text.and_then(|text| serde_json::from_str(text).ok())
+}

@@ -1,0 +1,389 @@
+//! The runtime thread of one V8 cell: owns the isolate, evaluates the module, and runs the cell's
+//! event loop (tool results, timers, pending frontier) until the cell ends.
+//!
+//! The loop, after evaluating the module and after every step (a command, a timer): run microtasks,
+//! see whether the cell ended (terminated, exited, out of heap, settled), run a due timer, or take a
+//! queued command. With nothing runnable the cell is *idle*: it reports
+//! [`RuntimeEvent::Pending`] once per idle spell and, when pausing, blocks on the control channel.
+//!
+//! Termination reaches the thread three ways, all idempotent: the [`TerminateTarget`] flag checked
+//! between steps, `TerminateExecution` for JavaScript that is running, and `Terminate` messages that
+//! wake a thread blocked on either channel.
+
+#![forbid(unsafe_code)]
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, TryRecvError};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use codemode_engine::globals::{CellGlobals, ToolListing};
+use codemode_engine::{
+    CellStart, EventSender, PendingMode, RuntimeCommand, RuntimeControl, RuntimeEvent, Terminate,
+};
+use serde::Serialize;
+
+use crate::ffi::{IsolateTerminator, ModuleState, RunStatus, V8Runtime};
+use crate::host::{CellHost, HostStop};
+
+const BOOTSTRAP_JS: &str = include_str!("../js/bootstrap.js");
+
+// The kinds of the bootstrap's dispatcher.
+const DISPATCH_RESOLVE: i32 = 1;
+const DISPATCH_REJECT: i32 = 2;
+const DISPATCH_TIMER: i32 = 3;
+
+/// What the bootstrap receives as its configuration.
+#[derive(Serialize)]
+struct BootstrapConfig {
+    tools: Vec<ToolListing>,
+    #[serde(rename = "testHooks")]
+    test_hooks: bool,
+}
+
+/// The state a [`codemode_engine::TerminateHandle`] shares with the runtime thread.
+#[derive(Debug, Default)]
+pub(crate) struct TerminateTarget {
+    requested: AtomicBool,
+    /// The isolate's terminator while it is alive; the thread attaches and detaches it.
+    isolate: Mutex<Option<IsolateTerminator>>,
+}
+
+impl TerminateTarget {
+    fn requested(&self) -> bool {
+        self.requested.load(Ordering::SeqCst)
+    }
+
+    /// Makes the live isolate reachable by `terminate`. If termination was requested before, the
+    /// isolate is terminated at once, so that no JavaScript of this cell ever runs.
+    fn attach(&self, terminator: IsolateTerminator) {
+        let mut isolate = self
+            .isolate
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if self.requested() {
+            terminator.terminate();
+        }
+        *isolate = Some(terminator);
+    }
+
+    fn detach(&self) {
+        self.isolate
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .take();
+    }
+
+    fn request(&self) {
+        // The flag is set under the lock so that `attach` cannot miss it.
+        let isolate = self
+            .isolate
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        self.requested.store(true, Ordering::SeqCst);
+        if let Some(terminator) = isolate.as_ref() {
+            terminator.terminate();
+        }
+    }
+}
+
+/// What a terminate handle holds: the shared target and the senders that wake a blocked thread.
+/// The runtime thread itself holds only the target, so dropping every handle and sender still
+/// disconnects its channels.
+#[derive(Debug)]
+pub(crate) struct CellTerminator {
+    pub(crate) target: Arc<TerminateTarget>,
+    pub(crate) commands: Sender<RuntimeCommand>,
+    pub(crate) control: Sender<RuntimeControl>,
+}
+
+impl Terminate for CellTerminator {
+    fn terminate(&self) {
+        self.target.request();
+        let _ = self.commands.send(RuntimeCommand::Terminate);
+        let _ = self.control.send(RuntimeControl::Terminate);
+    }
+}
+
+/// The channels and shared state the runtime thread runs with.
+pub(crate) struct ThreadContext {
+    pub(crate) events: EventSender,
+    pub(crate) commands: Receiver<RuntimeCommand>,
+    pub(crate) control: Receiver<RuntimeControl>,
+    pub(crate) terminate: Arc<TerminateTarget>,
+    pub(crate) test_hooks: bool,
+}
+
+/// The body of a cell's runtime thread. Never panics: a panic becomes
+/// [`RuntimeEvent::ThreadPanicked`].
+pub(crate) fn run(cell: CellStart, context: ThreadContext) {
+    let events = context.events.clone();
+    let outcome = catch_unwind(AssertUnwindSafe(|| CellThread::run(cell, context)));
+    let ending = outcome.unwrap_or(Ending::Panicked);
+    let event = match ending {
+        Ending::Finished {
+            stored_value_writes,
+            error_text,
+        } => Some(RuntimeEvent::Result {
+            stored_value_writes,
+            error_text,
+        }),
+        Ending::Panicked => Some(RuntimeEvent::ThreadPanicked),
+        Ending::Terminated | Ending::Abandoned => None,
+    };
+    if let Some(event) = event {
+        let _ = events.send_blocking(event);
+    }
+}
+
+/// How a cell's thread ends.
+enum Ending {
+    Finished {
+        stored_value_writes: std::collections::HashMap<String, serde_json::Value>,
+        error_text: Option<String>,
+    },
+    Terminated,
+    /// Nobody listens any more: end quietly.
+    Abandoned,
+    Panicked,
+}
+
+/// Whether the cell goes on after a step, or how it ends.
+enum Step {
+    Continue,
+    End(EndReason),
+}
+
+enum EndReason {
+    Completed(Option<String>),
+    Terminated,
+    Abandoned,
+    Panicked,
+}
+
+struct CellThread {
+    runtime: V8Runtime<CellHost>,
+    commands: Receiver<RuntimeCommand>,
+    control: Receiver<RuntimeControl>,
+    terminate: Arc<TerminateTarget>,
+    pending_mode: PendingMode,
+    /// In pause mode: whether the next idle point pauses (set by `Resume` and
+    /// `ObservePendingFrontier`, cleared by `Continue`).
+    pause_when_idle: bool,
+    /// Whether `Pending` was already reported for the current idle spell.
+    idle_reported: bool,
+    heap_limit_bytes: usize,
+}
+
+impl CellThread {
+    fn run(cell: CellStart, context: ThreadContext) -> Ending {
+        let ThreadContext {
+            events,
+            commands,
+            control,
+            terminate,
+            test_hooks,
+        } = context;
+        if events.send_blocking(RuntimeEvent::Started).is_err() {
+            return Ending::Abandoned;
+        }
+        let globals = CellGlobals::new(cell.call_id, cell.enabled_tools, cell.stored_values);
+        let config = serde_json::to_string(&BootstrapConfig {
+            tools: globals.tool_listing(),
+            test_hooks,
+        })
+        .expect("the bootstrap configuration is plain data");
+        let heap_limit_bytes = cell.limits.heap_limit_bytes;
+        let runtime =
+            match V8Runtime::new(heap_limit_bytes, CellHost::new(globals, events, test_hooks)) {
+                Ok(runtime) => runtime,
+                Err(error) => {
+                    return Ending::Finished {
+                        stored_value_writes: Default::default(),
+                        error_text: Some(error.to_string()),
+                    };
+                }
+            };
+        terminate.attach(runtime.terminator());
+        let mut thread = CellThread {
+            runtime,
+            commands,
+            control,
+            terminate,
+            pending_mode: cell.pending_mode,
+            pause_when_idle: cell.pending_mode == PendingMode::PauseUntilResumed,
+            idle_reported: false,
+            heap_limit_bytes,
+        };
+        let reason = thread.drive(&config, &cell.source);
+        thread.terminate.detach();
+        let CellThread { mut runtime, .. } = thread;
+        match reason {
+            EndReason::Completed(error_text) => {
+                let host = runtime.host();
+                let globals = std::mem::replace(
+                    &mut host.globals,
+                    CellGlobals::new(String::new(), Vec::new(), Default::default()),
+                );
+                Ending::Finished {
+                    stored_value_writes: globals.into_stored_value_writes(),
+                    error_text,
+                }
+            }
+            EndReason::Terminated => Ending::Terminated,
+            EndReason::Abandoned => Ending::Abandoned,
+            EndReason::Panicked => Ending::Panicked,
+        }
+    }
+
+    /// Bootstraps, evaluates and runs the cell to its end.
+    fn drive(&mut self, config: &str, source: &str) -> EndReason {
+        let status = self.runtime.bootstrap(BOOTSTRAP_JS, config);
+        if let Step::End(reason) = self.after(status) {
+            return reason;
+        }
+        let status = self.runtime.evaluate_module(source);
+        if let Step::End(reason) = self.after(status) {
+            return reason;
+        }
+        loop {
+            if let Step::End(reason) = self.settle() {
+                return reason;
+            }
+            if let Step::End(reason) = self.next_step() {
+                return reason;
+            }
+        }
+    }
+
+    /// Runs microtasks and decides whether the cell has ended.
+    fn settle(&mut self) -> Step {
+        let status = self.runtime.run_microtasks();
+        if let Step::End(reason) = self.after(status) {
+            return Step::End(reason);
+        }
+        match self.runtime.module_state() {
+            ModuleState::Pending => Step::Continue,
+            ModuleState::Fulfilled => Step::End(EndReason::Completed(None)),
+            ModuleState::Rejected(error_text) => Step::End(EndReason::Completed(Some(error_text))),
+        }
+    }
+
+    /// Interprets the status of a call that ran JavaScript.
+    fn after(&mut self, status: RunStatus) -> Step {
+        if self.terminate.requested() {
+            return Step::End(EndReason::Terminated);
+        }
+        if self.runtime.host_panicked() {
+            return Step::End(EndReason::Panicked);
+        }
+        match self.runtime.host().stop {
+            Some(HostStop::Abandoned) => return Step::End(EndReason::Abandoned),
+            Some(HostStop::Exit) => return Step::End(EndReason::Completed(None)),
+            None => {}
+        }
+        if self.runtime.heap_limit_hit() {
+            return Step::End(EndReason::Completed(Some(format!(
+                "heap limit exceeded: the cell used more than its {} MiB of JavaScript memory and \
+                 was stopped; process the data in smaller pieces or ask for a higher heap limit",
+                self.heap_limit_bytes / (1024 * 1024)
+            ))));
+        }
+        match status {
+            RunStatus::Ok => Step::Continue,
+            RunStatus::Exception(error_text) => Step::End(EndReason::Completed(Some(error_text))),
+            // Terminated with no reason we know of: treat it as a termination.
+            RunStatus::Terminated => Step::End(EndReason::Terminated),
+        }
+    }
+
+    /// Does one unit of work: a due timer, a queued command, or (when idle) reports `Pending` and
+    /// waits for the next command or timer.
+    fn next_step(&mut self) -> Step {
+        if let Some(id) = self.runtime.host().timers.pop_due(Instant::now()) {
+            return self.fire_timer(id);
+        }
+        match self.commands.try_recv() {
+            Ok(command) => return self.handle(command),
+            Err(TryRecvError::Disconnected) => return Step::End(EndReason::Abandoned),
+            Err(TryRecvError::Empty) => {}
+        }
+        // Idle: nothing runnable until a command arrives or a timer is due.
+        if !self.idle_reported {
+            self.idle_reported = true;
+            if !self.runtime.host().emit(RuntimeEvent::Pending) {
+                return Step::End(EndReason::Abandoned);
+            }
+            if self.pending_mode == PendingMode::PauseUntilResumed && self.pause_when_idle {
+                match self.control.recv() {
+                    Ok(RuntimeControl::Continue) => self.pause_when_idle = false,
+                    Ok(RuntimeControl::Resume) => self.pause_when_idle = true,
+                    Ok(RuntimeControl::Terminate) | Err(_) => {
+                        return Step::End(EndReason::Terminated);
+                    }
+                }
+                // Whatever became due or arrived while paused is looked at before waiting.
+                return self.after(RunStatus::Ok);
+            }
+        }
+        let received = match self.runtime.host().timers.next_deadline() {
+            Some(deadline) => {
+                let timeout = deadline.saturating_duration_since(Instant::now());
+                match self.commands.recv_timeout(timeout) {
+                    Ok(command) => Some(command),
+                    Err(RecvTimeoutError::Timeout) => None,
+                    Err(RecvTimeoutError::Disconnected) => return Step::End(EndReason::Abandoned),
+                }
+            }
+            None => match self.commands.recv() {
+                Ok(command) => Some(command),
+                Err(_) => return Step::End(EndReason::Abandoned),
+            },
+        };
+        match received {
+            Some(command) => self.handle(command),
+            None => Step::Continue,
+        }
+    }
+
+    fn fire_timer(&mut self, id: u64) -> Step {
+        self.idle_reported = false;
+        let status = self.runtime.dispatch(DISPATCH_TIMER, &id.to_string(), None);
+        self.after(status)
+    }
+
+    fn handle(&mut self, command: RuntimeCommand) -> Step {
+        if self.terminate.requested() {
+            return Step::End(EndReason::Terminated);
+        }
+        let status = match command {
+            RuntimeCommand::ToolResponse { id, result } => {
+                self.idle_reported = false;
+                let payload = result.to_string();
+                self.runtime.dispatch(DISPATCH_RESOLVE, &id, Some(&payload))
+            }
+            RuntimeCommand::ToolError { id, error_text } => {
+                self.idle_reported = false;
+                self.runtime
+                    .dispatch(DISPATCH_REJECT, &id, Some(&error_text))
+            }
+            RuntimeCommand::TimeoutFired { id } => {
+                if !self.runtime.host().timers.clear(id) {
+                    return Step::Continue;
+                }
+                return self.fire_timer(id);
+            }
+            RuntimeCommand::ObservePendingFrontier => {
+                if self.pending_mode == PendingMode::PauseUntilResumed {
+                    self.pause_when_idle = true;
+                    // Report (and pause at) the frontier again even if the cell is still idle.
+                    self.idle_reported = false;
+                }
+                return Step::Continue;
+            }
+            RuntimeCommand::Terminate => return Step::End(EndReason::Terminated),
+        };
+        self.after(status)
+    }
+}
