@@ -93,7 +93,7 @@ pub enum EventReceiver {
 /// The receiver is gone: nobody is listening to this cell any more.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[error("the cell actor stopped listening to the runtime")]
-pub struct EventSendError(pub RuntimeEvent);
+pub struct EventSendError(pub Box<RuntimeEvent>);
 
 /// Makes an event channel: unbounded when `capacity` is `None` (client mode), bounded with
 /// back-pressure otherwise (server mode).
@@ -122,12 +122,12 @@ impl EventSender {
     /// Must not be called from inside an async runtime: a runtime thread is a plain OS thread.
     pub fn send_blocking(&self, event: RuntimeEvent) -> Result<(), EventSendError> {
         match self {
-            EventSender::Unbounded(sender) => {
-                sender.send(event).map_err(|error| EventSendError(error.0))
-            }
+            EventSender::Unbounded(sender) => sender
+                .send(event)
+                .map_err(|error| EventSendError(Box::new(error.0))),
             EventSender::Bounded(sender) => sender
                 .blocking_send(event)
-                .map_err(|error| EventSendError(error.0)),
+                .map_err(|error| EventSendError(Box::new(error.0))),
         }
     }
 }
@@ -188,7 +188,7 @@ mod tests {
         drop(receiver);
         assert_eq!(
             sender.send_blocking(RuntimeEvent::YieldRequested),
-            Err(EventSendError(RuntimeEvent::YieldRequested))
+            Err(EventSendError(Box::new(RuntimeEvent::YieldRequested)))
         );
     }
 }

@@ -1,0 +1,245 @@
+//! Drives real V8 cells through the engine's channels, as a cell actor would, for the tests.
+//!
+//! Deadlines here only guard against hangs: a test that waits longer than [`HANG_GUARD`] for an
+//! event fails with "hung".
+
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use codemode_engine::{
+    CellLimits, CellStart, Engine, EngineHandles, EventReceiver, PendingMode, RuntimeCommand,
+    RuntimeEvent, event_channel,
+};
+use codemode_protocol::{OutputItem, ToolDefinition, ToolName};
+use codemode_runtime_v8::V8Engine;
+use serde_json::{Value, json};
+
+pub const HANG_GUARD: Duration = Duration::from_secs(30);
+
+/// Options of a test cell; `Default` is a client-mode cell with the `echo`, `fail` and `web.search`
+/// tools, no stored values and the default limits.
+pub struct Options {
+    pub tools: Vec<ToolDefinition>,
+    pub stored_values: HashMap<String, Value>,
+    pub heap_limit_bytes: usize,
+    pub pending_mode: PendingMode,
+    pub engine: V8Engine,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            tools: vec![
+                ToolDefinition::function(ToolName::plain("echo"), "Resolves with its argument."),
+                ToolDefinition::function(ToolName::plain("fail"), "Always fails."),
+                ToolDefinition::function(
+                    ToolName::namespaced("web", "search"),
+                    "Searches the web.",
+                ),
+            ],
+            stored_values: HashMap::new(),
+            heap_limit_bytes: CellLimits::default().heap_limit_bytes,
+            pending_mode: PendingMode::Continue,
+            engine: V8Engine::new(),
+        }
+    }
+}
+
+/// A running cell and the test's end of its channels.
+pub struct Cell {
+    pub events: EventReceiver,
+    pub handles: EngineHandles,
+    runtime: tokio::runtime::Runtime,
+}
+
+/// How a cell ended, with everything it emitted on the way.
+#[derive(Debug, Default)]
+pub struct Finished {
+    pub items: Vec<OutputItem>,
+    pub events: Vec<RuntimeEvent>,
+    /// `Some` when the cell sent a result: the writes and the error text.
+    pub result: Option<(HashMap<String, Value>, Option<String>)>,
+    pub panicked: bool,
+}
+
+impl Finished {
+    /// The texts of the text items, in order.
+    pub fn texts(&self) -> Vec<String> {
+        self.items
+            .iter()
+            .filter_map(|item| match item {
+                OutputItem::Text { text } => Some(text.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The error text of a cell that completed with an error.
+    pub fn error(&self) -> Option<&str> {
+        self.result.as_ref().and_then(|(_, error)| error.as_deref())
+    }
+
+    /// Whether the cell completed (with or without error), as opposed to being terminated.
+    pub fn completed(&self) -> bool {
+        self.result.is_some()
+    }
+
+    pub fn count(&self, wanted: fn(&RuntimeEvent) -> bool) -> usize {
+        self.events.iter().filter(|event| wanted(event)).count()
+    }
+}
+
+pub fn start(source: &str) -> Cell {
+    start_with(source, Options::default())
+}
+
+pub fn start_with(source: &str, options: Options) -> Cell {
+    let (sender, events) = event_channel(None);
+    let handles = options
+        .engine
+        .start(
+            CellStart {
+                call_id: "call-1".into(),
+                source: source.into(),
+                enabled_tools: options.tools,
+                stored_values: options.stored_values,
+                limits: CellLimits {
+                    heap_limit_bytes: options.heap_limit_bytes,
+                },
+                pending_mode: options.pending_mode,
+            },
+            sender,
+        )
+        .expect("the engine starts the cell");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    Cell {
+        events,
+        handles,
+        runtime,
+    }
+}
+
+/// Runs `source` to its end, answering tools the standard way (see [`Cell::answer`]).
+pub fn run(source: &str) -> Finished {
+    start(source).finish()
+}
+
+pub fn run_with(source: &str, options: Options) -> Finished {
+    start_with(source, options).finish()
+}
+
+impl Cell {
+    /// The next event, or `None` once the runtime thread has ended; fails the test if it hangs.
+    pub fn next(&mut self) -> Option<RuntimeEvent> {
+        self.next_within(HANG_GUARD)
+            .unwrap_or_else(|| panic!("hung: no event from the cell within {HANG_GUARD:?}"))
+    }
+
+    /// The next event within `limit`: `None` if none came in time, `Some(None)` if the thread ended.
+    pub fn next_within(&mut self, limit: Duration) -> Option<Option<RuntimeEvent>> {
+        let events = &mut self.events;
+        self.runtime
+            .block_on(async { tokio::time::timeout(limit, events.recv()).await.ok() })
+    }
+
+    /// Waits for the first event that satisfies `wanted`, recording what came before it.
+    pub fn next_matching(
+        &mut self,
+        seen: &mut Vec<RuntimeEvent>,
+        wanted: impl Fn(&RuntimeEvent) -> bool,
+    ) -> RuntimeEvent {
+        loop {
+            let event = self
+                .next()
+                .expect("the cell ended before the awaited event");
+            if wanted(&event) {
+                return event;
+            }
+            seen.push(event);
+        }
+    }
+
+    /// The standard answers: `echo` resolves with its input, `fail` fails with "it failed",
+    /// anything else resolves with `{tool, input}`.
+    pub fn answer(&self, id: String, name: &ToolName, input: Option<Value>) {
+        let command = match name.name.as_str() {
+            "echo" => RuntimeCommand::ToolResponse {
+                id,
+                result: input.unwrap_or(Value::Null),
+            },
+            "fail" => RuntimeCommand::ToolError {
+                id,
+                error_text: "it failed".into(),
+            },
+            _ => RuntimeCommand::ToolResponse {
+                id,
+                result: json!({"tool": name.global_name(), "input": input}),
+            },
+        };
+        self.handles.commands.send(command).unwrap();
+    }
+
+    /// Reads events to the end, answering every tool call at once.
+    pub fn finish(mut self) -> Finished {
+        let mut finished = Finished::default();
+        while let Some(event) = self.next() {
+            match &event {
+                RuntimeEvent::ContentItem(item) => finished.items.push(item.clone()),
+                RuntimeEvent::ToolCall {
+                    id, name, input, ..
+                } => self.answer(id.clone(), name, input.clone()),
+                RuntimeEvent::Result {
+                    stored_value_writes,
+                    error_text,
+                } => finished.result = Some((stored_value_writes.clone(), error_text.clone())),
+                RuntimeEvent::ThreadPanicked => finished.panicked = true,
+                _ => {}
+            }
+            finished.events.push(event);
+        }
+        finished
+    }
+
+    /// Reads events to the end without answering anything.
+    pub fn drain(mut self) -> Finished {
+        let mut finished = Finished::default();
+        while let Some(event) = self.next() {
+            match &event {
+                RuntimeEvent::ContentItem(item) => finished.items.push(item.clone()),
+                RuntimeEvent::Result {
+                    stored_value_writes,
+                    error_text,
+                } => finished.result = Some((stored_value_writes.clone(), error_text.clone())),
+                RuntimeEvent::ThreadPanicked => finished.panicked = true,
+                _ => {}
+            }
+            finished.events.push(event);
+        }
+        finished
+    }
+}
+
+/// The texts of a cell that must complete without error.
+pub fn texts_of(source: &str) -> Vec<String> {
+    let finished = run(source);
+    assert_eq!(finished.error(), None, "the cell failed");
+    assert!(
+        finished.completed(),
+        "the cell did not complete: {finished:?}"
+    );
+    finished.texts()
+}
+
+/// The error text of a cell that must fail.
+pub fn error_of(source: &str) -> String {
+    let finished = run(source);
+    finished
+        .error()
+        .unwrap_or_else(|| panic!("the cell did not fail: {finished:?}"))
+        .to_owned()
+}

@@ -1,0 +1,428 @@
+//! Each global of S2, used normally and refused, on real V8.
+
+mod common;
+
+use std::collections::HashMap;
+
+use codemode_engine::RuntimeEvent;
+use codemode_protocol::{AudioItem, ImageDetail, ImageItem, OutputItem};
+use common::{Options, error_of, run, run_with, texts_of};
+use serde_json::json;
+
+const PNG: &str = "data:image/png;base64,iVBORw0KGgo=";
+
+#[test]
+fn text_uses_string_for_primitives_and_json_for_everything_else() {
+    let texts = texts_of(
+        r#"
+        text(undefined); text(null); text(true); text(1.5); text(10n); text("plain");
+        text({ a: 1, b: [1, "x"] }); text([1, null]); text(Symbol("s"));
+        text(function named() { return 1; });
+        text({ toJSON() { return "custom"; } });
+        "#,
+    );
+    assert_eq!(
+        texts,
+        [
+            "undefined",
+            "null",
+            "true",
+            "1.5",
+            "10",
+            "plain",
+            r#"{"a":1,"b":[1,"x"]}"#,
+            "[1,null]",
+            "Symbol(s)",
+            "function named() { return 1; }",
+            r#""custom""#,
+        ]
+    );
+}
+
+#[test]
+fn a_throwing_to_json_surfaces_as_the_cells_error() {
+    let error =
+        error_of(r#"text("before"); text({ toJSON() { throw new Error("no json for you"); } });"#);
+    assert!(error.starts_with("Error: no json for you"), "{error}");
+    assert!(error.contains("cell.js:1:"), "{error}");
+}
+
+#[test]
+fn image_accepts_data_urls_objects_and_mcp_blocks_with_detail_overrides() {
+    let finished = run(&format!(
+        r#"
+        image("{PNG}");
+        image("{PNG}", "LOW");
+        image({{ image_url: "{PNG}", detail: "auto" }});
+        image({{ image_url: "{PNG}", detail: "auto" }}, "original");
+        image({{ type: "image", data: "iVBORw0KGgo=", mimeType: "image/png" }});
+        "#
+    ));
+    assert_eq!(finished.error(), None);
+    let image = |detail| {
+        OutputItem::Image(ImageItem {
+            image_url: PNG.into(),
+            detail,
+        })
+    };
+    assert_eq!(
+        finished.items,
+        [
+            image(ImageDetail::High),
+            image(ImageDetail::Low),
+            image(ImageDetail::Auto),
+            image(ImageDetail::Original),
+            image(ImageDetail::High),
+        ]
+    );
+}
+
+#[test]
+fn image_refusals_are_thrown_as_errors_the_cell_can_catch() {
+    let texts = texts_of(
+        r#"
+        for (const [value, detail] of [
+            ["https://example.com/cat.png"],
+            ["file:///etc/passwd"],
+            [undefined],
+            [{ image_url: "data:image/png;base64,AA==" }, "huge"],
+        ]) {
+            try { image(value, detail); text("accepted"); } catch (error) { text(error.message); }
+        }
+        "#,
+    );
+    assert_eq!(
+        texts,
+        [
+            "remote image URLs are not supported; the runtime does not fetch them, so pass a base64 data URL (data:<mime>;base64,<payload>) instead",
+            "invalid image URL: only data: URLs are accepted (data:<mime>;base64,<payload>)",
+            "image expects a data: URL string, an object { image_url, detail? }, or an MCP image block { type: \"image\", data, mimeType }",
+            "invalid image detail \"huge\": expected one of auto, low, high, original",
+        ]
+    );
+}
+
+#[test]
+fn audio_accepts_data_urls_and_mcp_blocks_and_refuses_remote_urls() {
+    let finished = run(r#"
+        audio("data:audio/wav;base64,UklGRg==");
+        audio({ type: "audio", data: "SUQz", mimeType: "audio/mpeg" });
+        try { audio("https://example.com/a.mp3"); } catch (error) { text(error.message); }
+        "#);
+    assert_eq!(finished.error(), None);
+    assert_eq!(
+        finished.items,
+        [
+            OutputItem::Audio(AudioItem {
+                audio_url: "data:audio/wav;base64,UklGRg==".into()
+            }),
+            OutputItem::Audio(AudioItem {
+                audio_url: "data:audio/mpeg;base64,SUQz".into()
+            }),
+            OutputItem::text(
+                "remote audio URLs are not supported; the runtime does not fetch them, so pass a base64 data URL (data:<mime>;base64,<payload>) instead"
+            ),
+        ]
+    );
+}
+
+#[test]
+fn store_and_load_share_values_within_the_cell_as_deep_copies() {
+    let finished = run_with(
+        r#"
+        text(load("from_before").n);
+        text(load("missing") === undefined);
+        store(42, { list: [1, 2] });
+        const copy = load("42");
+        copy.list.push(3);
+        text(load("42").list.length);
+        "#,
+        Options {
+            stored_values: HashMap::from([("from_before".to_owned(), json!({"n": 7}))]),
+            ..Options::default()
+        },
+    );
+    assert_eq!(finished.error(), None);
+    assert_eq!(finished.texts(), ["7", "true", "2"]);
+    let (writes, _) = finished.result.unwrap();
+    assert_eq!(
+        writes,
+        HashMap::from([("42".to_owned(), json!({"list": [1, 2]}))])
+    );
+}
+
+#[test]
+fn store_refuses_values_without_a_json_form() {
+    let texts = texts_of(
+        r#"
+        const cyclic = {}; cyclic.self = cyclic;
+        for (const value of [() => 1, undefined, cyclic, 10n]) {
+            try { store("key", value); text("stored"); } catch (error) { text(error.message); }
+        }
+        "#,
+    );
+    let refusal = "Unable to store \"key\". Only plain serializable objects can be stored.";
+    assert_eq!(texts, [refusal; 4]);
+}
+
+#[test]
+fn notify_delivers_text_to_the_host_and_refuses_blank_text() {
+    let finished = run(r#"
+        notify({ progress: 0.5 });
+        try { notify("   "); } catch (error) { text(error.message); }
+        "#);
+    assert_eq!(finished.error(), None);
+    assert_eq!(finished.texts(), ["notify expects non-empty text"]);
+    let notifications: Vec<_> = finished
+        .events
+        .iter()
+        .filter(|event| matches!(event, RuntimeEvent::Notify { .. }))
+        .collect();
+    assert_eq!(
+        notifications,
+        [&RuntimeEvent::Notify {
+            call_id: "call-1".into(),
+            text: r#"{"progress":0.5}"#.into()
+        }]
+    );
+}
+
+#[test]
+fn yield_control_asks_the_observer_to_yield_and_the_script_goes_on() {
+    let finished = run(r#"text("a"); yield_control(); text("b");"#);
+    assert_eq!(finished.error(), None);
+    let position = |wanted: &RuntimeEvent| finished.events.iter().position(|event| event == wanted);
+    let yield_at = position(&RuntimeEvent::YieldRequested).expect("a yield request");
+    assert!(position(&RuntimeEvent::ContentItem(OutputItem::text("a"))) < Some(yield_at));
+    assert!(position(&RuntimeEvent::ContentItem(OutputItem::text("b"))) > Some(yield_at));
+}
+
+#[test]
+fn exit_ends_the_script_successfully_and_cannot_be_caught() {
+    let finished = run(r#"
+        text("before");
+        store("kept", 1);
+        try { exit(); } catch (error) { text("caught"); } finally { text("finally"); }
+        text("after");
+        "#);
+    assert_eq!(finished.error(), None);
+    assert!(finished.completed());
+    assert_eq!(finished.texts(), ["before"]);
+    assert_eq!(
+        finished.result.unwrap().0,
+        HashMap::from([("kept".to_owned(), json!(1))])
+    );
+}
+
+#[test]
+fn exit_inside_an_async_function_and_a_timer_also_ends_the_script() {
+    assert_eq!(
+        texts_of(r#"await (async () => { await null; text("in"); exit(); })(); text("never");"#),
+        ["in"]
+    );
+    assert_eq!(
+        texts_of(r#"await new Promise(() => setTimeout(() => { text("timer"); exit(); }, 1));"#),
+        ["timer"]
+    );
+}
+
+#[test]
+fn timers_fire_in_order_with_arguments_and_can_be_cleared() {
+    let texts = texts_of(
+        r#"
+        const done = Promise.withResolvers();
+        const cleared = setTimeout(() => text("cleared"), 5);
+        setTimeout((a, b) => text(`second ${a}${b}`), 20, "x", "y");
+        const first = setTimeout(() => text("first"), 1);
+        setTimeout(() => done.resolve(), 40);
+        clearTimeout(cleared);
+        text(`ids ${cleared} ${first}`);
+        await done.promise;
+        "#,
+    );
+    assert_eq!(texts, ["ids 1 3", "first", "second xy"]);
+}
+
+#[test]
+fn timer_arguments_are_normalised_and_refused_as_s2_says() {
+    let texts = texts_of(
+        r#"
+        const order = [];
+        const done = Promise.withResolvers();
+        setTimeout(() => order.push("nan"), NaN);
+        setTimeout(() => order.push("negative"), -10);
+        setTimeout(() => order.push("fraction"), 0.9);
+        setTimeout(() => { order.push("last"); done.resolve(); }, 5);
+        clearTimeout(undefined); clearTimeout(null); clearTimeout(0); clearTimeout(-1);
+        for (const call of [() => setTimeout("code"), () => clearTimeout("1")]) {
+            try { call(); text("accepted"); } catch (error) { text(`${error.name}: ${error.message}`); }
+        }
+        await done.promise;
+        text(order.join(","));
+        "#,
+    );
+    assert_eq!(
+        texts,
+        [
+            "TypeError: setTimeout expects a function as its first argument",
+            "TypeError: clearTimeout expects a timer id returned by setTimeout",
+            "nan,negative,fraction,last",
+        ]
+    );
+}
+
+#[test]
+fn pending_timers_do_not_keep_a_finished_cell_alive() {
+    let started = std::time::Instant::now();
+    let texts = texts_of(r#"setTimeout(() => text("late"), 60_000); text("done");"#);
+    assert_eq!(texts, ["done"]);
+    // A hang guard, not a timing assertion: the cell must not wait for its timer.
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(30),
+        "hung on a pending timer"
+    );
+}
+
+#[test]
+fn a_throwing_timer_callback_fails_the_cell() {
+    let finished = run(r#"
+        setTimeout(() => { throw new TypeError("from the timer"); }, 1);
+        await new Promise(() => {});
+        "#);
+    let error = finished.error().expect("the cell fails");
+    assert!(error.starts_with("TypeError: from the timer"), "{error}");
+    assert!(error.contains("cell.js:2:"), "{error}");
+}
+
+#[test]
+fn forbidden_globals_are_absent() {
+    assert_eq!(
+        texts_of(
+            r#"text([typeof console, typeof SharedArrayBuffer, typeof Atomics, typeof WebAssembly,
+                    typeof process, typeof require].join(" "));"#
+        ),
+        ["undefined undefined undefined undefined undefined undefined"]
+    );
+}
+
+#[test]
+fn all_tools_lists_the_enabled_tools_by_global_name() {
+    assert_eq!(
+        texts_of("text(ALL_TOOLS); text(Object.keys(tools));"),
+        [
+            r#"[{"name":"echo","description":"Resolves with its argument."},{"name":"fail","description":"Always fails."},{"name":"web__search","description":"Searches the web."}]"#,
+            r#"["echo","fail","web__search"]"#,
+        ]
+    );
+}
+
+#[test]
+fn imports_are_refused_static_and_dynamic() {
+    let error = error_of(r#"import fs from "node:fs"; text(1);"#);
+    assert!(
+        error.starts_with("Error: Unsupported import in exec: node:fs"),
+        "{error}"
+    );
+    assert_eq!(
+        texts_of(r#"try { await import("./other.js"); } catch (error) { text(error.message); }"#),
+        ["Unsupported import in exec: ./other.js"]
+    );
+}
+
+#[test]
+fn errors_carry_the_stack_with_line_and_column() {
+    let error =
+        error_of("text(1);\nfunction inner() {\n  throw new RangeError('deep');\n}\ninner();");
+    assert!(error.starts_with("RangeError: deep\n"), "{error}");
+    assert!(error.contains("at inner (cell.js:3:9)"), "{error}");
+    assert!(error.contains("cell.js:5:1"), "{error}");
+    assert!(!error.contains("codemode:bootstrap"), "{error}");
+}
+
+#[test]
+fn syntax_errors_name_line_and_column() {
+    let error = error_of("text(1);\nconst x = ;\n");
+    assert!(
+        error.starts_with("SyntaxError: Unexpected token ';'"),
+        "{error}"
+    );
+    assert!(error.ends_with("at cell.js:2:11"), "{error}");
+}
+
+#[test]
+fn a_thrown_non_error_becomes_its_string() {
+    assert_eq!(error_of(r#"throw "plain words";"#), "plain words");
+    assert_eq!(error_of(r#"await Promise.reject(42);"#), "42");
+}
+
+#[test]
+fn the_prelude_supplies_array_copy_methods() {
+    assert_eq!(
+        texts_of(
+            r#"
+            const base = [3, 1, 2];
+            text(base.toSorted()); text(base.toSorted((a, b) => b - a)); text(base.toReversed());
+            text(base.with(-1, 9)); text(base.toSpliced(1, 1, "x", "y")); text(base);
+            try { base.with(5, 0); } catch (error) { text(error.name); }
+            text(Array.prototype.toSorted.call({ length: 2, 0: "b", 1: "a" }));
+            "#
+        ),
+        [
+            "[1,2,3]",
+            "[3,2,1]",
+            "[2,1,3]",
+            "[3,1,9]",
+            r#"[3,"x","y",2]"#,
+            "[3,1,2]",
+            "RangeError",
+            r#"["a","b"]"#,
+        ]
+    );
+}
+
+#[test]
+fn the_prelude_supplies_group_by() {
+    assert_eq!(
+        texts_of(
+            r#"
+            const items = [{ kind: "a", n: 1 }, { kind: "b", n: 2 }, { kind: "a", n: 3 }];
+            const byKind = Object.groupBy(items, (item) => item.kind);
+            text(Object.getPrototypeOf(byKind) === null);
+            text(byKind);
+            const byPosition = Map.groupBy([1, 2, 3, 4], (n, index) => (index < 2 ? "first" : n % 2));
+            text([...byPosition.entries()]);
+            "#
+        ),
+        [
+            "true",
+            r#"{"a":[{"kind":"a","n":1},{"kind":"a","n":3}],"b":[{"kind":"b","n":2}]}"#,
+            r#"[["first",[1,2]],[1,[3]],[0,[4]]]"#,
+        ]
+    );
+}
+
+#[test]
+fn the_prelude_supplies_promise_with_resolvers_and_array_from_async() {
+    assert_eq!(
+        texts_of(
+            r#"
+            const { promise, resolve } = Promise.withResolvers();
+            setTimeout(() => resolve("resolved"), 1);
+            text(await promise);
+            async function* numbers() { yield 1; yield 2; }
+            text(await Array.fromAsync(numbers()));
+            text(await Array.fromAsync([Promise.resolve(3), 4], (n) => n * 10));
+            text(await Array.fromAsync({ length: 2, 0: "a", 1: Promise.resolve("b") }));
+            "#
+        ),
+        ["resolved", "[1,2]", "[30,40]", r#"["a","b"]"#]
+    );
+}
+
+#[test]
+fn intl_works_with_the_system_icu() {
+    assert_eq!(
+        texts_of("text(new Intl.NumberFormat('de-DE').format(1234.5));"),
+        ["1.234,5"]
+    );
+}

@@ -1,0 +1,131 @@
+//! Resource limits on real V8: allocation bombs and unbounded recursion end the cell with a clear
+//! error, keep its earlier output, and leave the process (and the next cell) unharmed.
+
+mod common;
+
+use codemode_engine::{CellLimits, CellStart, Engine, EngineError, PendingMode, event_channel};
+use codemode_runtime_v8::V8Engine;
+use common::{Options, run_with, texts_of};
+
+const SMALL_HEAP: usize = 32 * 1024 * 1024;
+
+fn small_heap() -> Options {
+    Options {
+        heap_limit_bytes: SMALL_HEAP,
+        ..Options::default()
+    }
+}
+
+fn assert_heap_limit_error(source: &str) {
+    let finished = run_with(source, small_heap());
+    let error = finished
+        .error()
+        .unwrap_or_else(|| panic!("the bomb did not fail: {finished:?}"));
+    assert!(error.starts_with("heap limit exceeded"), "{error}");
+    assert!(error.contains("32 MiB"), "{error}");
+    assert_eq!(
+        finished.texts(),
+        ["before the bomb"],
+        "output before the bomb is kept"
+    );
+    // The process lives on and the next cell runs normally.
+    assert_eq!(
+        texts_of(r#"text([1, 2, 3].map((n) => n * 2));"#),
+        ["[2,4,6]"]
+    );
+}
+
+#[test]
+fn an_array_allocation_bomb_ends_the_cell_with_heap_limit_exceeded() {
+    assert_heap_limit_error(
+        r#"text("before the bomb"); const hoard = []; while (true) hoard.push(new Array(100_000).fill(1.5));"#,
+    );
+}
+
+#[test]
+fn an_object_allocation_bomb_ends_the_cell_with_heap_limit_exceeded() {
+    assert_heap_limit_error(
+        r#"text("before the bomb"); const hoard = new Map(); for (let i = 0; ; i++) hoard.set(i, { i, s: `v${i}` });"#,
+    );
+}
+
+#[test]
+fn a_string_building_bomb_ends_the_cell_with_heap_limit_exceeded() {
+    assert_heap_limit_error(
+        r#"text("before the bomb"); const parts = []; for (let i = 0; ; i++) parts.push("x".repeat(1000) + i);"#,
+    );
+}
+
+#[test]
+fn array_buffers_count_against_the_heap_limit() {
+    let texts = texts_of_with_small_heap(
+        r#"
+        try { new ArrayBuffer(64 * 1024 * 1024); text("allocated"); }
+        catch (error) { text(`${error.name}: ${error.message}`); }
+        const kept = [];
+        try { for (;;) kept.push(new Uint8Array(1024 * 1024)); }
+        catch (error) { text(`${error.name} after ${kept.length} MiB`); }
+        "#,
+    );
+    assert_eq!(texts[0], "RangeError: Array buffer allocation failed");
+    assert!(texts[1].starts_with("RangeError after "), "{texts:?}");
+    let mebibytes: usize = texts[1]
+        .trim_start_matches("RangeError after ")
+        .trim_end_matches(" MiB")
+        .parse()
+        .unwrap();
+    assert!(
+        mebibytes <= 32,
+        "{mebibytes} MiB of buffers escaped a 32 MiB limit"
+    );
+}
+
+fn texts_of_with_small_heap(source: &str) -> Vec<String> {
+    let finished = run_with(source, small_heap());
+    assert_eq!(finished.error(), None);
+    finished.texts()
+}
+
+#[test]
+fn unbounded_recursion_ends_the_cell_with_a_range_error() {
+    let finished =
+        common::run(r#"text("before"); function down(n) { return down(n + 1) + 1; } down(0);"#);
+    let error = finished.error().expect("the cell fails");
+    assert!(
+        error.starts_with("RangeError: Maximum call stack size exceeded"),
+        "{error}"
+    );
+    assert!(error.contains("cell.js:1:"), "{error}");
+    assert_eq!(finished.texts(), ["before"]);
+    assert_eq!(
+        texts_of(
+            r#"function depth(n) { return n === 0 ? 0 : 1 + depth(n - 1); } text(depth(1000));"#
+        ),
+        ["1000"]
+    );
+}
+
+#[test]
+fn a_heap_limit_below_the_minimum_is_refused_before_a_thread_starts() {
+    let (events, _receiver) = event_channel(None);
+    let error = V8Engine::new()
+        .start(
+            CellStart {
+                call_id: "call-1".into(),
+                source: "text(1)".into(),
+                enabled_tools: Vec::new(),
+                stored_values: Default::default(),
+                limits: CellLimits {
+                    heap_limit_bytes: 1024,
+                },
+                pending_mode: PendingMode::Continue,
+            },
+            events,
+        )
+        .unwrap_err();
+    assert!(matches!(error, EngineError::InvalidLimit(_)));
+    assert_eq!(
+        error.to_string(),
+        "invalid cell limit: a heap limit of 1024 bytes is below the minimum of 8388608 bytes (8 MiB)"
+    );
+}
