@@ -35,7 +35,8 @@ pub enum RuntimeEvent {
     Notify { call_id: String, text: String },
     /// The cell called `yield_control()`.
     YieldRequested,
-    /// Nothing is runnable: the cell waits on tool results or timers.
+    /// Nothing is runnable: the cell waits on tool results or timers. In
+    /// [`crate::PendingMode::PauseUntilResumed`] it is sent only when the thread pauses.
     Pending,
     /// The cell finished: successfully (`error_text` is `None`) or with the text of its error.
     Result {
@@ -56,8 +57,9 @@ pub enum RuntimeCommand {
     /// The timer `id` is due: its callback runs. The runtime's own timer table produces these; a
     /// host may send them too, to fire a timer early.
     TimeoutFired { id: u64 },
-    /// Pause at the next pending frontier (emitting [`RuntimeEvent::Pending`]), at once if the cell
-    /// is idle now. Only meaningful in [`crate::PendingMode::PauseUntilResumed`].
+    /// Turn pausing back on: pause at the next pending frontier (emitting
+    /// [`RuntimeEvent::Pending`]), at once if the cell is idle now. Does nothing when pausing is
+    /// already on. Only meaningful in [`crate::PendingMode::PauseUntilResumed`].
     ObservePendingFrontier,
     /// Stop the cell; the same as [`crate::TerminateHandle::terminate`] when it is idle.
     Terminate,
@@ -117,6 +119,19 @@ pub fn event_channel(capacity: Option<usize>) -> (EventSender, EventReceiver) {
 }
 
 impl EventSender {
+    /// Sends from async code (a scripted engine), waiting while a bounded queue is full.
+    pub async fn send(&self, event: RuntimeEvent) -> Result<(), EventSendError> {
+        match self {
+            EventSender::Unbounded(sender) => sender
+                .send(event)
+                .map_err(|error| EventSendError(Box::new(error.0))),
+            EventSender::Bounded(sender) => sender
+                .send(event)
+                .await
+                .map_err(|error| EventSendError(Box::new(error.0))),
+        }
+    }
+
     /// Sends from a plain (non-async) thread, blocking while a bounded queue is full.
     ///
     /// Must not be called from inside an async runtime: a runtime thread is a plain OS thread.

@@ -66,11 +66,12 @@ pub enum PendingMode {
     /// Emit [`RuntimeEvent::Pending`] each time the cell becomes idle, and keep waiting for
     /// commands.
     Continue,
-    /// Emit [`RuntimeEvent::Pending`] when the cell becomes idle and block on the control channel
-    /// until [`RuntimeControl::Continue`] (stop pausing until the next
+    /// Pause when the cell becomes idle: emit [`RuntimeEvent::Pending`] and block on the control
+    /// channel until [`RuntimeControl::Continue`] (stop pausing until the next
     /// [`RuntimeCommand::ObservePendingFrontier`]), [`RuntimeControl::Resume`] (pause again at the
     /// next idle point) or [`RuntimeControl::Terminate`]. Nothing the cell does runs while paused;
-    /// commands that arrive meanwhile wait in order.
+    /// commands that arrive meanwhile wait in order. Pausing starts on; in this mode `Pending` is
+    /// emitted only when pausing, so it always means "paused, waiting for control".
     PauseUntilResumed,
 }
 

@@ -312,19 +312,29 @@ impl CellThread {
         // Idle: nothing runnable until a command arrives or a timer is due.
         if !self.idle_reported {
             self.idle_reported = true;
-            if !self.runtime.host().emit(RuntimeEvent::Pending) {
-                return Step::End(EndReason::Abandoned);
-            }
-            if self.pending_mode == PendingMode::PauseUntilResumed && self.pause_when_idle {
-                match self.control.recv() {
-                    Ok(RuntimeControl::Continue) => self.pause_when_idle = false,
-                    Ok(RuntimeControl::Resume) => self.pause_when_idle = true,
-                    Ok(RuntimeControl::Terminate) | Err(_) => {
-                        return Step::End(EndReason::Terminated);
+            match self.pending_mode {
+                PendingMode::Continue => {
+                    if !self.runtime.host().emit(RuntimeEvent::Pending) {
+                        return Step::End(EndReason::Abandoned);
                     }
                 }
-                // Whatever became due or arrived while paused is looked at before waiting.
-                return self.after(RunStatus::Ok);
+                // In pause mode `Pending` always means "paused": an idle spell while pausing is off
+                // is silent, so the actor never mistakes it for a pause.
+                PendingMode::PauseUntilResumed if self.pause_when_idle => {
+                    if !self.runtime.host().emit(RuntimeEvent::Pending) {
+                        return Step::End(EndReason::Abandoned);
+                    }
+                    match self.control.recv() {
+                        Ok(RuntimeControl::Continue) => self.pause_when_idle = false,
+                        Ok(RuntimeControl::Resume) => self.pause_when_idle = true,
+                        Ok(RuntimeControl::Terminate) | Err(_) => {
+                            return Step::End(EndReason::Terminated);
+                        }
+                    }
+                    // Whatever became due or arrived while paused is looked at before waiting.
+                    return self.after(RunStatus::Ok);
+                }
+                PendingMode::PauseUntilResumed => {}
             }
         }
         let received = match self.runtime.host().timers.next_deadline() {
@@ -375,9 +385,9 @@ impl CellThread {
                 return self.fire_timer(id);
             }
             RuntimeCommand::ObservePendingFrontier => {
-                if self.pending_mode == PendingMode::PauseUntilResumed {
+                if self.pending_mode == PendingMode::PauseUntilResumed && !self.pause_when_idle {
                     self.pause_when_idle = true;
-                    // Report (and pause at) the frontier again even if the cell is still idle.
+                    // Pause at the frontier now if the cell is idle already.
                     self.idle_reported = false;
                 }
                 return Step::Continue;

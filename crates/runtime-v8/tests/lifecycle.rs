@@ -278,13 +278,29 @@ fn resume_pauses_at_every_frontier_and_continue_stops_pausing_until_asked() {
     let (id, name, input) = call_then_pending(&mut cell);
     cell.answer(id, &name, input);
     cell.handles.control.send(RuntimeControl::Continue).unwrap();
-    // Third frontier: reported but not paused, until a frontier observation asks again.
-    let (id, name, input) = call_then_pending(&mut cell);
+    // Third call: pausing is off, so the idle cell is silent until a frontier observation asks.
+    let mut seen = Vec::new();
+    let RuntimeEvent::ToolCall {
+        id, name, input, ..
+    } = cell.next_matching(&mut seen, is_tool_call)
+    else {
+        unreachable!()
+    };
+    assert_eq!(
+        cell.next_within(Duration::from_millis(200)),
+        None,
+        "no pause while pausing is off"
+    );
     cell.handles
         .commands
         .send(RuntimeCommand::ObservePendingFrontier)
         .unwrap();
     assert_eq!(cell.next(), Some(RuntimeEvent::Pending));
+    // A second request while pausing is on changes nothing.
+    cell.handles
+        .commands
+        .send(RuntimeCommand::ObservePendingFrontier)
+        .unwrap();
     cell.answer(id, &name, input);
     assert_eq!(
         cell.next_within(Duration::from_millis(200)),
