@@ -1,0 +1,59 @@
+//! `CellHost`: what the actor needs from whoever owns the cell (a session, or a test).
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::Arc;
+
+use codemode_protocol::{ToolKind, ToolName};
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use crate::event::CellEvent;
+use crate::state::{CellState, CompletionCommit};
+
+/// One tool call of a cell, as the host receives it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolInvocation {
+    /// `tool-1`, `tool-2`, … per cell.
+    pub id: String,
+    pub name: ToolName,
+    pub kind: ToolKind,
+    /// The JSON argument; `None` when the tool was called without one.
+    pub input: Option<Value>,
+}
+
+/// What the cell actor needs from its owner. Every method may be called concurrently.
+pub trait CellHost: Send + Sync + 'static {
+    /// Runs a tool. `Ok` resolves the cell's promise with the value; `Err` rejects it with the
+    /// text. The token is cancelled when the cell completes or is terminated; the actor also stops
+    /// waiting then, so a tool that ignores it only wastes its own work. A panic here rejects the
+    /// promise; it never takes down the cell.
+    fn invoke_tool(
+        &self,
+        invocation: ToolInvocation,
+        cancellation: CancellationToken,
+    ) -> impl Future<Output = Result<Value, String>> + Send;
+
+    /// Delivers a `notify(...)` from the cell. On completion pending notifications are awaited;
+    /// on termination they are cancelled.
+    fn notify(
+        &self,
+        call_id: String,
+        text: String,
+        cancellation: CancellationToken,
+    ) -> impl Future<Output = Result<(), String>> + Send;
+
+    /// Commits a completed cell: the host takes whatever lock guards its stored values and, under
+    /// it, calls [`CellState::commit_completion`] with `completion` and a closure that merges
+    /// `stored_value_writes`. If a termination won, neither runs.
+    fn commit_completion(
+        &self,
+        stored_value_writes: HashMap<String, Value>,
+        completion: impl FnOnce() -> CellEvent + Send,
+        cell_state: Arc<CellState>,
+    ) -> impl Future<Output = CompletionCommit> + Send;
+
+    /// Called last, after the cell's outcome is settled; returns only when nothing can route
+    /// requests to the cell any more (the owner has removed it from its registry).
+    fn closed(&self) -> impl Future<Output = ()> + Send;
+}

@@ -1,0 +1,244 @@
+//! Test support for the cell actor: a scripted engine whose runtime end the test drives by hand,
+//! and a host whose tools, notifications and commits the test can watch and hold.
+
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use codemode_cell_actor::{
+    CellConfig, CellEvent, CellHost, CellState, CompletionCommit, Observation, StartedCell,
+    ToolInvocation, start_cell,
+};
+use codemode_engine::{
+    CellLimits, CellStart, Engine, EngineError, EngineHandles, EventSender, PendingMode,
+    RuntimeCommand, RuntimeControl, Terminate, TerminateHandle,
+};
+use codemode_protocol::{ToolDefinition, ToolName};
+use serde_json::{Value, json};
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+/// A hang guard: generous, and only ever the reason for a failure named "hung".
+pub const HANG_GUARD: Duration = Duration::from_secs(30);
+
+pub async fn within<T>(what: &str, future: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(HANG_GUARD, future)
+        .await
+        .unwrap_or_else(|_| panic!("hung: {what}"))
+}
+
+/// Waits until `condition` holds, checking every millisecond (so that paused test time still
+/// advances towards the hang guard).
+pub async fn wait_until(what: &str, condition: impl Fn() -> bool) {
+    within(what, async {
+        while !condition() {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    })
+    .await
+}
+
+/// The runtime end of a scripted cell: the test sends events and reads what the actor tells the
+/// engine.
+pub struct ScriptedRuntime {
+    pub events: EventSender,
+    pub commands: std::sync::mpsc::Receiver<RuntimeCommand>,
+    pub control: std::sync::mpsc::Receiver<RuntimeControl>,
+    /// Cancelled when the actor terminates the engine.
+    pub terminated: CancellationToken,
+}
+
+/// An engine that runs nothing: each start hands a [`ScriptedRuntime`] to the test.
+pub struct ScriptedEngine {
+    runtimes: Mutex<std::sync::mpsc::Sender<ScriptedRuntime>>,
+}
+
+struct ScriptedTerminate(CancellationToken);
+
+impl Terminate for ScriptedTerminate {
+    fn terminate(&self) {
+        self.0.cancel();
+    }
+}
+
+impl ScriptedEngine {
+    pub fn new() -> (Self, std::sync::mpsc::Receiver<ScriptedRuntime>) {
+        let (sender, receiver) = std::sync::mpsc::channel();
+        (
+            ScriptedEngine {
+                runtimes: Mutex::new(sender),
+            },
+            receiver,
+        )
+    }
+}
+
+impl Engine for ScriptedEngine {
+    fn describe(&self) -> String {
+        "scripted".into()
+    }
+
+    fn start(&self, _cell: CellStart, events: EventSender) -> Result<EngineHandles, EngineError> {
+        let (command_tx, commands) = std::sync::mpsc::channel();
+        let (control_tx, control) = std::sync::mpsc::channel();
+        let terminated = CancellationToken::new();
+        self.runtimes
+            .lock()
+            .unwrap()
+            .send(ScriptedRuntime {
+                events,
+                commands,
+                control,
+                terminated: terminated.clone(),
+            })
+            .unwrap();
+        Ok(EngineHandles {
+            commands: command_tx,
+            control: control_tx,
+            terminate: TerminateHandle::new(Arc::new(ScriptedTerminate(terminated))),
+        })
+    }
+}
+
+/// A host for tests. Tools by name: `echo` resolves with its input, `fail` fails with "it failed",
+/// `panic` panics, `hang` waits until cancelled, `gate` waits until [`TestHost::open_gates`].
+#[derive(Default)]
+pub struct TestHost {
+    pub stored_values: Mutex<HashMap<String, Value>>,
+    pub commits: AtomicUsize,
+    pub notifications: Mutex<Vec<(String, String)>>,
+    pub notified: Notify,
+    /// Cancelled when a commit starts; with `hold_commit`, the commit then waits for it.
+    pub commit_started: CancellationToken,
+    pub hold_commit: Option<CancellationToken>,
+    pub tool_calls: Mutex<Vec<ToolInvocation>>,
+    pub cancelled_tools: AtomicUsize,
+    pub gates: CancellationToken,
+    pub closed_calls: AtomicUsize,
+}
+
+impl TestHost {
+    pub fn open_gates(&self) {
+        self.gates.cancel();
+    }
+
+    pub async fn wait_for_notifications(&self, count: usize) {
+        within("waiting for notifications", async {
+            loop {
+                let notified = self.notified.notified();
+                if self.notifications.lock().unwrap().len() >= count {
+                    return;
+                }
+                notified.await;
+            }
+        })
+        .await
+    }
+}
+
+impl CellHost for TestHost {
+    async fn invoke_tool(
+        &self,
+        invocation: ToolInvocation,
+        cancellation: CancellationToken,
+    ) -> Result<Value, String> {
+        self.tool_calls.lock().unwrap().push(invocation.clone());
+        match invocation.name.name.as_str() {
+            "echo" => Ok(invocation.input.unwrap_or(Value::Null)),
+            "fail" => Err("it failed".into()),
+            "panic" => panic!("the tool exploded"),
+            "gate" => {
+                tokio::select! {
+                    _ = self.gates.cancelled() => Ok(json!({"released": invocation.id})),
+                    _ = cancellation.cancelled() => {
+                        self.cancelled_tools.fetch_add(1, Ordering::SeqCst);
+                        Err("cancelled".into())
+                    }
+                }
+            }
+            _ => {
+                cancellation.cancelled().await;
+                self.cancelled_tools.fetch_add(1, Ordering::SeqCst);
+                Err("cancelled".into())
+            }
+        }
+    }
+
+    async fn notify(
+        &self,
+        call_id: String,
+        text: String,
+        _cancellation: CancellationToken,
+    ) -> Result<(), String> {
+        self.notifications.lock().unwrap().push((call_id, text));
+        self.notified.notify_waiters();
+        Ok(())
+    }
+
+    async fn commit_completion(
+        &self,
+        stored_value_writes: HashMap<String, Value>,
+        completion: impl FnOnce() -> CellEvent + Send,
+        cell_state: Arc<CellState>,
+    ) -> CompletionCommit {
+        self.commit_started.cancel();
+        if let Some(hold) = &self.hold_commit {
+            hold.cancelled().await;
+        }
+        let mut stored_values = self.stored_values.lock().unwrap();
+        cell_state.commit_completion(completion, || {
+            self.commits.fetch_add(1, Ordering::SeqCst);
+            stored_values.extend(stored_value_writes);
+        })
+    }
+
+    async fn closed(&self) {
+        self.closed_calls.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+pub fn tool(name: &str) -> ToolDefinition {
+    ToolDefinition::function(ToolName::plain(name), format!("The {name} tool."))
+}
+
+pub fn cell_start(source: &str) -> CellStart {
+    CellStart {
+        call_id: "call-1".into(),
+        source: source.into(),
+        enabled_tools: ["echo", "fail", "panic", "hang", "gate"].map(tool).to_vec(),
+        stored_values: HashMap::new(),
+        limits: CellLimits::default(),
+        pending_mode: PendingMode::PauseUntilResumed,
+    }
+}
+
+/// Starts a scripted cell with its actor spawned.
+pub fn scripted_cell(
+    host: Arc<TestHost>,
+    config: CellConfig,
+    first: Observation,
+) -> ScriptedCellParts {
+    let (engine, runtimes) = ScriptedEngine::new();
+    let StartedCell {
+        handle,
+        first_observation,
+        task,
+    } = start_cell(&engine, cell_start("scripted"), host, config, first).unwrap();
+    let runtime = runtimes.recv().unwrap();
+    ScriptedCellParts {
+        runtime,
+        handle,
+        first_observation,
+        actor: tokio::spawn(task),
+    }
+}
+
+pub struct ScriptedCellParts {
+    pub runtime: ScriptedRuntime,
+    pub handle: codemode_cell_actor::CellHandle,
+    pub first_observation: codemode_cell_actor::ObservationFuture,
+    pub actor: tokio::task::JoinHandle<()>,
+}
