@@ -34,12 +34,20 @@ fn main() {
         .flag_if_supported("-Wno-unused-parameter")
         .warnings(true)
         .compile("codemode_v8_shim");
-    println!("cargo:rustc-link-search=native={}", lib.display());
+    // Link through a symlink inside OUT_DIR: cargo puts link-search folders that lie inside the
+    // target directory on the library path of every binary it runs (`cargo test`, `cargo run`),
+    // including test binaries of crates that only dev-depend on this one, which get no run path.
+    let out_dir = PathBuf::from(std::env::var("OUT_DIR").unwrap());
+    let linked = out_dir.join("v8-lib");
+    let _ = std::fs::remove_file(&linked);
+    std::os::unix::fs::symlink(&lib, &linked).expect("symlink the V8 library folder into OUT_DIR");
+    println!("cargo:rustc-link-search=native={}", linked.display());
     // libnode.so.108 has no unversioned symlink without the -dev package's, which `setup-v8` unpacks.
     println!("cargo:rustc-link-lib=dylib=node");
     println!("cargo:rustc-link-lib=dylib=stdc++");
-    // Without --disable-new-dtags the loader does not search this path for libnode's own
-    // dependencies (libuv.so.1), which live beside it.
+    // Binaries of this package (and of packages that add `DEP_NODE_LIB_DIR` to their own run path)
+    // find V8 without cargo. Without --disable-new-dtags the loader does not search this path for
+    // libnode's own dependencies (libuv.so.1), which live beside it.
     println!(
         "cargo:rustc-link-arg=-Wl,--disable-new-dtags,-rpath,{}",
         lib.display()

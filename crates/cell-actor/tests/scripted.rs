@@ -624,6 +624,7 @@ async fn completion_cancels_tools_still_running() {
     assert!(within("completion", cell.first_observation).await.is_ok());
     within("actor close", cell.actor).await.unwrap();
     assert_eq!(host.tool_calls.lock().unwrap().len(), 1);
+    assert_eq!(host.cancelled_tools(), 1);
 }
 
 #[tokio::test]

@@ -115,12 +115,23 @@ pub struct TestHost {
     pub commit_started: CancellationToken,
     pub hold_commit: Option<CancellationToken>,
     pub tool_calls: Mutex<Vec<ToolInvocation>>,
-    pub cancelled_tools: AtomicUsize,
+    /// The cancellation token each tool call was given.
+    pub tool_tokens: Mutex<Vec<CancellationToken>>,
     pub gates: CancellationToken,
     pub closed_calls: AtomicUsize,
 }
 
 impl TestHost {
+    /// How many tool calls have had their cancellation token cancelled.
+    pub fn cancelled_tools(&self) -> usize {
+        self.tool_tokens
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|token| token.is_cancelled())
+            .count()
+    }
+
     pub fn open_gates(&self) {
         self.gates.cancel();
     }
@@ -146,6 +157,7 @@ impl CellHost for TestHost {
         cancellation: CancellationToken,
     ) -> Result<Value, String> {
         self.tool_calls.lock().unwrap().push(invocation.clone());
+        self.tool_tokens.lock().unwrap().push(cancellation.clone());
         match invocation.name.name.as_str() {
             "echo" => Ok(invocation.input.unwrap_or(Value::Null)),
             "fail" => Err("it failed".into()),
@@ -153,15 +165,11 @@ impl CellHost for TestHost {
             "gate" => {
                 tokio::select! {
                     _ = self.gates.cancelled() => Ok(json!({"released": invocation.id})),
-                    _ = cancellation.cancelled() => {
-                        self.cancelled_tools.fetch_add(1, Ordering::SeqCst);
-                        Err("cancelled".into())
-                    }
+                    _ = cancellation.cancelled() => Err("cancelled".into()),
                 }
             }
             _ => {
                 cancellation.cancelled().await;
-                self.cancelled_tools.fetch_add(1, Ordering::SeqCst);
                 Err("cancelled".into())
             }
         }
