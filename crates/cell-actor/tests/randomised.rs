@@ -10,7 +10,6 @@
 mod common;
 
 use std::collections::BTreeSet;
-use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
