@@ -112,27 +112,54 @@ async fn a_pending_frontier_with_two_outstanding_calls_is_answered_resumed_and_c
             pending_tool_call_ids: vec!["tool-1".into(), "tool-2".into()]
         })
     );
-    let calls = host.tool_calls.lock().unwrap().clone();
+    // Both calls run as concurrent host tasks: wait until both reach the host, in either order.
+    wait_until("both tool calls", || {
+        host.tool_calls.lock().unwrap().len() == 2
+    })
+    .await;
+    let mut calls: Vec<_> = host
+        .tool_calls
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|call| (call.id.clone(), call.input.clone()))
+        .collect();
+    calls.sort_by(|a, b| a.0.cmp(&b.0));
     assert_eq!(
-        calls
-            .iter()
-            .map(|call| call.input.clone())
-            .collect::<Vec<_>>(),
-        [Some(json!({"n": 1})), Some(json!({"n": 2}))]
+        calls,
+        [
+            ("tool-1".to_owned(), Some(json!({"n": 1}))),
+            ("tool-2".to_owned(), Some(json!({"n": 2})))
+        ]
     );
     host.open_gates();
-    let CellEvent::Completed {
-        output,
-        error_text: None,
-        ..
-    } = within(
-        "completion",
-        handle.observe(Observation::pending_frontier()),
-    )
-    .await
-    .unwrap()
-    else {
-        panic!("the resumed cell completes")
+    // Resumed, the cell runs to its next frontier. If only one answer has reached it by then, it
+    // stops at an intermediate frontier (waiting on the other call, with no new calls to list);
+    // observing again resumes it until it completes.
+    let output = loop {
+        match within(
+            "resumed observation",
+            handle.observe(Observation::pending_frontier()),
+        )
+        .await
+        {
+            Ok(CellEvent::Pending {
+                pending_tool_call_ids,
+                output,
+            }) => {
+                assert!(
+                    pending_tool_call_ids.is_empty(),
+                    "no new calls: {pending_tool_call_ids:?}"
+                );
+                assert!(output.is_empty());
+            }
+            Ok(CellEvent::Completed {
+                output,
+                error_text: None,
+                ..
+            }) => break output,
+            other => panic!("the resumed cell completes, got {other:?}"),
+        }
     };
     assert_eq!(output, texts(&["tool-1 tool-2"]));
     within("actor close", actor).await.unwrap();

@@ -330,7 +330,11 @@ fn terminate_reaches_a_paused_cell() {
 #[test]
 fn a_host_fired_timeout_runs_the_timer_early() {
     let mut cell = start(
-        r#"await new Promise((resolve) => setTimeout(() => { text("fired"); resolve(); }, 600_000));"#,
+        r#"
+        await new Promise((resolve) => setTimeout(() => { text("fired"); resolve(); }, 600_000));
+        await tools.echo("kept alive until the test has sent everything");
+        text("done");
+        "#,
     );
     assert_eq!(cell.next(), Some(RuntimeEvent::Started));
     assert_eq!(cell.next(), Some(RuntimeEvent::Pending));
@@ -347,8 +351,9 @@ fn a_host_fired_timeout_runs_the_timer_early() {
         .commands
         .send(RuntimeCommand::TimeoutFired { id: 7 })
         .unwrap();
+    // The cell waits on its tool call (answered by `finish`) until all three were delivered.
     let finished = cell.finish();
-    assert_eq!(finished.texts(), ["fired"]);
+    assert_eq!(finished.texts(), ["fired", "done"]);
     assert_eq!(finished.error(), None);
 }
 
