@@ -20,7 +20,9 @@ use std::fmt;
 use std::sync::Arc;
 
 use codemode_protocol::ToolDefinition;
-use codemode_protocol::limits::DEFAULT_HEAP_LIMIT_BYTES;
+use std::time::Duration;
+
+use codemode_protocol::limits::{DEFAULT_CPU_TIME_LIMIT, DEFAULT_HEAP_LIMIT_BYTES};
 use serde_json::Value;
 
 pub use channel::{
@@ -49,12 +51,16 @@ pub struct CellStart {
 pub struct CellLimits {
     /// The most heap the cell's engine may use; past it the cell ends with `heap limit exceeded`.
     pub heap_limit_bytes: usize,
+    /// The most CPU time the cell's thread may use, separate from any yield time: a spin loop is
+    /// ended with `cpu time limit exceeded` (S7.2). `None` means no limit.
+    pub cpu_time_limit: Option<Duration>,
 }
 
 impl Default for CellLimits {
     fn default() -> Self {
         CellLimits {
             heap_limit_bytes: DEFAULT_HEAP_LIMIT_BYTES,
+            cpu_time_limit: Some(DEFAULT_CPU_TIME_LIMIT),
         }
     }
 }

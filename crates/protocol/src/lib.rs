@@ -10,9 +10,11 @@
 
 pub mod limits;
 mod output;
+mod pragma;
 mod request;
 mod tool;
 
 pub use output::{AudioItem, ImageDetail, ImageItem, OutputItem, ParseImageDetailError};
+pub use pragma::{ExecInput, ExecInputError, MAX_SAFE_INTEGER, parse_exec_input};
 pub use request::{ExecuteRequest, WaitRequest};
 pub use tool::{ToolDefinition, ToolKind, ToolName, normalize_identifier};

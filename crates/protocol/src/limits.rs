@@ -28,6 +28,13 @@ pub const DEFAULT_MAX_ACTIVE_CELLS: usize = 128;
 /// The V8 heap each cell may use before it is ended with `heap limit exceeded` (S7.1).
 pub const DEFAULT_HEAP_LIMIT_BYTES: usize = 256 * 1024 * 1024;
 
+/// The CPU time a cell's thread may use before it is ended with `cpu time limit exceeded` (S7.2).
+/// Waiting (for tools, timers or an observer) uses none.
+pub const DEFAULT_CPU_TIME_LIMIT: Duration = Duration::from_secs(60);
+
+/// The shortest yield time `wait` honours, so that a model cannot busy-poll a cell (S7.4).
+pub const DEFAULT_MIN_WAIT_YIELD_TIME: Duration = Duration::from_millis(500);
+
 /// The smallest heap limit an engine accepts; below this an isolate cannot even start its context.
 pub const MIN_HEAP_LIMIT_BYTES: usize = 8 * 1024 * 1024;
 

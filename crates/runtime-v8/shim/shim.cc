@@ -24,6 +24,9 @@
 #include <libplatform/libplatform.h>
 #include <v8.h>
 
+#include <pthread.h>
+#include <time.h>
+
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
@@ -35,6 +38,7 @@
 static_assert(V8_MAJOR_VERSION == 10 && V8_MINOR_VERSION == 2,
               "the shim is written for V8 10.2; point CODEMODE_V8_PREFIX at libnode108's headers");
 static_assert(sizeof(size_t) == sizeof(void*), "cm_str assumes size_t is pointer-sized");
+static_assert(sizeof(clockid_t) == sizeof(int32_t), "CPU clocks cross the ABI as int32_t");
 
 using namespace v8;
 
@@ -517,6 +521,23 @@ int32_t cm_runtime_module_state(cm_runtime* rt) {
   }
   return CM_MODULE_PENDING;
   CM_GUARD_END(rt)
+}
+
+// The CPU-time clock of the calling thread, for a watchdog on another thread to read.
+// Returns 0 and writes the clock on success.
+int32_t cm_current_thread_cpu_clock(int32_t* clock) {
+  clockid_t id;
+  if (pthread_getcpuclockid(pthread_self(), &id) != 0) return 1;
+  *clock = static_cast<int32_t>(id);
+  return 0;
+}
+
+// CPU time used so far by the thread whose clock this is, in nanoseconds; -1 if the clock cannot
+// be read (the thread has ended).
+int64_t cm_cpu_clock_nanos(int32_t clock) {
+  struct timespec now;
+  if (clock_gettime(static_cast<clockid_t>(clock), &now) != 0) return -1;
+  return static_cast<int64_t>(now.tv_sec) * 1000000000LL + now.tv_nsec;
 }
 
 }  // extern "C"

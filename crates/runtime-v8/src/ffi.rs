@@ -74,6 +74,8 @@ unsafe extern "C" {
     fn cm_runtime_dispatch(runtime: *mut RawRuntime, kind: i32, id: CmStr, payload: CmStr) -> i32;
     fn cm_runtime_run_microtasks(runtime: *mut RawRuntime) -> i32;
     fn cm_runtime_module_state(runtime: *mut RawRuntime) -> i32;
+    fn cm_current_thread_cpu_clock(clock: *mut i32) -> i32;
+    fn cm_cpu_clock_nanos(clock: i32) -> i64;
 }
 
 /// The V8 version the shim is linked against, such as `10.2.154.26-node.36`.
@@ -96,6 +98,29 @@ pub fn initialize() {
             "V8 failed to initialise: the library does not match its headers"
         );
     });
+}
+
+/// The CPU-time clock of one thread, readable from any thread.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ThreadCpuClock(i32);
+
+impl ThreadCpuClock {
+    /// The clock of the calling thread.
+    pub fn current() -> Option<Self> {
+        let mut clock = 0;
+        // SAFETY: the out-pointer is our local; the call only queries the calling thread.
+        let status = unsafe { cm_current_thread_cpu_clock(&mut clock) };
+        (status == 0).then_some(ThreadCpuClock(clock))
+    }
+
+    /// The CPU time its thread has used, or `None` once the thread has ended.
+    pub fn elapsed(self) -> Option<std::time::Duration> {
+        // SAFETY: reading a clock id is harmless even if its thread has ended (the call fails).
+        let nanos = unsafe { cm_cpu_clock_nanos(self.0) };
+        u64::try_from(nanos)
+            .ok()
+            .map(std::time::Duration::from_nanos)
+    }
 }
 
 /// How a call that ran JavaScript ended.

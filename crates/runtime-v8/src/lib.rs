@@ -12,6 +12,7 @@
 mod ffi;
 mod host;
 mod thread;
+mod watchdog;
 
 use std::sync::Arc;
 use std::sync::mpsc;

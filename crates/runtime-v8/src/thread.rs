@@ -16,7 +16,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, TryRecvError};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use codemode_engine::globals::{CellGlobals, ToolListing};
 use codemode_engine::{
@@ -26,6 +26,7 @@ use serde::Serialize;
 
 use crate::ffi::{IsolateTerminator, ModuleState, RunStatus, V8Runtime};
 use crate::host::{CellHost, HostStop};
+use crate::watchdog::{self, Watch};
 
 const BOOTSTRAP_JS: &str = include_str!("../js/bootstrap.js");
 
@@ -174,6 +175,8 @@ struct CellThread {
     /// Whether `Pending` was already reported for the current idle spell.
     idle_reported: bool,
     heap_limit_bytes: usize,
+    /// The CPU budget's watch, when the cell has one; dropped before the isolate.
+    cpu_watch: Option<(Watch, Duration)>,
 }
 
 impl CellThread {
@@ -206,6 +209,9 @@ impl CellThread {
                 }
             };
         terminate.attach(runtime.terminator());
+        let cpu_watch = cell.limits.cpu_time_limit.and_then(|budget| {
+            watchdog::watch(budget, runtime.terminator()).map(|watch| (watch, budget))
+        });
         let mut thread = CellThread {
             runtime,
             commands,
@@ -215,8 +221,10 @@ impl CellThread {
             pause_when_idle: cell.pending_mode == PendingMode::PauseUntilResumed,
             idle_reported: false,
             heap_limit_bytes,
+            cpu_watch,
         };
         let reason = thread.drive(&config, &cell.source);
+        thread.cpu_watch = None;
         thread.terminate.detach();
         let CellThread { mut runtime, .. } = thread;
         match reason {
@@ -288,6 +296,16 @@ impl CellThread {
                 "heap limit exceeded: the cell used more than its {} MiB of JavaScript memory and \
                  was stopped; process the data in smaller pieces or ask for a higher heap limit",
                 self.heap_limit_bytes / (1024 * 1024)
+            ))));
+        }
+        if let Some((watch, budget)) = &self.cpu_watch
+            && watch.exceeded()
+        {
+            return Step::End(EndReason::Completed(Some(format!(
+                "cpu time limit exceeded: the cell computed for more than {:.1} s of CPU time (its \
+                 cpu_time_limit) and was stopped; do less work per cell, or split the work across \
+                 cells",
+                budget.as_secs_f64()
             ))));
         }
         match status {

@@ -3,6 +3,8 @@
 
 mod common;
 
+use std::time::Duration;
+
 use codemode_engine::{CellLimits, CellStart, Engine, EngineError, PendingMode, event_channel};
 use codemode_runtime_v8::V8Engine;
 use common::{Options, run_with, texts_of};
@@ -117,6 +119,7 @@ fn a_heap_limit_below_the_minimum_is_refused_before_a_thread_starts() {
                 stored_values: Default::default(),
                 limits: CellLimits {
                     heap_limit_bytes: 1024,
+                    ..CellLimits::default()
                 },
                 pending_mode: PendingMode::Continue,
             },
@@ -128,4 +131,38 @@ fn a_heap_limit_below_the_minimum_is_refused_before_a_thread_starts() {
         error.to_string(),
         "invalid cell limit: a heap limit of 1024 bytes is below the minimum of 8388608 bytes (8 MiB)"
     );
+}
+
+#[test]
+fn a_spin_loop_is_ended_by_the_cpu_time_limit_with_an_error_naming_it() {
+    let finished = run_with(
+        r#"text("before the spin"); while (true) {}"#,
+        Options {
+            cpu_time_limit: Some(Duration::from_millis(300)),
+            ..Options::default()
+        },
+    );
+    let error = finished
+        .error()
+        .unwrap_or_else(|| panic!("the spin loop was not stopped: {finished:?}"));
+    assert!(error.starts_with("cpu time limit exceeded"), "{error}");
+    assert!(
+        error.contains("0.3 s of CPU time (its cpu_time_limit)"),
+        "{error}"
+    );
+    assert_eq!(finished.texts(), ["before the spin"]);
+}
+
+#[test]
+fn waiting_uses_no_cpu_time_budget() {
+    // A cell that waits (here on timers) far longer than its CPU budget is not stopped.
+    let finished = run_with(
+        r#"for (let i = 0; i < 5; i++) await new Promise((resolve) => setTimeout(resolve, 100)); text("done");"#,
+        Options {
+            cpu_time_limit: Some(Duration::from_millis(200)),
+            ..Options::default()
+        },
+    );
+    assert_eq!(finished.error(), None);
+    assert_eq!(finished.texts(), ["done"]);
 }

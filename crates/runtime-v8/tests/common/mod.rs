@@ -24,6 +24,7 @@ pub struct Options {
     pub tools: Vec<ToolDefinition>,
     pub stored_values: HashMap<String, Value>,
     pub heap_limit_bytes: usize,
+    pub cpu_time_limit: Option<Duration>,
     pub pending_mode: PendingMode,
     pub engine: V8Engine,
 }
@@ -41,6 +42,7 @@ impl Default for Options {
             ],
             stored_values: HashMap::new(),
             heap_limit_bytes: CellLimits::default().heap_limit_bytes,
+            cpu_time_limit: CellLimits::default().cpu_time_limit,
             pending_mode: PendingMode::Continue,
             engine: V8Engine::new(),
         }
@@ -107,6 +109,7 @@ pub fn start_with(source: &str, options: Options) -> Cell {
                 stored_values: options.stored_values,
                 limits: CellLimits {
                     heap_limit_bytes: options.heap_limit_bytes,
+                    cpu_time_limit: options.cpu_time_limit,
                 },
                 pending_mode: options.pending_mode,
             },

@@ -1,0 +1,122 @@
+//! The CPU-time watchdog: one thread for the whole process that, every few milliseconds, reads the
+//! CPU clock of each cell thread with a budget and terminates the cells that used it up (S7.2).
+//!
+//! A cell thread registers itself ([`watch`]) before it runs JavaScript and is unregistered when
+//! the returned [`Watch`] is dropped, before its isolate goes away. Waiting uses no CPU time, so a
+//! cell that waits on tools for an hour never trips its budget; a spin loop does, within about one
+//! polling interval of its limit.
+
+#![forbid(unsafe_code)]
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::time::Duration;
+
+use crate::ffi::{IsolateTerminator, ThreadCpuClock};
+
+/// How often budgets are checked.
+const POLL_INTERVAL: Duration = Duration::from_millis(5);
+
+struct Watched {
+    clock: ThreadCpuClock,
+    budget: Duration,
+    terminator: IsolateTerminator,
+    exceeded: Arc<AtomicBool>,
+}
+
+#[derive(Default)]
+struct Watchdog {
+    watched: Mutex<HashMap<u64, Watched>>,
+    /// Wakes the watchdog thread when the first cell registers.
+    wake: Condvar,
+    next_key: AtomicU64,
+}
+
+/// A cell thread under watch; unregisters on drop.
+pub(crate) struct Watch {
+    key: u64,
+    exceeded: Arc<AtomicBool>,
+}
+
+impl Watch {
+    /// Whether the watchdog terminated the cell for using up its budget.
+    pub(crate) fn exceeded(&self) -> bool {
+        self.exceeded.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        watchdog()
+            .watched
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .remove(&self.key);
+    }
+}
+
+fn watchdog() -> &'static Watchdog {
+    static WATCHDOG: OnceLock<&'static Watchdog> = OnceLock::new();
+    WATCHDOG.get_or_init(|| {
+        let watchdog: &'static Watchdog = Box::leak(Box::default());
+        std::thread::Builder::new()
+            .name("codemode-cpu-watchdog".into())
+            .spawn(move || watchdog.run())
+            .expect("start the CPU watchdog thread");
+        watchdog
+    })
+}
+
+/// Puts the calling thread under a CPU budget: past it, `terminator` stops its JavaScript.
+/// Returns `None` when the thread's CPU clock cannot be read (the cell then runs unwatched).
+pub(crate) fn watch(budget: Duration, terminator: IsolateTerminator) -> Option<Watch> {
+    let clock = ThreadCpuClock::current()?;
+    let watchdog = watchdog();
+    let key = watchdog.next_key.fetch_add(1, Ordering::Relaxed);
+    let exceeded = Arc::new(AtomicBool::new(false));
+    watchdog
+        .watched
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+        .insert(
+            key,
+            Watched {
+                clock,
+                budget,
+                terminator,
+                exceeded: Arc::clone(&exceeded),
+            },
+        );
+    watchdog.wake.notify_one();
+    Some(Watch { key, exceeded })
+}
+
+impl Watchdog {
+    fn run(&self) {
+        let mut watched = self
+            .watched
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        loop {
+            while watched.is_empty() {
+                watched = self
+                    .wake
+                    .wait(watched)
+                    .unwrap_or_else(|poisoned| poisoned.into_inner());
+            }
+            for cell in watched.values() {
+                let over_budget = cell.clock.elapsed().is_some_and(|used| used > cell.budget);
+                if over_budget && !cell.exceeded.swap(true, Ordering::SeqCst) {
+                    cell.terminator.terminate();
+                }
+            }
+            drop(watched);
+            std::thread::sleep(POLL_INTERVAL);
+            watched = self
+                .watched
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+        }
+    }
+}
