@@ -629,7 +629,10 @@ impl<H: CellHost> CellActor<H> {
         let observer = self.observer.take().map(|observer| observer.respond);
         self.lifecycle = match self.state.deliver_completion(observer) {
             CompletionDelivery::Delivered => Lifecycle::Done,
-            CompletionDelivery::Buffered => Lifecycle::Buffered,
+            CompletionDelivery::Buffered => {
+                self.host.completed_unobserved();
+                Lifecycle::Buffered
+            }
         };
     }
 

@@ -53,6 +53,10 @@ pub trait CellHost: Send + Sync + 'static {
         cell_state: Arc<CellState>,
     ) -> impl Future<Output = CompletionCommit> + Send;
 
+    /// Called when a completion was committed but no observer took it: the cell finished in the
+    /// background and its result waits. A session uses this to push a notice (S7.4).
+    fn completed_unobserved(&self) {}
+
     /// Called last, after the cell's outcome is settled; returns only when nothing can route
     /// requests to the cell any more (the owner has removed it from its registry).
     fn closed(&self) -> impl Future<Output = ()> + Send;

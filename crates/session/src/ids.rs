@@ -1,0 +1,46 @@
+//! Cell ids: `"1"`, `"2"`, … per session, allocated without ever wrapping (S4).
+
+/// The next cell id of a session.
+#[derive(Debug)]
+pub(crate) struct CellIds {
+    next: Option<u64>,
+}
+
+impl Default for CellIds {
+    fn default() -> Self {
+        CellIds::starting_at(1)
+    }
+}
+
+impl CellIds {
+    pub(crate) fn starting_at(first: u64) -> Self {
+        CellIds { next: Some(first) }
+    }
+
+    /// The next id, or `None` once every id has been used.
+    pub(crate) fn allocate(&mut self) -> Option<String> {
+        let id = self.next?;
+        self.next = id.checked_add(1);
+        Some(id.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_count_from_one() {
+        let mut ids = CellIds::default();
+        assert_eq!(ids.allocate().as_deref(), Some("1"));
+        assert_eq!(ids.allocate().as_deref(), Some("2"));
+    }
+
+    #[test]
+    fn allocation_fails_cleanly_instead_of_wrapping() {
+        let mut ids = CellIds::starting_at(u64::MAX);
+        assert_eq!(ids.allocate(), Some(u64::MAX.to_string()));
+        assert_eq!(ids.allocate(), None);
+        assert_eq!(ids.allocate(), None);
+    }
+}

@@ -1,0 +1,30 @@
+//! Sessions: what an embedder uses to give a model the `exec` and `wait` tools (S4-S7).
+//!
+//! A [`Session`] owns its cells (ids `"1"`, `"2"`, …), its stored values and its enabled tools. It
+//! sits on three pluggable pieces: an engine (`codemode_engine::Engine`, such as V8), a [`Store`]
+//! for stored values, and a [`ToolProvider`] for tools; `host-adapters` has ready-made ones. The
+//! operations (`execute`, `wait`, `terminate`, `execute_to_pending`, `wait_to_pending`,
+//! `shutdown`) return [`CellReport`]s; the model-facing layer (`exec_tool`, `wait_tool`, their
+//! descriptions) parses pragmas and renders reports as S5 says, with error hints (S7.5).
+//!
+//! This crate knows no concrete engine, store, tool source or transport (no V8, no files, no MCP).
+
+#![forbid(unsafe_code)]
+
+mod config;
+mod hints;
+mod ids;
+mod model;
+mod ports;
+mod render;
+mod session;
+mod typescript;
+
+pub use codemode_cell_actor::{CellError, CellEvent, ToolCallFate, ToolCallRecord, ToolInvocation};
+pub use config::SessionConfig;
+pub use hints::error_hint;
+pub use model::ToolResult;
+pub use ports::{Store, StoreError, ToolListError, ToolProvider};
+pub use render::{render_report, render_text, truncate};
+pub use session::{CellReport, Session, SessionError, SessionEvent, WaitOutcome};
+pub use typescript::tools_declaration;

@@ -1,0 +1,145 @@
+//! The model-facing tools (S6): `exec` runs JavaScript source (with its optional pragma) in a new
+//! cell, `wait` observes or terminates a running cell. Each returns content items ready to hand to
+//! the model, rendered as S5 says, and whether they describe an error. Their descriptions list the
+//! globals and every enabled tool as a TypeScript declaration.
+
+use codemode_protocol::{ExecuteRequest, OutputItem, WaitRequest, parse_exec_input};
+use serde_json::{Value, json};
+
+use crate::ports::{Store, ToolProvider};
+use crate::render::render_report;
+use crate::session::{Session, WaitOutcome};
+use crate::typescript::tools_declaration;
+
+/// What a model-facing tool call returns.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolResult {
+    pub items: Vec<OutputItem>,
+    /// The call itself failed (bad input, unknown cell, a limit): the model should change what it
+    /// sends. A script that failed is not an error of the call.
+    pub is_error: bool,
+}
+
+impl ToolResult {
+    fn error(message: impl Into<String>) -> Self {
+        ToolResult {
+            items: vec![OutputItem::text(message)],
+            is_error: true,
+        }
+    }
+}
+
+impl<S: Store, P: ToolProvider> Session<S, P> {
+    /// The `exec` tool: `input` is the model's source, optionally starting with a pragma line.
+    pub async fn exec_tool(&self, call_id: &str, input: &str) -> ToolResult {
+        let parsed = match parse_exec_input(input) {
+            Ok(parsed) => parsed,
+            Err(error) => return ToolResult::error(error.to_string()),
+        };
+        let max_output_tokens = parsed
+            .max_output_tokens
+            .unwrap_or(self.config().default_max_output_tokens);
+        let request = ExecuteRequest {
+            call_id: call_id.to_owned(),
+            source: parsed.source,
+            yield_time_ms: parsed.yield_time_ms,
+            max_output_tokens: parsed.max_output_tokens,
+        };
+        match self.execute(request).await {
+            Ok(report) => ToolResult {
+                items: render_report(&report, max_output_tokens),
+                is_error: false,
+            },
+            Err(error) => ToolResult::error(error.to_string()),
+        }
+    }
+
+    /// The `wait` tool.
+    pub async fn wait_tool(&self, request: WaitRequest) -> ToolResult {
+        let max_tokens = request
+            .max_tokens
+            .unwrap_or(self.config().default_max_output_tokens);
+        match self.wait(request).await {
+            Ok(WaitOutcome::Observed(report)) => ToolResult {
+                items: render_report(&report, max_tokens),
+                is_error: false,
+            },
+            Ok(WaitOutcome::NotFound { cell_id }) => ToolResult::error(format!(
+                "No cell with ID {cell_id}: it was never started, or it has ended and its result was \
+                 already returned."
+            )),
+            Err(error) => ToolResult::error(error.to_string()),
+        }
+    }
+
+    /// The description of the `exec` tool: the globals, then every enabled tool.
+    pub fn exec_description(&self) -> String {
+        let config = self.config();
+        format!(
+            r#"Run JavaScript to orchestrate tools: call them, loop, branch, and emit output, in one step instead of many tool calls.
+
+The source runs as an ES module in a fresh V8 isolate, so top-level `await` works. There is no `import`, no `console`, no file system, network or Node API: reach the outside world only through `tools`, and report with `text(...)`.
+
+Optionally start the source with a pragma line:
+// @exec: {{"yield_time_ms": {yield_ms}, "max_output_tokens": {tokens}}}
+- yield_time_ms: how long to wait for the script before returning (default {yield_ms}). A script still running then keeps running in the background; the result says "Script running with cell ID <id>", and `wait` picks it up.
+- max_output_tokens: the output budget of the result (default {tokens}); longer output keeps its beginning and end.
+
+Globals:
+- tools.<name>(args): call a tool; returns a Promise of its JSON result. A failed tool rejects with an Error whose message is the failure. Calls run in parallel with Promise.all.
+- ALL_TOOLS: [{{ name, description }}] of the tools below.
+- text(value): add text to the output; objects and arrays are JSON-encoded.
+- image(urlOrItem, detail?): add an image from a base64 data: URL, {{ image_url, detail }}, or an MCP image block {{ type: "image", data, mimeType }}. detail: "auto" | "low" | "high" (default) | "original". Remote URLs are not fetched.
+- audio(urlOrItem): add audio from a base64 data: URL or an MCP audio block.
+- store(key, value) / load(key): keep JSON-serialisable values across the cells of this session. load returns a copy, or undefined. Values are saved when the cell finishes (also with an error), not when it is terminated.
+- notify(value): send a short progress message right away, outside the output.
+- yield_control(): return the output so far now; the script keeps running.
+- exit(): end the script successfully, at once.
+- setTimeout(callback, ms) / clearTimeout(id): timers; pending timers do not keep a finished script alive.
+
+Modern built-ins are available, including Array.prototype.toSorted/toReversed/with, Object.groupBy, Map.groupBy, Promise.withResolvers and Array.fromAsync.
+
+Tools:
+```ts
+{declaration}
+```"#,
+            yield_ms = config.default_exec_yield_time.as_millis(),
+            tokens = config.default_max_output_tokens,
+            declaration = tools_declaration(self.tools()),
+        )
+    }
+
+    /// The description of the `wait` tool.
+    pub fn wait_description(&self) -> String {
+        let config = self.config();
+        format!(
+            r#"Wait for a script started by `exec` that was still running ("Script running with cell ID <id>"), or terminate it.
+
+Returns the output the script produced since it was last observed, and its status: still running (call `wait` again), completed, failed (with the error), or terminated.
+
+Arguments:
+- cell_id: the ID from "Script running with cell ID <id>".
+- yield_time_ms: how long to wait before returning if the script is still running (default {yield_ms}, at least {min_ms}).
+- max_tokens: the output budget of the result (default {tokens}).
+- terminate: true to stop the script now; the result has everything it produced before it stopped."#,
+            yield_ms = config.default_wait_yield_time.as_millis(),
+            min_ms = config.min_wait_yield_time.as_millis(),
+            tokens = config.default_max_output_tokens,
+        )
+    }
+
+    /// The JSON Schema of the `wait` tool's input.
+    pub fn wait_input_schema(&self) -> Value {
+        json!({
+            "type": "object",
+            "properties": {
+                "cell_id": {"type": "string", "description": "The ID from \"Script running with cell ID <id>\"."},
+                "yield_time_ms": {"type": "integer", "minimum": 0, "description": "How long to wait before returning if the script is still running."},
+                "max_tokens": {"type": "integer", "minimum": 0, "description": "The output budget of the result."},
+                "terminate": {"type": "boolean", "description": "Stop the script now."}
+            },
+            "required": ["cell_id"],
+            "additionalProperties": false
+        })
+    }
+}

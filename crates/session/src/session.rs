@@ -1,0 +1,594 @@
+//! A session: the cells it owns, its stored values, its enabled tools, and the operations an
+//! embedder (or the model-facing layer) calls on it (S4).
+//!
+//! State lives in [`Shared`], behind one `Arc` that each cell's host also holds: the registry of
+//! cells (id allocation, the active-cell limit, whether the session still accepts cells) and the
+//! stored values, each behind its own small mutex that is never held across an await. A cell is in
+//! the registry from its start until its terminal outcome has been delivered (or its actor closed).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use codemode_cell_actor::{
+    CellConfig, CellError, CellEvent, CellHandle, CellHost, CellState, CompletionCommit,
+    Observation, StartedCell, ToolInvocation, start_cell,
+};
+use codemode_engine::{CellLimits, CellStart, Engine, EngineError, PendingMode};
+use codemode_protocol::{ExecuteRequest, ToolDefinition, WaitRequest};
+use serde_json::Value;
+use tokio::sync::broadcast;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::Instrument;
+
+use crate::config::SessionConfig;
+use crate::hints::error_hint;
+use crate::ids::CellIds;
+use crate::ports::{Store, StoreError, ToolListError, ToolProvider};
+
+/// How many session events a slow subscriber may fall behind before it misses some.
+const EVENT_BUFFER: usize = 1024;
+
+/// What an observation of a cell returned.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CellReport {
+    pub cell_id: String,
+    pub event: CellEvent,
+    /// How long the observation took.
+    pub wall_time: Duration,
+    /// For a failed cell: where in the source the error points, and the closest tool names.
+    pub error_hint: Option<String>,
+}
+
+/// The result of `wait`: an observation, or no such cell (distinct from any error).
+#[derive(Debug, Clone, PartialEq)]
+pub enum WaitOutcome {
+    Observed(CellReport),
+    /// No cell with this id: never started, or its result was already delivered.
+    NotFound {
+        cell_id: String,
+    },
+}
+
+/// Something a session tells its subscribers.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SessionEvent {
+    /// A cell finished while nobody was observing it (S7.4); `wait` returns its result.
+    CellFinished {
+        cell_id: String,
+        error_text: Option<String>,
+    },
+    /// A cell called `notify`.
+    Notification {
+        cell_id: String,
+        call_id: String,
+        text: String,
+    },
+}
+
+/// Why a session operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum SessionError {
+    #[error("the session is shut down and starts no more cells")]
+    ShutDown,
+    #[error(
+        "too many active cells: this session already has {limit} cells running or waiting to be \
+         observed (the max_active_cells limit); wait for or terminate one before starting another"
+    )]
+    TooManyCells { limit: usize },
+    #[error("this session has used every cell id and can start no more cells; open a new session")]
+    CellIdsExhausted,
+    #[error("cell {cell_id}: {source}")]
+    Cell {
+        cell_id: String,
+        #[source]
+        source: CellError,
+    },
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+    #[error("failed to load the session's stored values: {0}")]
+    Store(#[source] StoreError),
+    #[error("failed to list the session's tools: {0}")]
+    Tools(#[source] ToolListError),
+}
+
+/// Everything a session and its cells' hosts share.
+struct Shared<S, P> {
+    id: String,
+    engine: Arc<dyn Engine>,
+    store: Arc<S>,
+    provider: Arc<P>,
+    tools: Vec<ToolDefinition>,
+    tool_names: Vec<String>,
+    config: SessionConfig,
+    values: Mutex<HashMap<String, Value>>,
+    registry: Mutex<Registry>,
+    events: broadcast::Sender<SessionEvent>,
+    /// The cells' actor tasks; `shutdown` waits for them.
+    tasks: TaskTracker,
+}
+
+#[derive(Default)]
+struct Registry {
+    cells: HashMap<String, CellEntry>,
+    ids: CellIds,
+    shut_down: bool,
+}
+
+struct CellEntry {
+    handle: CellHandle,
+    /// The source as the engine ran it, for error hints.
+    source: Arc<str>,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Critical sections here never panic; recover the data anyway rather than spread a panic.
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// A session: create it with [`Session::open`], give the model `exec` and `wait` through
+/// [`Session::exec_tool`] and [`Session::wait_tool`], or call the operations directly. Dropping it
+/// terminates its cells.
+pub struct Session<S: Store, P: ToolProvider> {
+    shared: Arc<Shared<S, P>>,
+}
+
+impl<S: Store, P: ToolProvider> std::fmt::Debug for Session<S, P> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session")
+            .field("id", &self.shared.id)
+            .field("tools", &self.shared.tool_names)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S: Store, P: ToolProvider> Session<S, P> {
+    /// Opens session `id`: loads its stored values and lists its tools.
+    pub async fn open(
+        id: impl Into<String>,
+        engine: Arc<dyn Engine>,
+        store: Arc<S>,
+        provider: Arc<P>,
+        config: SessionConfig,
+    ) -> Result<Self, SessionError> {
+        let id = id.into();
+        let values = store.load(&id).map_err(SessionError::Store)?;
+        let tools = provider.list_tools().await.map_err(SessionError::Tools)?;
+        let tool_names = tools.iter().map(ToolDefinition::global_name).collect();
+        let (events, _) = broadcast::channel(EVENT_BUFFER);
+        Ok(Session {
+            shared: Arc::new(Shared {
+                id,
+                engine,
+                store,
+                provider,
+                tools,
+                tool_names,
+                config,
+                values: Mutex::new(values),
+                registry: Mutex::new(Registry::default()),
+                events,
+                tasks: TaskTracker::new(),
+            }),
+        })
+    }
+
+    pub fn id(&self) -> &str {
+        &self.shared.id
+    }
+
+    pub fn config(&self) -> &SessionConfig {
+        &self.shared.config
+    }
+
+    /// The tools cells of this session may call.
+    pub fn tools(&self) -> &[ToolDefinition] {
+        &self.shared.tools
+    }
+
+    /// A copy of the session's stored values now.
+    pub fn stored_values(&self) -> HashMap<String, Value> {
+        lock(&self.shared.values).clone()
+    }
+
+    /// How many cells are running or waiting to be observed.
+    pub fn active_cells(&self) -> usize {
+        lock(&self.shared.registry).cells.len()
+    }
+
+    /// Session events: cells that finished unobserved, and notifications.
+    pub fn subscribe(&self) -> broadcast::Receiver<SessionEvent> {
+        self.shared.events.subscribe()
+    }
+
+    /// Starts a cell and observes it until its yield time (S6 defaults and grace apply).
+    pub async fn execute(&self, request: ExecuteRequest) -> Result<CellReport, SessionError> {
+        let yield_time = self.shared.config.exec_yield(request.yield_time_ms);
+        self.start(request, Observation::yield_after(yield_time))
+            .await
+    }
+
+    /// Starts a cell and observes it until its pending frontier (or its end).
+    pub async fn execute_to_pending(
+        &self,
+        request: ExecuteRequest,
+    ) -> Result<CellReport, SessionError> {
+        self.start(request, Observation::pending_frontier()).await
+    }
+
+    /// Observes a running cell again until its yield time, or terminates it.
+    pub async fn wait(&self, request: WaitRequest) -> Result<WaitOutcome, SessionError> {
+        if request.terminate {
+            return self.terminate(&request.cell_id).await;
+        }
+        let yield_time = self.shared.config.wait_yield(request.yield_time_ms);
+        self.observe(&request.cell_id, Observation::yield_after(yield_time))
+            .await
+    }
+
+    /// Observes a running cell until its pending frontier (or its end).
+    pub async fn wait_to_pending(&self, cell_id: &str) -> Result<WaitOutcome, SessionError> {
+        self.observe(cell_id, Observation::pending_frontier()).await
+    }
+
+    /// Terminates a cell; its report carries every item produced before the kill.
+    pub async fn terminate(&self, cell_id: &str) -> Result<WaitOutcome, SessionError> {
+        let Some(handle) = self.handle(cell_id) else {
+            return Ok(WaitOutcome::NotFound {
+                cell_id: cell_id.to_owned(),
+            });
+        };
+        let began = Instant::now();
+        tracing::info!(session = %self.shared.id, cell_id, "terminating cell");
+        let answer = handle.terminate().await;
+        self.conclude(cell_id, answer, began)
+    }
+
+    /// Terminates every cell (CPU-bound ones too), waits until all have stopped, and refuses new
+    /// cells from then on.
+    pub async fn shutdown(&self) {
+        let handles = self.close_registry();
+        for handle in &handles {
+            // The request takes effect at once; the answer is not needed.
+            drop(handle.terminate());
+        }
+        self.shared.tasks.close();
+        self.shared.tasks.wait().await;
+        tracing::info!(session = %self.shared.id, cells = handles.len(), "session shut down");
+    }
+
+    fn close_registry(&self) -> Vec<CellHandle> {
+        let mut registry = lock(&self.shared.registry);
+        registry.shut_down = true;
+        registry
+            .cells
+            .values()
+            .map(|entry| entry.handle.clone())
+            .collect()
+    }
+
+    fn handle(&self, cell_id: &str) -> Option<CellHandle> {
+        lock(&self.shared.registry)
+            .cells
+            .get(cell_id)
+            .map(|entry| entry.handle.clone())
+    }
+
+    async fn start(
+        &self,
+        request: ExecuteRequest,
+        observation: Observation,
+    ) -> Result<CellReport, SessionError> {
+        let shared = &self.shared;
+        let began = Instant::now();
+        let (cell_id, first_observation) = {
+            let mut registry = lock(&shared.registry);
+            if registry.shut_down {
+                return Err(SessionError::ShutDown);
+            }
+            if registry.cells.len() >= shared.config.max_active_cells {
+                return Err(SessionError::TooManyCells {
+                    limit: shared.config.max_active_cells,
+                });
+            }
+            let cell_id = registry
+                .ids
+                .allocate()
+                .ok_or(SessionError::CellIdsExhausted)?;
+            let source: Arc<str> = Arc::from(request.source.as_str());
+            let cell = CellStart {
+                call_id: request.call_id,
+                source: request.source,
+                enabled_tools: shared.tools.clone(),
+                stored_values: lock(&shared.values).clone(),
+                limits: CellLimits {
+                    heap_limit_bytes: shared.config.heap_limit_bytes,
+                    cpu_time_limit: shared.config.cpu_time_limit,
+                },
+                pending_mode: PendingMode::PauseUntilResumed,
+            };
+            let host = Arc::new(SessionCellHost {
+                shared: Arc::clone(shared),
+                cell_id: cell_id.clone(),
+                error_text: Mutex::new(None),
+            });
+            let config = CellConfig {
+                output_mode: shared.config.output_mode,
+                failure_handler: shared.config.on_runtime_failure.clone(),
+            };
+            let StartedCell {
+                handle,
+                first_observation,
+                task,
+            } = start_cell(&*shared.engine, cell, host, config, observation)?;
+            let span = tracing::info_span!("cell", session = %shared.id, cell_id = %cell_id);
+            shared.tasks.spawn(task.instrument(span));
+            registry
+                .cells
+                .insert(cell_id.clone(), CellEntry { handle, source });
+            (cell_id, first_observation)
+        };
+        tracing::info!(session = %shared.id, cell_id, "cell started");
+        let answer = first_observation.await;
+        self.conclude(&cell_id, answer, began)
+            .map(|outcome| match outcome {
+                WaitOutcome::Observed(report) => report,
+                WaitOutcome::NotFound { .. } => unreachable!("a started cell is found"),
+            })
+    }
+
+    async fn observe(
+        &self,
+        cell_id: &str,
+        observation: Observation,
+    ) -> Result<WaitOutcome, SessionError> {
+        let Some(handle) = self.handle(cell_id) else {
+            return Ok(WaitOutcome::NotFound {
+                cell_id: cell_id.to_owned(),
+            });
+        };
+        let began = Instant::now();
+        let answer = handle.observe(observation).await;
+        self.conclude(cell_id, answer, began)
+    }
+
+    /// Turns an observation's answer into a report: removes a finished cell from the registry,
+    /// adds error hints, and logs the outcome.
+    fn conclude(
+        &self,
+        cell_id: &str,
+        answer: Result<CellEvent, CellError>,
+        began: Instant,
+    ) -> Result<WaitOutcome, SessionError> {
+        let event = match answer {
+            Ok(event) => event,
+            // The cell ended and its result was delivered meanwhile: it is gone.
+            Err(CellError::Closed) => {
+                return Ok(WaitOutcome::NotFound {
+                    cell_id: cell_id.to_owned(),
+                });
+            }
+            Err(source) => {
+                return Err(SessionError::Cell {
+                    cell_id: cell_id.to_owned(),
+                    source,
+                });
+            }
+        };
+        let source = if event.is_terminal() {
+            lock(&self.shared.registry)
+                .cells
+                .remove(cell_id)
+                .map(|entry| entry.source)
+        } else {
+            lock(&self.shared.registry)
+                .cells
+                .get(cell_id)
+                .map(|entry| Arc::clone(&entry.source))
+        };
+        let error_hint = match (&event, source) {
+            (
+                CellEvent::Completed {
+                    error_text: Some(error_text),
+                    ..
+                },
+                Some(source),
+            ) => error_hint(error_text, &source, &self.shared.tool_names),
+            _ => None,
+        };
+        log_observation(&self.shared.id, cell_id, &event);
+        Ok(WaitOutcome::Observed(CellReport {
+            cell_id: cell_id.to_owned(),
+            event,
+            wall_time: began.elapsed(),
+            error_hint,
+        }))
+    }
+}
+
+fn log_observation(session: &str, cell_id: &str, event: &CellEvent) {
+    let items = event.output().entries().len();
+    match event {
+        CellEvent::Yielded { .. } => tracing::info!(session, cell_id, items, "cell yielded"),
+        CellEvent::Pending {
+            pending_tool_call_ids,
+            ..
+        } => tracing::info!(
+            session,
+            cell_id,
+            items,
+            pending_tool_calls = pending_tool_call_ids.len(),
+            "cell at its pending frontier"
+        ),
+        CellEvent::Completed { error_text, .. } => tracing::info!(
+            session,
+            cell_id,
+            items,
+            failed = error_text.is_some(),
+            "cell completed"
+        ),
+        CellEvent::Terminated { tool_calls, .. } => tracing::info!(
+            session,
+            cell_id,
+            items,
+            tool_calls = tool_calls.len(),
+            "cell terminated"
+        ),
+    }
+}
+
+impl<S: Store, P: ToolProvider> Drop for Session<S, P> {
+    /// Dropping a session shuts it down: every cell is told to terminate at once (the actors
+    /// finish in the background).
+    fn drop(&mut self) {
+        for handle in self.close_registry() {
+            drop(handle.terminate());
+        }
+        self.shared.tasks.close();
+    }
+}
+
+/// The host of one cell of a session.
+struct SessionCellHost<S, P> {
+    shared: Arc<Shared<S, P>>,
+    cell_id: String,
+    /// The error text of the cell's completion, kept for the completion notice.
+    error_text: Mutex<Option<Option<String>>>,
+}
+
+impl<S: Store, P: ToolProvider> CellHost for SessionCellHost<S, P> {
+    async fn invoke_tool(
+        &self,
+        invocation: ToolInvocation,
+        cancellation: CancellationToken,
+    ) -> Result<Value, String> {
+        let tool = invocation.name.global_name();
+        let span = tracing::info_span!(
+            "tool_call",
+            session = %self.shared.id,
+            cell_id = %self.cell_id,
+            tool = %tool,
+            call_id = %invocation.id,
+        );
+        let log_content = self.shared.config.log_content;
+        async move {
+            if log_content {
+                tracing::debug!(input = ?invocation.input, "tool call input");
+            }
+            let began = Instant::now();
+            let result = self
+                .shared
+                .provider
+                .call_tool(invocation, cancellation.clone())
+                .await;
+            let duration_ms = began.elapsed().as_millis() as u64;
+            let outcome = match (&result, cancellation.is_cancelled()) {
+                (_, true) => "cancelled",
+                (Ok(_), false) => "ok",
+                (Err(_), false) => "error",
+            };
+            tracing::info!(duration_ms, outcome, "tool call finished");
+            if log_content {
+                tracing::debug!(result = ?result, "tool call result");
+            }
+            result
+        }
+        .instrument(span)
+        .await
+    }
+
+    async fn notify(
+        &self,
+        call_id: String,
+        text: String,
+        _cancellation: CancellationToken,
+    ) -> Result<(), String> {
+        if self.shared.config.log_content {
+            tracing::debug!(cell_id = %self.cell_id, text = %text, "notification");
+        }
+        // No subscriber is not an error: notifications are best effort.
+        let _ = self.shared.events.send(SessionEvent::Notification {
+            cell_id: self.cell_id.clone(),
+            call_id,
+            text,
+        });
+        Ok(())
+    }
+
+    async fn commit_completion(
+        &self,
+        stored_value_writes: HashMap<String, Value>,
+        completion: impl FnOnce() -> CellEvent + Send,
+        cell_state: Arc<CellState>,
+    ) -> CompletionCommit {
+        let shared = &self.shared;
+        let mut values = lock(&shared.values);
+        // The commit runs first and may fail; the completion, built second, then says so.
+        let store_failure = std::cell::RefCell::new(None);
+        let commit = cell_state.commit_completion(
+            || {
+                let event = completion();
+                let event = with_store_failure(event, store_failure.take());
+                if let CellEvent::Completed { error_text, .. } = &event {
+                    *lock(&self.error_text) = Some(error_text.clone());
+                }
+                event
+            },
+            || {
+                if stored_value_writes.is_empty() {
+                    return;
+                }
+                match shared.store.commit(&shared.id, &stored_value_writes) {
+                    Ok(()) => values.extend(stored_value_writes),
+                    Err(error) => {
+                        tracing::error!(session = %shared.id, cell_id = %self.cell_id, %error, "failed to commit stored values");
+                        *store_failure.borrow_mut() = Some(error);
+                    }
+                }
+            },
+        );
+        drop(values);
+        commit
+    }
+
+    fn completed_unobserved(&self) {
+        let error_text = lock(&self.error_text).take().flatten();
+        tracing::info!(session = %self.shared.id, cell_id = %self.cell_id, "cell finished in the background");
+        let _ = self.shared.events.send(SessionEvent::CellFinished {
+            cell_id: self.cell_id.clone(),
+            error_text,
+        });
+    }
+
+    async fn closed(&self) {
+        lock(&self.shared.registry).cells.remove(&self.cell_id);
+    }
+}
+
+/// A completion whose stored values could not be saved says so in its error text: the cell ran,
+/// but what it stored is lost.
+fn with_store_failure(event: CellEvent, failure: Option<StoreError>) -> CellEvent {
+    let Some(failure) = failure else {
+        return event;
+    };
+    let CellEvent::Completed {
+        output,
+        error_text,
+        result_buffered_for,
+    } = event
+    else {
+        return event;
+    };
+    let note = format!("the cell's stored values could not be saved: {failure}");
+    CellEvent::Completed {
+        output,
+        error_text: Some(match error_text {
+            Some(error_text) => format!("{error_text}\n{note}"),
+            None => note,
+        }),
+        result_buffered_for,
+    }
+}

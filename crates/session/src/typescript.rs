@@ -1,0 +1,362 @@
+//! TypeScript declarations of the enabled tools, generated from their JSON Schemas, for the `exec`
+//! description (S6): `declare const tools: { name(args: {...}): Promise<...>; ... }`, grouped by
+//! namespace.
+//!
+//! Supported: objects (properties, required and optional, nested, `additionalProperties` as an
+//! index signature), arrays and tuples, `enum` and `const` as literal types, `anyOf`/`oneOf` and
+//! type lists as unions, `allOf` as intersections, `nullable`, and descriptions as doc comments.
+//! Anything else (`$ref`, `not`, conditionals, schemas nested too deeply) is `unknown`.
+
+use std::fmt::Write;
+
+use codemode_protocol::{ToolDefinition, ToolKind};
+use serde_json::{Map, Value};
+
+/// Past this nesting depth a schema is `unknown`, to keep declarations readable.
+const MAX_DEPTH: usize = 6;
+
+/// The `declare const tools: {...};` block for `tools`: tools without a namespace first, then each
+/// namespace in order of first appearance.
+pub fn tools_declaration(tools: &[ToolDefinition]) -> String {
+    let mut groups: Vec<(Option<&str>, Vec<&ToolDefinition>)> = Vec::new();
+    for tool in tools {
+        let namespace = tool.name.namespace.as_deref();
+        match groups.iter_mut().find(|(group, _)| *group == namespace) {
+            Some((_, members)) => members.push(tool),
+            None => groups.push((namespace, vec![tool])),
+        }
+    }
+    groups.sort_by_key(|(namespace, _)| namespace.is_some());
+    let mut out = String::from("declare const tools: {\n");
+    for (index, (namespace, members)) in groups.iter().enumerate() {
+        if index > 0 {
+            out.push('\n');
+        }
+        if let Some(namespace) = namespace {
+            let _ = writeln!(out, "  // ---- {namespace} ----");
+        }
+        for tool in members {
+            write_tool(&mut out, tool);
+        }
+    }
+    out.push_str("};");
+    out
+}
+
+fn write_tool(out: &mut String, tool: &ToolDefinition) {
+    write_doc(out, &tool.description, 1);
+    let result = tool
+        .output_schema
+        .as_ref()
+        .map(|schema| ts_type(schema, 1, 0))
+        .unwrap_or_else(|| "unknown".to_owned());
+    let parameter = match tool.kind {
+        ToolKind::Freeform => "input: string".to_owned(),
+        ToolKind::Function => match &tool.input_schema {
+            None => "args?: unknown".to_owned(),
+            Some(schema) => {
+                let optional = if argument_required(schema) { "" } else { "?" };
+                format!("args{optional}: {}", ts_type(schema, 1, 0))
+            }
+        },
+    };
+    let _ = writeln!(
+        out,
+        "  {}({parameter}): Promise<{result}>;",
+        tool.global_name()
+    );
+}
+
+/// An object argument with no required properties may be left out.
+fn argument_required(schema: &Value) -> bool {
+    match schema.get("required").and_then(Value::as_array) {
+        Some(required) => !required.is_empty(),
+        None => !is_object_schema(schema),
+    }
+}
+
+fn is_object_schema(schema: &Value) -> bool {
+    schema.get("type").and_then(Value::as_str) == Some("object")
+        || (schema.get("type").is_none() && schema.get("properties").is_some())
+}
+
+/// Writes `text` as a `/** ... */` comment at `indent` levels (two spaces each).
+fn write_doc(out: &mut String, text: &str, indent: usize) {
+    let text = text.trim();
+    if text.is_empty() {
+        return;
+    }
+    let pad = "  ".repeat(indent);
+    let text = text.replace("*/", "*\\/");
+    let lines: Vec<&str> = text.lines().collect();
+    if lines.len() == 1 {
+        let _ = writeln!(out, "{pad}/** {} */", lines[0]);
+        return;
+    }
+    let _ = writeln!(out, "{pad}/**");
+    for line in lines {
+        let _ = writeln!(out, "{pad} * {}", line.trim_end()).map(|_| ());
+    }
+    let _ = writeln!(out, "{pad} */");
+}
+
+/// The TypeScript type of `schema`, written for a position `indent` levels deep.
+fn ts_type(schema: &Value, indent: usize, depth: usize) -> String {
+    let Value::Object(schema) = schema else {
+        return match schema {
+            Value::Bool(false) => "never".to_owned(),
+            _ => "unknown".to_owned(),
+        };
+    };
+    if depth > MAX_DEPTH {
+        return "unknown".to_owned();
+    }
+    let base = base_type(schema, indent, depth);
+    if schema.get("nullable").and_then(Value::as_bool) == Some(true) && base != "unknown" {
+        union(vec![base, "null".to_owned()])
+    } else {
+        base
+    }
+}
+
+fn base_type(schema: &Map<String, Value>, indent: usize, depth: usize) -> String {
+    if let Some(constant) = schema.get("const") {
+        return literal(constant);
+    }
+    if let Some(Value::Array(values)) = schema.get("enum") {
+        return union(values.iter().map(literal).collect());
+    }
+    for key in ["anyOf", "oneOf"] {
+        if let Some(Value::Array(members)) = schema.get(key) {
+            return union(
+                members
+                    .iter()
+                    .map(|member| ts_type(member, indent, depth + 1))
+                    .collect(),
+            );
+        }
+    }
+    if let Some(Value::Array(members)) = schema.get("allOf") {
+        let parts: Vec<String> = members
+            .iter()
+            .map(|member| ts_type(member, indent, depth + 1))
+            .filter(|part| part != "unknown")
+            .map(|part| {
+                if part.contains(" | ") {
+                    format!("({part})")
+                } else {
+                    part
+                }
+            })
+            .collect();
+        return if parts.is_empty() {
+            "unknown".to_owned()
+        } else {
+            parts.join(" & ")
+        };
+    }
+    match schema.get("type") {
+        Some(Value::String(kind)) => typed(kind, schema, indent, depth),
+        Some(Value::Array(kinds)) => union(
+            kinds
+                .iter()
+                .filter_map(Value::as_str)
+                .map(|kind| typed(kind, schema, indent, depth))
+                .collect(),
+        ),
+        _ if schema.contains_key("properties") => object_type(schema, indent, depth),
+        _ if schema.contains_key("items") => array_type(schema, indent, depth),
+        _ => "unknown".to_owned(),
+    }
+}
+
+fn typed(kind: &str, schema: &Map<String, Value>, indent: usize, depth: usize) -> String {
+    match kind {
+        "string" => "string".to_owned(),
+        "number" | "integer" => "number".to_owned(),
+        "boolean" => "boolean".to_owned(),
+        "null" => "null".to_owned(),
+        "array" => array_type(schema, indent, depth),
+        "object" => object_type(schema, indent, depth),
+        _ => "unknown".to_owned(),
+    }
+}
+
+fn array_type(schema: &Map<String, Value>, indent: usize, depth: usize) -> String {
+    if let Some(Value::Array(prefix)) = schema
+        .get("prefixItems")
+        .or_else(|| schema.get("items").filter(|items| items.is_array()))
+    {
+        let members: Vec<String> = prefix
+            .iter()
+            .map(|item| ts_type(item, indent, depth + 1))
+            .collect();
+        return format!("[{}]", members.join(", "));
+    }
+    let item = schema
+        .get("items")
+        .map(|items| ts_type(items, indent, depth + 1))
+        .unwrap_or_else(|| "unknown".to_owned());
+    if item.contains(' ') && !item.starts_with('{') {
+        format!("({item})[]")
+    } else {
+        format!("{item}[]")
+    }
+}
+
+fn object_type(schema: &Map<String, Value>, indent: usize, depth: usize) -> String {
+    let properties = schema.get("properties").and_then(Value::as_object);
+    let additional = match schema.get("additionalProperties") {
+        Some(Value::Bool(false)) | None => None,
+        Some(Value::Bool(true)) => Some("unknown".to_owned()),
+        Some(additional) => Some(ts_type(additional, indent + 1, depth + 1)),
+    };
+    let properties = match properties {
+        Some(properties) if !properties.is_empty() => properties,
+        _ => {
+            let value = additional.unwrap_or_else(|| "unknown".to_owned());
+            return format!("Record<string, {value}>");
+        }
+    };
+    let required: Vec<&str> = schema
+        .get("required")
+        .and_then(Value::as_array)
+        .map(|required| required.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let pad = "  ".repeat(indent + 1);
+    let mut out = String::from("{\n");
+    for (name, property) in properties {
+        if let Some(description) = property.get("description").and_then(Value::as_str) {
+            write_doc(&mut out, &describe(description, property), indent + 1);
+        } else if let Some(default) = property.get("default") {
+            write_doc(&mut out, &format!("Default: {default}"), indent + 1);
+        }
+        let optional = if required.contains(&name.as_str()) {
+            ""
+        } else {
+            "?"
+        };
+        let _ = writeln!(
+            out,
+            "{pad}{}{optional}: {};",
+            property_name(name),
+            ts_type(property, indent + 1, depth + 1)
+        );
+    }
+    if let Some(additional) = additional {
+        let _ = writeln!(out, "{pad}[key: string]: {additional};");
+    }
+    let _ = write!(out, "{}}}", "  ".repeat(indent));
+    out
+}
+
+/// A property's description, with its default when it has one.
+fn describe(description: &str, property: &Value) -> String {
+    match property.get("default") {
+        Some(default) => format!("{} (default: {default})", description.trim_end()),
+        None => description.to_owned(),
+    }
+}
+
+fn property_name(name: &str) -> String {
+    let identifier = !name.is_empty()
+        && !name.starts_with(|first: char| first.is_ascii_digit())
+        && name.chars().all(|character| {
+            character.is_ascii_alphanumeric() || character == '_' || character == '$'
+        });
+    if identifier {
+        name.to_owned()
+    } else {
+        Value::String(name.to_owned()).to_string()
+    }
+}
+
+fn literal(value: &Value) -> String {
+    match value {
+        Value::String(_) | Value::Number(_) | Value::Bool(_) | Value::Null => value.to_string(),
+        _ => "unknown".to_owned(),
+    }
+}
+
+/// `a | b | c`, without repeats; `unknown` absorbs everything.
+fn union(members: Vec<String>) -> String {
+    let mut unique: Vec<String> = Vec::new();
+    for member in members {
+        if member == "unknown" {
+            return "unknown".to_owned();
+        }
+        if !unique.contains(&member) {
+            unique.push(member);
+        }
+    }
+    match unique.len() {
+        0 => "never".to_owned(),
+        _ => unique.join(" | "),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn ty(schema: Value) -> String {
+        ts_type(&schema, 0, 0)
+    }
+
+    #[test]
+    fn primitive_enum_const_and_union_types() {
+        assert_eq!(ty(json!({"type": "string"})), "string");
+        assert_eq!(ty(json!({"type": "integer"})), "number");
+        assert_eq!(ty(json!({"type": ["string", "null"]})), "string | null");
+        assert_eq!(ty(json!({"enum": ["a", "b", 3]})), "\"a\" | \"b\" | 3");
+        assert_eq!(ty(json!({"const": "fixed"})), "\"fixed\"");
+        assert_eq!(
+            ty(json!({"anyOf": [{"type": "string"}, {"type": "number"}]})),
+            "string | number"
+        );
+        assert_eq!(
+            ty(json!({"type": "string", "nullable": true})),
+            "string | null"
+        );
+        assert_eq!(ty(json!({"$ref": "#/$defs/thing"})), "unknown");
+        assert_eq!(ty(json!(true)), "unknown");
+    }
+
+    #[test]
+    fn arrays_tuples_and_records() {
+        assert_eq!(
+            ty(json!({"type": "array", "items": {"type": "string"}})),
+            "string[]"
+        );
+        assert_eq!(
+            ty(json!({"type": "array", "items": {"type": ["string", "number"]}})),
+            "(string | number)[]"
+        );
+        assert_eq!(ty(json!({"type": "array"})), "unknown[]");
+        assert_eq!(
+            ty(json!({"type": "array", "prefixItems": [{"type": "string"}, {"type": "number"}]})),
+            "[string, number]"
+        );
+        assert_eq!(
+            ty(json!({"type": "object", "additionalProperties": {"type": "number"}})),
+            "Record<string, number>"
+        );
+        assert_eq!(ty(json!({"type": "object"})), "Record<string, unknown>");
+    }
+
+    #[test]
+    fn objects_mark_optional_properties_and_quote_odd_names() {
+        assert_eq!(
+            ty(json!({
+                "type": "object",
+                "properties": {
+                    "q": {"type": "string", "description": "The query."},
+                    "max-results": {"type": "integer", "default": 10},
+                },
+                "required": ["q"]
+            })),
+            "{\n  /** The query. */\n  q: string;\n  /** Default: 10 */\n  \"max-results\"?: number;\n}"
+        );
+    }
+}
