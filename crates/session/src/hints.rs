@@ -24,7 +24,13 @@ pub fn error_hint(error_text: &str, source: &str, tool_names: &[String]) -> Opti
 /// `at line L, column C:` with the source line and a caret under the column.
 fn source_location(error_text: &str, source: &str) -> Option<String> {
     let (line, column) = first_position(error_text)?;
-    let text = source.lines().nth(line.checked_sub(1)?)?;
+    let lines: Vec<&str> = source.lines().collect();
+    // An error at the end of the input may point one line past the last (an empty last line).
+    let text = match line.checked_sub(1)? {
+        index if index < lines.len() => lines[index],
+        index if index == lines.len() => "",
+        _ => return None,
+    };
     let number = line.to_string();
     let gutter = " ".repeat(number.len());
     // Keep tabs in the caret line so the caret lines up under the column.
@@ -148,6 +154,19 @@ mod tests {
         assert_eq!(
             error_hint(error, source, &tools()).unwrap(),
             "at line 3, column 3:\n3 | x.length;\n  |   ^"
+        );
+    }
+
+    #[test]
+    fn an_error_at_the_end_of_the_input_points_past_the_last_line() {
+        assert_eq!(
+            error_hint(
+                "SyntaxError: Unexpected end of input\n    at cell.js:3:1",
+                "if (x) {\n  y();\n",
+                &tools()
+            )
+            .unwrap(),
+            "at line 3, column 1:\n3 | \n  | ^"
         );
     }
 

@@ -143,7 +143,7 @@ pub fn truncate(items: Vec<OutputItem>, max_tokens: u64) -> Vec<OutputItem> {
             continue;
         }
         if let OutputItem::Text { text } = item {
-            let cut = floor_char_boundary(text, head_budget - used);
+            let cut = head_cut(text, head_budget - used);
             if cut > 0 {
                 head.push(OutputItem::text(&text[..cut]));
             }
@@ -165,8 +165,7 @@ pub fn truncate(items: Vec<OutputItem>, max_tokens: u64) -> Vec<OutputItem> {
             continue;
         }
         if let OutputItem::Text { text } = item {
-            let keep = tail_budget - used;
-            let cut = ceil_char_boundary(text, text.len() - keep);
+            let cut = tail_cut(text, tail_budget - used);
             if cut < text.len() {
                 tail.push(OutputItem::text(&text[cut..]));
             }
@@ -201,6 +200,26 @@ fn text_len(item: &OutputItem) -> usize {
     match item {
         OutputItem::Text { text } => text.len(),
         _ => 0,
+    }
+}
+
+/// Where to end a head of at most `budget` bytes: at the last line break in its second half if
+/// there is one (so the head ends on a whole line), else at the last character boundary.
+fn head_cut(text: &str, budget: usize) -> usize {
+    let cut = floor_char_boundary(text, budget);
+    match text[..cut].rfind('\n') {
+        Some(line_end) if line_end >= cut / 2 => line_end,
+        _ => cut,
+    }
+}
+
+/// Where to start a tail of at most `budget` bytes: after the first line break in its first half
+/// if there is one (so the tail starts on a whole line), else at the first character boundary.
+fn tail_cut(text: &str, budget: usize) -> usize {
+    let start = ceil_char_boundary(text, text.len() - budget.min(text.len()));
+    match text[start..].find('\n') {
+        Some(offset) if offset < budget / 2 => start + offset + 1,
+        _ => start,
     }
 }
 
@@ -249,6 +268,20 @@ mod tests {
             "{marker}"
         );
         assert!(marker.contains("3600 bytes from the middle"), "{marker}");
+    }
+
+    #[test]
+    fn cuts_fall_on_line_boundaries_when_they_can() {
+        let text: String = (0..100).map(|n| format!("line {n:02}\n")).collect();
+        let items = truncate(vec![OutputItem::text(text)], 20);
+        let OutputItem::Text { text: head } = &items[0] else {
+            panic!()
+        };
+        let OutputItem::Text { text: tail } = items.last().unwrap() else {
+            panic!()
+        };
+        assert!(head.lines().all(|line| line.len() == 7), "{head:?}");
+        assert!(tail.lines().all(|line| line.len() == 7), "{tail:?}");
     }
 
     #[test]

@@ -236,7 +236,7 @@ impl<S: Store, P: ToolProvider> Session<S, P> {
 
     /// Terminates a cell; its report carries every item produced before the kill.
     pub async fn terminate(&self, cell_id: &str) -> Result<WaitOutcome, SessionError> {
-        let Some(handle) = self.handle(cell_id) else {
+        let Some((handle, source)) = self.entry(cell_id) else {
             return Ok(WaitOutcome::NotFound {
                 cell_id: cell_id.to_owned(),
             });
@@ -244,7 +244,7 @@ impl<S: Store, P: ToolProvider> Session<S, P> {
         let began = Instant::now();
         tracing::info!(session = %self.shared.id, cell_id, "terminating cell");
         let answer = handle.terminate().await;
-        self.conclude(cell_id, answer, began)
+        self.conclude(cell_id, &source, answer, began)
     }
 
     /// Terminates every cell (CPU-bound ones too), waits until all have stopped, and refuses new
@@ -270,11 +270,13 @@ impl<S: Store, P: ToolProvider> Session<S, P> {
             .collect()
     }
 
-    fn handle(&self, cell_id: &str) -> Option<CellHandle> {
+    /// The handle and source of a cell, taken before observing it: the cell may leave the
+    /// registry while the observation runs.
+    fn entry(&self, cell_id: &str) -> Option<(CellHandle, Arc<str>)> {
         lock(&self.shared.registry)
             .cells
             .get(cell_id)
-            .map(|entry| entry.handle.clone())
+            .map(|entry| (entry.handle.clone(), Arc::clone(&entry.source)))
     }
 
     async fn start(
@@ -284,7 +286,7 @@ impl<S: Store, P: ToolProvider> Session<S, P> {
     ) -> Result<CellReport, SessionError> {
         let shared = &self.shared;
         let began = Instant::now();
-        let (cell_id, first_observation) = {
+        let (cell_id, source, first_observation) = {
             let mut registry = lock(&shared.registry);
             if registry.shut_down {
                 return Err(SessionError::ShutDown);
@@ -326,14 +328,18 @@ impl<S: Store, P: ToolProvider> Session<S, P> {
             } = start_cell(&*shared.engine, cell, host, config, observation)?;
             let span = tracing::info_span!("cell", session = %shared.id, cell_id = %cell_id);
             shared.tasks.spawn(task.instrument(span));
-            registry
-                .cells
-                .insert(cell_id.clone(), CellEntry { handle, source });
-            (cell_id, first_observation)
+            registry.cells.insert(
+                cell_id.clone(),
+                CellEntry {
+                    handle,
+                    source: Arc::clone(&source),
+                },
+            );
+            (cell_id, source, first_observation)
         };
         tracing::info!(session = %shared.id, cell_id, "cell started");
         let answer = first_observation.await;
-        self.conclude(&cell_id, answer, began)
+        self.conclude(&cell_id, &source, answer, began)
             .map(|outcome| match outcome {
                 WaitOutcome::Observed(report) => report,
                 WaitOutcome::NotFound { .. } => unreachable!("a started cell is found"),
@@ -345,14 +351,14 @@ impl<S: Store, P: ToolProvider> Session<S, P> {
         cell_id: &str,
         observation: Observation,
     ) -> Result<WaitOutcome, SessionError> {
-        let Some(handle) = self.handle(cell_id) else {
+        let Some((handle, source)) = self.entry(cell_id) else {
             return Ok(WaitOutcome::NotFound {
                 cell_id: cell_id.to_owned(),
             });
         };
         let began = Instant::now();
         let answer = handle.observe(observation).await;
-        self.conclude(cell_id, answer, began)
+        self.conclude(cell_id, &source, answer, began)
     }
 
     /// Turns an observation's answer into a report: removes a finished cell from the registry,
@@ -360,6 +366,7 @@ impl<S: Store, P: ToolProvider> Session<S, P> {
     fn conclude(
         &self,
         cell_id: &str,
+        source: &str,
         answer: Result<CellEvent, CellError>,
         began: Instant,
     ) -> Result<WaitOutcome, SessionError> {
@@ -378,25 +385,14 @@ impl<S: Store, P: ToolProvider> Session<S, P> {
                 });
             }
         };
-        let source = if event.is_terminal() {
-            lock(&self.shared.registry)
-                .cells
-                .remove(cell_id)
-                .map(|entry| entry.source)
-        } else {
-            lock(&self.shared.registry)
-                .cells
-                .get(cell_id)
-                .map(|entry| Arc::clone(&entry.source))
-        };
-        let error_hint = match (&event, source) {
-            (
-                CellEvent::Completed {
-                    error_text: Some(error_text),
-                    ..
-                },
-                Some(source),
-            ) => error_hint(error_text, &source, &self.shared.tool_names),
+        if event.is_terminal() {
+            lock(&self.shared.registry).cells.remove(cell_id);
+        }
+        let error_hint = match &event {
+            CellEvent::Completed {
+                error_text: Some(error_text),
+                ..
+            } => error_hint(error_text, source, &self.shared.tool_names),
             _ => None,
         };
         log_observation(&self.shared.id, cell_id, &event);

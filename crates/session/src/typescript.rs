@@ -55,8 +55,11 @@ fn write_tool(out: &mut String, tool: &ToolDefinition) {
         ToolKind::Function => match &tool.input_schema {
             None => "args?: unknown".to_owned(),
             Some(schema) => {
-                let optional = if argument_required(schema) { "" } else { "?" };
-                format!("args{optional}: {}", ts_type(schema, 1, 0))
+                let argument = ts_type(schema, 1, 0);
+                // A schema that says nothing (`unknown`) accepts no argument too.
+                let required = argument != "unknown" && argument_required(schema);
+                let optional = if required { "" } else { "?" };
+                format!("args{optional}: {argument}")
             }
         },
     };

@@ -1,0 +1,149 @@
+//! Test support for sessions on real V8: an in-memory store, and a tool provider whose tools the
+//! test controls (`gate` calls wait until released).
+
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use codemode_protocol::{ExecuteRequest, ToolDefinition, ToolName};
+use codemode_runtime_v8::V8Engine;
+use codemode_session::{
+    CellReport, Session, SessionConfig, Store, StoreError, ToolInvocation, ToolListError,
+    ToolProvider, WaitOutcome,
+};
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+pub const HANG_GUARD: Duration = Duration::from_secs(60);
+
+pub async fn within<T>(what: &str, future: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(HANG_GUARD, future)
+        .await
+        .unwrap_or_else(|_| panic!("hung: {what}"))
+}
+
+/// Stored values per session, in memory; `fail_commits` makes every commit fail.
+#[derive(Default)]
+pub struct MemoryStore {
+    pub sessions: Mutex<HashMap<String, HashMap<String, Value>>>,
+    pub fail_commits: AtomicBool,
+}
+
+impl Store for MemoryStore {
+    fn load(&self, session: &str) -> Result<HashMap<String, Value>, StoreError> {
+        Ok(self
+            .sessions
+            .lock()
+            .unwrap()
+            .get(session)
+            .cloned()
+            .unwrap_or_default())
+    }
+
+    fn commit(&self, session: &str, writes: &HashMap<String, Value>) -> Result<(), StoreError> {
+        if self.fail_commits.load(Ordering::SeqCst) {
+            return Err(StoreError::new("the disk is full"));
+        }
+        self.sessions
+            .lock()
+            .unwrap()
+            .entry(session.to_owned())
+            .or_default()
+            .extend(writes.clone());
+        Ok(())
+    }
+}
+
+/// Tools: `echo` resolves with its argument, `fail` fails, `gate` waits until [`TestTools::release`].
+#[derive(Default)]
+pub struct TestTools {
+    pub gate: CancellationToken,
+    pub calls: Mutex<Vec<ToolInvocation>>,
+    /// The cancellation token each call was given.
+    pub tokens: Mutex<Vec<CancellationToken>>,
+}
+
+impl TestTools {
+    pub fn release(&self) {
+        self.gate.cancel();
+    }
+}
+
+impl ToolProvider for TestTools {
+    async fn list_tools(&self) -> Result<Vec<ToolDefinition>, ToolListError> {
+        Ok(vec![
+            ToolDefinition::function(ToolName::plain("echo"), "Resolves with its argument."),
+            ToolDefinition::function(ToolName::plain("fail"), "Always fails."),
+            ToolDefinition::function(
+                ToolName::plain("gate"),
+                "Resolves when the test opens the gate.",
+            ),
+            ToolDefinition::function(ToolName::namespaced("web", "search"), "Searches the web."),
+        ])
+    }
+
+    async fn call_tool(
+        &self,
+        call: ToolInvocation,
+        cancellation: CancellationToken,
+    ) -> Result<Value, String> {
+        self.calls.lock().unwrap().push(call.clone());
+        self.tokens.lock().unwrap().push(cancellation.clone());
+        match call.name.name.as_str() {
+            "echo" => Ok(call.input.unwrap_or(Value::Null)),
+            "fail" => Err("the tool failed".into()),
+            "gate" => tokio::select! {
+                _ = self.gate.cancelled() => Ok(json!({"released": call.id})),
+                _ = cancellation.cancelled() => Err("cancelled".into()),
+            },
+            _ => Ok(json!({"results": ["a", "b"]})),
+        }
+    }
+}
+
+pub type TestSession = Session<MemoryStore, TestTools>;
+
+pub async fn open(
+    id: &str,
+    store: &Arc<MemoryStore>,
+    config: SessionConfig,
+) -> (TestSession, Arc<TestTools>) {
+    let tools = Arc::new(TestTools::default());
+    let session = Session::open(
+        id,
+        Arc::new(V8Engine::new()),
+        Arc::clone(store),
+        Arc::clone(&tools),
+        config,
+    )
+    .await
+    .expect("the session opens");
+    (session, tools)
+}
+
+pub fn request(source: &str) -> ExecuteRequest {
+    ExecuteRequest {
+        call_id: "call-1".into(),
+        source: source.into(),
+        yield_time_ms: None,
+        max_output_tokens: None,
+    }
+}
+
+/// A request that yields at once if the cell is still running.
+pub fn background(source: &str) -> ExecuteRequest {
+    ExecuteRequest {
+        yield_time_ms: Some(0),
+        ..request(source)
+    }
+}
+
+pub fn observed(outcome: WaitOutcome) -> CellReport {
+    match outcome {
+        WaitOutcome::Observed(report) => report,
+        WaitOutcome::NotFound { cell_id } => panic!("cell {cell_id} not found"),
+    }
+}

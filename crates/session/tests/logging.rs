@@ -1,0 +1,87 @@
+//! Instrumentation: spans per cell and per tool call, events for the cell's outcome, and no output
+//! content or tool arguments in the logs unless the embedder opts in.
+
+mod common;
+
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+
+use codemode_session::SessionConfig;
+use common::{MemoryStore, open, request, within};
+use tracing_subscriber::fmt::MakeWriter;
+
+/// Collects everything logged while it is the thread's default subscriber.
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Captured {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> MakeWriter<'a> for Captured {
+    type Writer = Captured;
+
+    fn make_writer(&'a self) -> Self::Writer {
+        self.clone()
+    }
+}
+
+/// Runs a cell that calls a tool with a secret argument and prints a secret, and returns the log.
+async fn log_of_a_cell(log_content: bool) -> String {
+    let captured = Captured::default();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(captured.clone())
+        .with_max_level(tracing::Level::DEBUG)
+        .with_ansi(false)
+        .finish();
+    let _default = tracing::subscriber::set_default(subscriber);
+    let store = Arc::new(MemoryStore::default());
+    let config = SessionConfig {
+        log_content,
+        ..SessionConfig::default()
+    };
+    let (session, _) = open("logged", &store, config).await;
+    let report = within(
+        "cell",
+        session.execute(request(r#"const r = await tools.echo({ password: "hunter2-argument" }); text("secret-output-text");"#)),
+    )
+    .await
+    .unwrap();
+    assert!(report.event.is_terminal());
+    let bytes = captured.0.lock().unwrap().clone();
+    String::from_utf8(bytes).unwrap()
+}
+
+#[tokio::test]
+async fn logs_carry_spans_and_outcomes_but_no_content_by_default() {
+    let log = log_of_a_cell(false).await;
+    assert!(log.contains("cell started"), "{log}");
+    assert!(log.contains("tool_call"), "{log}");
+    assert!(log.contains("tool=echo"), "{log}");
+    assert!(log.contains("call_id=tool-1"), "{log}");
+    assert!(log.contains("outcome=\"ok\""), "{log}");
+    assert!(log.contains("duration_ms="), "{log}");
+    assert!(log.contains("cell completed"), "{log}");
+    assert!(log.contains("cell_id=1"), "{log}");
+    assert!(
+        !log.contains("hunter2-argument"),
+        "tool arguments leaked into the log:\n{log}"
+    );
+    assert!(
+        !log.contains("secret-output-text"),
+        "output leaked into the log:\n{log}"
+    );
+}
+
+#[tokio::test]
+async fn an_embedder_can_opt_in_to_logging_tool_content() {
+    let log = log_of_a_cell(true).await;
+    assert!(log.contains("hunter2-argument"), "{log}");
+}

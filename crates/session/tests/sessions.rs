@@ -1,0 +1,506 @@
+//! Session behaviour on real V8: stored values, concurrency, limits, shutdown, completion push.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use codemode_protocol::{OutputItem, WaitRequest};
+use codemode_session::{
+    CellError, CellEvent, SessionConfig, SessionError, SessionEvent, WaitOutcome,
+};
+use common::{MemoryStore, background, observed, open, request, within};
+use serde_json::json;
+
+fn texts(event: &CellEvent) -> Vec<String> {
+    event
+        .output()
+        .clone()
+        .into_items()
+        .into_iter()
+        .filter_map(|item| match item {
+            OutputItem::Text { text } => Some(text),
+            _ => None,
+        })
+        .collect()
+}
+
+fn wait(cell_id: &str) -> WaitRequest {
+    WaitRequest {
+        cell_id: cell_id.into(),
+        yield_time_ms: Some(30_000),
+        max_tokens: None,
+        terminate: false,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stored_values_are_shared_by_the_cells_of_a_session_and_never_across_sessions() {
+    let store = Arc::new(MemoryStore::default());
+    let (first, _) = open("first", &store, SessionConfig::default()).await;
+    let (second, _) = open("second", &store, SessionConfig::default()).await;
+    let stored = within(
+        "store",
+        first.execute(request(r#"store("count", 1); text("stored");"#)),
+    )
+    .await
+    .unwrap();
+    assert!(matches!(
+        stored.event,
+        CellEvent::Completed {
+            error_text: None,
+            ..
+        }
+    ));
+    let same = within("load", first.execute(request(r#"text(load("count"));"#)))
+        .await
+        .unwrap();
+    assert_eq!(texts(&same.event), ["1"]);
+    let other = within(
+        "load elsewhere",
+        second.execute(request(r#"text(load("count"));"#)),
+    )
+    .await
+    .unwrap();
+    assert_eq!(texts(&other.event), ["undefined"]);
+    assert_eq!(store.sessions.lock().unwrap()["first"]["count"], json!(1));
+    assert!(!store.sessions.lock().unwrap().contains_key("second"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reopened_session_sees_its_stored_values() {
+    let store = Arc::new(MemoryStore::default());
+    {
+        let (session, _) = open("durable", &store, SessionConfig::default()).await;
+        within(
+            "store",
+            session.execute(request(r#"store("kept", {deep: [1, 2]});"#)),
+        )
+        .await
+        .unwrap();
+    }
+    let (reopened, _) = open("durable", &store, SessionConfig::default()).await;
+    let report = within("load", reopened.execute(request(r#"text(load("kept"));"#)))
+        .await
+        .unwrap();
+    assert_eq!(texts(&report.event), [r#"{"deep":[1,2]}"#]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_of_two_concurrent_cells_are_merged_by_key() {
+    let store = Arc::new(MemoryStore::default());
+    let (session, tools) = open("merge", &store, SessionConfig::default()).await;
+    // Both cells start from the same (empty) snapshot and finish after the gate opens.
+    let a = within(
+        "a",
+        session.execute(background(
+            r#"store("a", 1); store("shared", "a"); await tools.gate();"#,
+        )),
+    )
+    .await
+    .unwrap();
+    let b = within(
+        "b",
+        session.execute(background(
+            r#"store("b", 2); await tools.gate(); store("shared", "b");"#,
+        )),
+    )
+    .await
+    .unwrap();
+    assert!(
+        matches!(a.event, CellEvent::Yielded { .. })
+            && matches!(b.event, CellEvent::Yielded { .. })
+    );
+    tools.release();
+    within("a done", session.wait(wait(&a.cell_id)))
+        .await
+        .unwrap();
+    within("b done", session.wait(wait(&b.cell_id)))
+        .await
+        .unwrap();
+    let values = session.stored_values();
+    assert_eq!(values["a"], json!(1));
+    assert_eq!(values["b"], json!(2));
+    assert!(values["shared"] == json!("a") || values["shared"] == json!("b"));
+    assert_eq!(store.sessions.lock().unwrap()["merge"].len(), 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_error_completed_cell_commits_and_a_terminated_one_does_not() {
+    let store = Arc::new(MemoryStore::default());
+    let (session, _) = open("commit", &store, SessionConfig::default()).await;
+    let failed = within(
+        "failed",
+        session.execute(request(
+            r#"store("from_failed", 1); throw new Error("no");"#,
+        )),
+    )
+    .await
+    .unwrap();
+    assert!(matches!(
+        failed.event,
+        CellEvent::Completed {
+            error_text: Some(_),
+            ..
+        }
+    ));
+    let running = within(
+        "running",
+        session.execute(background(
+            r#"store("from_terminated", 1); while (true) {}"#,
+        )),
+    )
+    .await
+    .unwrap();
+    let terminated = observed(
+        within("terminate", session.terminate(&running.cell_id))
+            .await
+            .unwrap(),
+    );
+    assert!(matches!(terminated.event, CellEvent::Terminated { .. }));
+    let values = session.stored_values();
+    assert_eq!(values.get("from_failed"), Some(&json!(1)));
+    assert_eq!(values.get("from_terminated"), None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_observer_is_refused_without_displacing_the_first() {
+    let store = Arc::new(MemoryStore::default());
+    let (session, tools) = open("busy", &store, SessionConfig::default()).await;
+    let started = within(
+        "start",
+        session.execute(background(
+            r#"const r = await tools.gate(); text(r.released);"#,
+        )),
+    )
+    .await
+    .unwrap();
+    let session = Arc::new(session);
+    let first = tokio::spawn({
+        let session = Arc::clone(&session);
+        let cell_id = started.cell_id.clone();
+        async move { session.wait(wait(&cell_id)).await }
+    });
+    // Give the first observer time to be taken (the refusal below proves it was).
+    let second = loop {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        match session
+            .wait(WaitRequest {
+                yield_time_ms: Some(0),
+                ..wait(&started.cell_id)
+            })
+            .await
+        {
+            Err(error) => break error,
+            Ok(WaitOutcome::Observed(report))
+                if matches!(report.event, CellEvent::Yielded { .. }) =>
+            {
+                continue;
+            }
+            Ok(other) => panic!("unexpected {other:?}"),
+        }
+    };
+    assert!(
+        matches!(
+            second,
+            SessionError::Cell {
+                source: CellError::Busy,
+                ..
+            }
+        ),
+        "{second}"
+    );
+    tools.release();
+    let first = observed(within("first observer", first).await.unwrap().unwrap());
+    assert_eq!(texts(&first.event), ["tool-1"]);
+    assert!(matches!(first.event, CellEvent::Completed { .. }));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiting_on_an_unknown_or_finished_cell_is_not_found() {
+    let store = Arc::new(MemoryStore::default());
+    let (session, _) = open("unknown", &store, SessionConfig::default()).await;
+    assert_eq!(
+        within("wait", session.wait(wait("42"))).await.unwrap(),
+        WaitOutcome::NotFound {
+            cell_id: "42".into()
+        }
+    );
+    let done = within("done", session.execute(request("text(1)")))
+        .await
+        .unwrap();
+    assert_eq!(
+        within("wait again", session.wait(wait(&done.cell_id)))
+            .await
+            .unwrap(),
+        WaitOutcome::NotFound {
+            cell_id: done.cell_id.clone()
+        }
+    );
+    assert_eq!(session.active_cells(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_interrupts_spinning_cells_and_refuses_new_ones() {
+    let store = Arc::new(MemoryStore::default());
+    let (session, _) = open("shutdown", &store, SessionConfig::default()).await;
+    for _ in 0..3 {
+        let report = within("spin", session.execute(background("while (true) {}")))
+            .await
+            .unwrap();
+        assert!(matches!(report.event, CellEvent::Yielded { .. }));
+    }
+    assert_eq!(session.active_cells(), 3);
+    within("shutdown", session.shutdown()).await;
+    assert_eq!(session.active_cells(), 0);
+    assert!(matches!(
+        session.execute(request("text(1)")).await,
+        Err(SessionError::ShutDown)
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cell_past_the_active_limit_is_refused_with_a_clear_error() {
+    let store = Arc::new(MemoryStore::default());
+    let (session, tools) = open("limit", &store, SessionConfig::default()).await;
+    for _ in 0..128 {
+        let report = within("start", session.execute(background("await tools.gate();")))
+            .await
+            .unwrap();
+        assert!(matches!(report.event, CellEvent::Yielded { .. }));
+    }
+    let refused = session.execute(background("text(1)")).await.unwrap_err();
+    assert_eq!(
+        refused.to_string(),
+        "too many active cells: this session already has 128 cells running or waiting to be observed \
+         (the max_active_cells limit); wait for or terminate one before starting another"
+    );
+    tools.release();
+    within("shutdown", session.shutdown()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hundred_concurrent_cells_each_see_their_own_output() {
+    let store = Arc::new(MemoryStore::default());
+    let (session, _) = open("hundred", &store, SessionConfig::default()).await;
+    let session = Arc::new(session);
+    let runs: Vec<_> = (0..100)
+        .map(|index| {
+            let session = Arc::clone(&session);
+            tokio::spawn(async move {
+                let source = format!(
+                    r#"const me = {index}; const echoed = await tools.echo({{me}}); await new Promise((r) => setTimeout(r, 1)); text(`cell ${{echoed.me}}`);"#
+                );
+                (index, session.execute(request(&source)).await.unwrap())
+            })
+        })
+        .collect();
+    for run in runs {
+        let (index, report) = within("cell", run).await.unwrap();
+        assert_eq!(texts(&report.event), [format!("cell {index}")]);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cpu_budget_ends_a_spin_loop_with_an_error_naming_it() {
+    let store = Arc::new(MemoryStore::default());
+    let config = SessionConfig {
+        cpu_time_limit: Some(Duration::from_millis(250)),
+        ..SessionConfig::default()
+    };
+    let (session, _) = open("cpu", &store, config).await;
+    let report = within(
+        "spin",
+        session.execute(request(r#"text("spinning"); for (;;) {}"#)),
+    )
+    .await
+    .unwrap();
+    let CellEvent::Completed {
+        error_text: Some(error),
+        ..
+    } = &report.event
+    else {
+        panic!("the spin loop fails: {report:?}")
+    };
+    assert!(error.starts_with("cpu time limit exceeded"), "{error}");
+    assert!(
+        error.contains("0.2 s of CPU time") || error.contains("0.3 s of CPU time"),
+        "{error}"
+    );
+    assert_eq!(texts(&report.event), ["spinning"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cell_that_finishes_unobserved_is_pushed_to_subscribers() {
+    let store = Arc::new(MemoryStore::default());
+    let (session, tools) = open("push", &store, SessionConfig::default()).await;
+    let mut events = session.subscribe();
+    let started = within(
+        "start",
+        session.execute(background(
+            r#"notify("half way"); await tools.gate(); text("finished");"#,
+        )),
+    )
+    .await
+    .unwrap();
+    assert!(matches!(started.event, CellEvent::Yielded { .. }));
+    tools.release();
+    let mut seen = Vec::new();
+    loop {
+        let event = within("session event", events.recv()).await.unwrap();
+        seen.push(event.clone());
+        if matches!(event, SessionEvent::CellFinished { .. }) {
+            break;
+        }
+    }
+    assert_eq!(
+        seen,
+        [
+            SessionEvent::Notification {
+                cell_id: started.cell_id.clone(),
+                call_id: "call-1".into(),
+                text: "half way".into()
+            },
+            SessionEvent::CellFinished {
+                cell_id: started.cell_id.clone(),
+                error_text: None
+            },
+        ]
+    );
+    let report = observed(
+        within("collect", session.wait(wait(&started.cell_id)))
+            .await
+            .unwrap(),
+    );
+    assert_eq!(texts(&report.event), ["finished"]);
+    let CellEvent::Completed {
+        result_buffered_for,
+        ..
+    } = report.event
+    else {
+        panic!()
+    };
+    assert!(result_buffered_for > Duration::ZERO);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wait_holds_for_at_least_its_minimum_yield() {
+    let store = Arc::new(MemoryStore::default());
+    let config = SessionConfig {
+        min_wait_yield_time: Duration::from_secs(20),
+        ..SessionConfig::default()
+    };
+    let (session, _) = open("min-wait", &store, config).await;
+    let started = within(
+        "start",
+        session.execute(background(
+            r#"await new Promise((r) => setTimeout(r, 100)); text("done");"#,
+        )),
+    )
+    .await
+    .unwrap();
+    // Asked to return at once, wait still holds long enough for the cell to finish.
+    let report = observed(
+        within(
+            "wait",
+            session.wait(WaitRequest {
+                yield_time_ms: Some(0),
+                ..wait(&started.cell_id)
+            }),
+        )
+        .await
+        .unwrap(),
+    );
+    assert!(
+        matches!(report.event, CellEvent::Completed { .. }),
+        "{report:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pending_frontier_operations_report_outstanding_calls() {
+    let store = Arc::new(MemoryStore::default());
+    let (session, tools) = open("frontier", &store, SessionConfig::default()).await;
+    let report = within(
+        "to pending",
+        session.execute_to_pending(request(r#"const [a, b] = await Promise.all([tools.gate(), tools.gate()]); text(a.released + b.released);"#)),
+    )
+    .await
+    .unwrap();
+    let CellEvent::Pending {
+        pending_tool_call_ids,
+        ..
+    } = &report.event
+    else {
+        panic!("{report:?}")
+    };
+    assert_eq!(pending_tool_call_ids, &["tool-1", "tool-2"]);
+    tools.release();
+    let finished = loop {
+        let report = observed(
+            within("wait to pending", session.wait_to_pending(&report.cell_id))
+                .await
+                .unwrap(),
+        );
+        if report.event.is_terminal() {
+            break report;
+        }
+    };
+    assert_eq!(texts(&finished.event), ["tool-1tool-2"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_that_fails_to_commit_is_reported_in_the_cells_error() {
+    let store = Arc::new(MemoryStore::default());
+    store.fail_commits.store(true, Ordering::SeqCst);
+    let (session, _) = open("full-disk", &store, SessionConfig::default()).await;
+    let report = within(
+        "run",
+        session.execute(request(r#"store("k", 1); text("ran");"#)),
+    )
+    .await
+    .unwrap();
+    let CellEvent::Completed {
+        error_text: Some(error),
+        ..
+    } = &report.event
+    else {
+        panic!("{report:?}")
+    };
+    assert_eq!(
+        error,
+        "the cell's stored values could not be saved: the disk is full"
+    );
+    assert_eq!(texts(&report.event), ["ran"]);
+    assert!(session.stored_values().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_a_session_terminates_its_cells() {
+    let store = Arc::new(MemoryStore::default());
+    let (session, tools) = open("dropped", &store, SessionConfig::default()).await;
+    within("spin", session.execute(background("while (true) {}")))
+        .await
+        .unwrap();
+    within("tool", session.execute(background("await tools.gate();")))
+        .await
+        .unwrap();
+    let token = within("the gated call", async {
+        loop {
+            if let Some(token) = tools.tokens.lock().unwrap().first() {
+                return token.clone();
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    assert!(!token.is_cancelled());
+    drop(session);
+    // The gated call's cell is terminated, which cancels the call.
+    within("the gated call to be cancelled", token.cancelled()).await;
+    assert!(
+        !tools.gate.is_cancelled(),
+        "the gate itself was never opened"
+    );
+}
