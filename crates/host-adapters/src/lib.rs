@@ -1,0 +1,18 @@
+//! What plugs in behind a codemode session (S4, S7.7, S7.8): stores for stored values
+//! ([`MemoryStore`], the embedded default, and [`FileStore`], durable across restarts) and tool
+//! providers ([`InProcessTools`] for Rust functions, [`McpTools`] for downstream MCP servers over
+//! stdio or streamable HTTP, [`CompositeTools`] to merge them).
+//!
+//! This crate implements the session's `Store` and `ToolProvider` traits and nothing of the
+//! session itself: it knows no engine and no cell.
+
+#![forbid(unsafe_code)]
+
+mod store;
+mod tools;
+
+pub use store::{FORMAT_VERSION, FileStore, MemoryStore};
+pub use tools::{
+    BoxFuture, CompositeTools, DynToolProvider, InProcessTools, McpServerConfig, McpTools,
+    McpTransport, call_result_to_value,
+};

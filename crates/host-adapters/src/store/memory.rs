@@ -1,0 +1,68 @@
+//! The in-memory store: the embedded default. Values live as long as the store; sessions with
+//! the same id share them, others never do.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use codemode_session::{Store, StoreError};
+use serde_json::Value;
+
+/// Stored values per session, in memory.
+#[derive(Debug, Default)]
+pub struct MemoryStore {
+    sessions: Mutex<HashMap<String, HashMap<String, Value>>>,
+}
+
+impl MemoryStore {
+    pub fn new() -> Self {
+        MemoryStore::default()
+    }
+}
+
+impl Store for MemoryStore {
+    fn load(&self, session: &str) -> Result<HashMap<String, Value>, StoreError> {
+        let sessions = self
+            .sessions
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        Ok(sessions.get(session).cloned().unwrap_or_default())
+    }
+
+    fn commit(&self, session: &str, writes: &HashMap<String, Value>) -> Result<(), StoreError> {
+        let mut sessions = self
+            .sessions
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        sessions.entry(session.to_owned()).or_default().extend(
+            writes
+                .iter()
+                .map(|(key, value)| (key.clone(), value.clone())),
+        );
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn sessions_keep_their_own_values_merged_by_key() {
+        let store = MemoryStore::new();
+        store
+            .commit(
+                "a",
+                &HashMap::from([("k".to_owned(), json!(1)), ("j".to_owned(), json!(2))]),
+            )
+            .unwrap();
+        store
+            .commit("a", &HashMap::from([("k".to_owned(), json!(3))]))
+            .unwrap();
+        assert_eq!(
+            store.load("a").unwrap(),
+            HashMap::from([("k".to_owned(), json!(3)), ("j".to_owned(), json!(2))])
+        );
+        assert!(store.load("b").unwrap().is_empty());
+    }
+}

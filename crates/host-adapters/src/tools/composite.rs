@@ -1,0 +1,105 @@
+//! A provider that merges several providers into one tool set, refusing two tools with the same
+//! global name (they would be the same `tools.<name>` inside a cell).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use codemode_protocol::ToolDefinition;
+use codemode_session::{ToolInvocation, ToolListError, ToolProvider};
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use super::DynToolProvider;
+
+/// Several providers as one. Calls are routed by the tool's global name.
+#[derive(Default)]
+pub struct CompositeTools {
+    providers: Vec<Arc<dyn DynToolProvider>>,
+    /// Global name to provider index, as of the last listing.
+    routes: Mutex<HashMap<String, usize>>,
+}
+
+impl std::fmt::Debug for CompositeTools {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CompositeTools")
+            .field("providers", &self.providers.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl CompositeTools {
+    pub fn new() -> Self {
+        CompositeTools::default()
+    }
+
+    /// Adds a provider; its tools come after those of the providers added before it.
+    pub fn with(mut self, provider: impl ToolProvider) -> Self {
+        self.providers.push(Arc::new(provider));
+        self
+    }
+
+    /// Adds a provider already shared elsewhere.
+    pub fn with_shared(mut self, provider: Arc<dyn DynToolProvider>) -> Self {
+        self.providers.push(provider);
+        self
+    }
+}
+
+impl ToolProvider for CompositeTools {
+    async fn list_tools(&self) -> Result<Vec<ToolDefinition>, ToolListError> {
+        let mut tools = Vec::new();
+        let mut routes: HashMap<String, usize> = HashMap::new();
+        let mut owners: HashMap<String, ToolDefinition> = HashMap::new();
+        for (index, provider) in self.providers.iter().enumerate() {
+            for tool in provider.list_tools_boxed().await? {
+                let global_name = tool.global_name();
+                if let Some(first) = owners.get(&global_name) {
+                    return Err(ToolListError {
+                        message: format!(
+                            "two tools would both be tools.{global_name}: {} from provider {} and {} \
+                             from provider {}; give one of their servers another namespace, or \
+                             rename one of the tools",
+                            describe(first),
+                            routes[&global_name] + 1,
+                            describe(&tool),
+                            index + 1,
+                        ),
+                    });
+                }
+                routes.insert(global_name.clone(), index);
+                owners.insert(global_name, tool.clone());
+                tools.push(tool);
+            }
+        }
+        *self
+            .routes
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = routes;
+        Ok(tools)
+    }
+
+    async fn call_tool(
+        &self,
+        call: ToolInvocation,
+        cancellation: CancellationToken,
+    ) -> Result<Value, String> {
+        let global_name = call.name.global_name();
+        let route = self
+            .routes
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .get(&global_name)
+            .copied();
+        let provider = route
+            .and_then(|index| self.providers.get(index))
+            .ok_or_else(|| format!("no tool is named tools.{global_name}"))?;
+        provider.call_tool_boxed(call, cancellation).await
+    }
+}
+
+fn describe(tool: &ToolDefinition) -> String {
+    match &tool.name.namespace {
+        Some(namespace) => format!("\"{}\" of \"{namespace}\"", tool.name.name),
+        None => format!("\"{}\"", tool.name.name),
+    }
+}

@@ -1,0 +1,126 @@
+//! In-process tools: async Rust functions registered with their definitions. What an embedder uses
+//! to add custom tools in a few lines:
+//!
+//! ```
+//! use codemode_host_adapters::InProcessTools;
+//! use serde_json::{json, Value};
+//!
+//! let tools = InProcessTools::new()
+//!     .function("greet", "Greets someone by name.", json!({
+//!         "type": "object",
+//!         "properties": {"name": {"type": "string"}},
+//!         "required": ["name"]
+//!     }), |input: Option<Value>| async move {
+//!         let name = input.as_ref().and_then(|input| input["name"].as_str()).unwrap_or("world");
+//!         Ok(json!(format!("hello, {name}")))
+//!     });
+//! ```
+
+use std::collections::HashSet;
+use std::future::Future;
+use std::sync::Arc;
+
+use codemode_protocol::{ToolDefinition, ToolName};
+use codemode_session::{ToolInvocation, ToolListError, ToolProvider};
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use super::BoxFuture;
+
+type Handler = Arc<
+    dyn Fn(Option<Value>, CancellationToken) -> BoxFuture<'static, Result<Value, String>>
+        + Send
+        + Sync,
+>;
+
+/// A registry of tools implemented as async Rust functions.
+#[derive(Default, Clone)]
+pub struct InProcessTools {
+    tools: Vec<(ToolDefinition, Handler)>,
+}
+
+impl std::fmt::Debug for InProcessTools {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list()
+            .entries(
+                self.tools
+                    .iter()
+                    .map(|(definition, _)| definition.global_name()),
+            )
+            .finish()
+    }
+}
+
+impl InProcessTools {
+    pub fn new() -> Self {
+        InProcessTools::default()
+    }
+
+    /// Adds a tool with its full definition. The handler gets the JSON argument (`None` when
+    /// called without one) and a token cancelled when the cell no longer needs the answer; `Err`
+    /// rejects the cell's promise with the text.
+    pub fn add<F, Fut>(mut self, definition: ToolDefinition, handler: F) -> Self
+    where
+        F: Fn(Option<Value>, CancellationToken) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Value, String>> + Send + 'static,
+    {
+        let handler: Handler =
+            Arc::new(move |input, cancellation| Box::pin(handler(input, cancellation)));
+        self.tools.push((definition, handler));
+        self
+    }
+
+    /// Adds a function tool without a namespace, from its name, description, input schema and a
+    /// handler of the argument alone.
+    pub fn function<F, Fut>(
+        self,
+        name: &str,
+        description: &str,
+        input_schema: Value,
+        handler: F,
+    ) -> Self
+    where
+        F: Fn(Option<Value>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Value, String>> + Send + 'static,
+    {
+        let mut definition = ToolDefinition::function(ToolName::plain(name), description);
+        definition.input_schema = Some(input_schema);
+        self.add(definition, move |input, _cancellation| handler(input))
+    }
+}
+
+impl ToolProvider for InProcessTools {
+    async fn list_tools(&self) -> Result<Vec<ToolDefinition>, ToolListError> {
+        let mut seen = HashSet::new();
+        for (definition, _) in &self.tools {
+            let global_name = definition.global_name();
+            if !seen.insert(global_name.clone()) {
+                return Err(ToolListError {
+                    message: format!(
+                        "two in-process tools are both named tools.{global_name}; rename one of them"
+                    ),
+                });
+            }
+        }
+        Ok(self
+            .tools
+            .iter()
+            .map(|(definition, _)| definition.clone())
+            .collect())
+    }
+
+    async fn call_tool(
+        &self,
+        call: ToolInvocation,
+        cancellation: CancellationToken,
+    ) -> Result<Value, String> {
+        let global_name = call.name.global_name();
+        let handler = self
+            .tools
+            .iter()
+            .find(|(definition, _)| definition.name == call.name)
+            .map(|(_, handler)| Arc::clone(handler))
+            .ok_or_else(|| format!("no in-process tool is named tools.{global_name}"))?;
+        handler(call.input, cancellation).await
+    }
+}
