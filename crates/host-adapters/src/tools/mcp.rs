@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use codemode_protocol::{ToolDefinition, ToolKind, ToolName};
 use codemode_session::{ToolInvocation, ToolListError, ToolProvider};
-use rmcp::model::{CallToolRequestParams, CallToolResult, ContentBlock};
+use rmcp::model::{CallToolRequestParams, CallToolResult, ContentBlock, PingRequest};
 use rmcp::service::{RoleClient, RunningService};
 use rmcp::transport::{ConfigureCommandExt, StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{ServiceError, ServiceExt};
@@ -115,12 +115,30 @@ impl McpTools {
     }
 
     /// The live client, connecting (or reconnecting) first if needed.
+    ///
+    /// A kept connection is pinged first: a server that died since the last call may not have
+    /// been noticed yet, and a ping (unlike the call itself) is safe to lose. If it fails, the
+    /// server is started again, so a server killed between two calls costs the next call nothing.
     async fn client(&self) -> Result<(rmcp::Peer<RoleClient>, u64), String> {
         let mut connection = self.connection.lock().await;
-        if let Some(live) = connection.as_ref()
-            && !live.client.is_closed()
-        {
-            return Ok((live.client.peer().clone(), live.generation));
+        if let Some(live) = connection.as_ref() {
+            let peer = live.client.peer().clone();
+            let ping = PingRequest {
+                method: Default::default(),
+                extensions: Default::default(),
+            };
+            let alive = !live.client.is_closed()
+                && tokio::time::timeout(
+                    self.config.connect_timeout,
+                    peer.send_request(ping.into()),
+                )
+                .await
+                .is_ok_and(|answer| answer.is_ok());
+            if alive {
+                return Ok((peer, live.generation));
+            }
+            tracing::warn!(server = %self.config.namespace, "the MCP server stopped answering; starting it again");
+            connection.take();
         }
         let client = tokio::time::timeout(self.config.connect_timeout, self.connect())
             .await

@@ -1,0 +1,327 @@
+//! MCP tools from JavaScript cells, against a real MCP server child process speaking the real
+//! protocol (`codemode-test-mcp-server`), over stdio and over streamable HTTP.
+
+use std::io::BufRead;
+use std::sync::Arc;
+use std::time::Duration;
+
+use codemode_host_adapters::{
+    CompositeTools, InProcessTools, McpServerConfig, McpTools, McpTransport, MemoryStore,
+};
+use codemode_protocol::{ExecuteRequest, ImageDetail, ImageItem, OutputItem};
+use codemode_runtime_v8::V8Engine;
+use codemode_session::{
+    CellEvent, Session, SessionConfig, ToolCallFate, ToolProvider, WaitOutcome,
+};
+use serde_json::json;
+
+const SERVER: &str = env!("CARGO_BIN_EXE_codemode-test-mcp-server");
+const HANG_GUARD: Duration = Duration::from_secs(60);
+
+async fn within<T>(what: &str, future: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(HANG_GUARD, future)
+        .await
+        .unwrap_or_else(|_| panic!("hung: {what}"))
+}
+
+fn stdio_server(namespace: &str) -> McpTools {
+    McpTools::new(McpServerConfig::new(
+        namespace,
+        McpTransport::Stdio {
+            program: SERVER.into(),
+            args: Vec::new(),
+        },
+    ))
+}
+
+async fn session<P: ToolProvider>(tools: P) -> Session<MemoryStore, P> {
+    Session::open(
+        "mcp",
+        Arc::new(V8Engine::new()),
+        Arc::new(MemoryStore::new()),
+        Arc::new(tools),
+        SessionConfig::default(),
+    )
+    .await
+    .expect("the session opens and lists the server's tools")
+}
+
+fn request(source: &str) -> ExecuteRequest {
+    ExecuteRequest {
+        call_id: "call-1".into(),
+        source: source.into(),
+        yield_time_ms: None,
+        max_output_tokens: None,
+    }
+}
+
+async fn run<S: codemode_session::Store, P: ToolProvider>(
+    session: &Session<S, P>,
+    source: &str,
+) -> (Vec<OutputItem>, Option<String>) {
+    let report = within("cell", session.execute(request(source)))
+        .await
+        .unwrap();
+    match report.event {
+        CellEvent::Completed {
+            output, error_text, ..
+        } => (output.into_items(), error_text),
+        other => panic!("the cell did not complete: {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_tools_are_listed_under_its_namespace_with_their_schemas() {
+    let tools = stdio_server("test");
+    let listed = within("list", tools.list_tools()).await.unwrap();
+    let names: Vec<String> = listed.iter().map(|tool| tool.global_name()).collect();
+    assert_eq!(
+        names,
+        [
+            "test__add",
+            "test__fail",
+            "test__image",
+            "test__pid",
+            "test__sleep"
+        ]
+    );
+    let add = &listed[0];
+    assert_eq!(add.description, "Adds two numbers.");
+    let schema = add.input_schema.as_ref().unwrap();
+    assert_eq!(
+        schema["properties"]["a"]["description"],
+        json!("The first number.")
+    );
+    assert_eq!(schema["required"], json!(["a", "b"]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cell_calls_add_gets_content_and_structured_content() {
+    let session = session(stdio_server("test")).await;
+    let (items, error) = run(
+        &session,
+        r#"
+        const result = await tools.test__add({ a: 1, b: 2 });
+        text(result.content[0].text);
+        text(result.structuredContent.sum);
+    "#,
+    )
+    .await;
+    assert_eq!(error, None);
+    assert_eq!(items, [OutputItem::text("3"), OutputItem::text("3")]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_image_from_the_server_is_forwarded_with_image() {
+    let session = session(stdio_server("test")).await;
+    let (items, error) = run(
+        &session,
+        r#"const result = await tools.test__image(); image(result.content[0]);"#,
+    )
+    .await;
+    assert_eq!(error, None);
+    let [OutputItem::Image(ImageItem { image_url, detail })] = items.as_slice() else {
+        panic!("{items:?}")
+    };
+    assert!(
+        image_url.starts_with("data:image/png;base64,iVBORw0KGgo"),
+        "{image_url}"
+    );
+    assert_eq!(*detail, ImageDetail::High);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_tool_is_caught_with_the_servers_message() {
+    let session = session(stdio_server("test")).await;
+    let (items, error) = run(
+        &session,
+        r#"
+        try { await tools.test__fail({ message: "quota exceeded" }); text("unreachable"); }
+        catch (error) { text(`caught: ${error.message}`); }
+    "#,
+    )
+    .await;
+    assert_eq!(error, None);
+    assert_eq!(items, [OutputItem::text("caught: quota exceeded")]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sleeping_tool_is_cancelled_when_its_cell_is_terminated_mid_call() {
+    let session = session(stdio_server("test")).await;
+    // The call is in flight before the yield is delivered: ToolCall precedes YieldRequested.
+    let started = within("start", session.execute(request(
+        r#"const sleeping = tools.test__sleep({ ms: 60000 }); yield_control(); await sleeping;"#,
+    )))
+    .await
+    .unwrap();
+    assert!(matches!(started.event, CellEvent::Yielded { .. }));
+    let WaitOutcome::Observed(terminated) =
+        within("terminate", session.terminate(&started.cell_id))
+            .await
+            .unwrap()
+    else {
+        panic!("the cell is found")
+    };
+    let CellEvent::Terminated { tool_calls, .. } = terminated.event else {
+        panic!("{terminated:?}")
+    };
+    assert_eq!(tool_calls.len(), 1);
+    assert_eq!(tool_calls[0].name.global_name(), "test__sleep");
+    assert_eq!(tool_calls[0].fate, ToolCallFate::Cancelled);
+    // The server is still usable.
+    let (items, _) = run(
+        &session,
+        r#"text((await tools.test__add({ a: 2, b: 2 })).content[0].text);"#,
+    )
+    .await;
+    assert_eq!(items, [OutputItem::text("4")]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_killed_between_two_calls_is_started_again_for_the_next() {
+    let session = session(stdio_server("test")).await;
+    let (items, _) = run(
+        &session,
+        r#"text((await tools.test__pid()).content[0].text);"#,
+    )
+    .await;
+    let [OutputItem::Text { text: pid }] = items.as_slice() else {
+        panic!("{items:?}")
+    };
+    let killed = std::process::Command::new("kill")
+        .args(["-KILL", pid])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let (items, error) = run(
+        &session,
+        r#"
+        const sum = await tools.test__add({ a: 20, b: 22 });
+        text(sum.content[0].text);
+        text((await tools.test__pid()).content[0].text);
+    "#,
+    )
+    .await;
+    assert_eq!(error, None);
+    assert_eq!(items[0], OutputItem::text("42"));
+    assert_ne!(
+        items[1],
+        OutputItem::text(pid.clone()),
+        "a new server process answers"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_past_its_timeout_fails_clearly() {
+    let tools = McpTools::new(
+        McpServerConfig::new(
+            "test",
+            McpTransport::Stdio {
+                program: SERVER.into(),
+                args: Vec::new(),
+            },
+        )
+        .with_call_timeout(Duration::from_millis(300)),
+    );
+    let session = session(tools).await;
+    let (items, _) = run(
+        &session,
+        r#"
+        try { await tools.test__sleep({ ms: 10000 }); } catch (error) { text(error.message); }
+    "#,
+    )
+    .await;
+    assert_eq!(
+        items,
+        [OutputItem::text(
+            "tools.test__sleep timed out: the MCP server \"test\" did not answer within 0.3 s"
+        )]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_over_streamable_http_serves_cells_too() {
+    let mut server = std::process::Command::new(SERVER)
+        .args(["--http", "127.0.0.1:0"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first_line = String::new();
+    std::io::BufReader::new(server.stdout.take().unwrap())
+        .read_line(&mut first_line)
+        .unwrap();
+    let url = first_line
+        .trim()
+        .strip_prefix("listening on ")
+        .expect("the server says where it listens")
+        .to_owned();
+    let tools = McpTools::new(McpServerConfig::new("remote", McpTransport::Http { url }));
+    let session = session(tools).await;
+    let (items, error) = run(
+        &session,
+        r#"text((await tools.remote__add({ a: 1.5, b: 2 })).structuredContent.sum);"#,
+    )
+    .await;
+    assert_eq!(error, None);
+    assert_eq!(items, [OutputItem::text("3.5")]);
+    drop(session);
+    server.kill().unwrap();
+    server.wait().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_composite_merges_providers_and_refuses_duplicate_names() {
+    let local = InProcessTools::new().function(
+        "shout",
+        "Upper-cases text.",
+        json!({"type": "string"}),
+        |input| async move {
+            Ok(json!(
+                input
+                    .and_then(|input| input.as_str().map(str::to_uppercase))
+                    .unwrap_or_default()
+            ))
+        },
+    );
+    let session = session(CompositeTools::new().with(local).with(stdio_server("test"))).await;
+    assert_eq!(session.tools().len(), 6);
+    let (items, error) = run(
+        &session,
+        r#"
+        text(await tools.shout("hi"));
+        text((await tools.test__add({ a: 1, b: 1 })).content[0].text);
+    "#,
+    )
+    .await;
+    assert_eq!(error, None);
+    assert_eq!(items, [OutputItem::text("HI"), OutputItem::text("2")]);
+
+    let duplicated = CompositeTools::new()
+        .with(stdio_server("same"))
+        .with(stdio_server("same"));
+    let error = within("list", duplicated.list_tools()).await.unwrap_err();
+    assert_eq!(
+        error.message,
+        "two tools would both be tools.same__add: \"add\" of \"same\" from provider 1 and \"add\" of \"same\" \
+         from provider 2; give one of their servers another namespace, or rename one of the tools"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_cannot_start_is_a_clear_error() {
+    let tools = McpTools::new(McpServerConfig::new(
+        "missing",
+        McpTransport::Stdio {
+            program: "/nonexistent/mcp-server".into(),
+            args: Vec::new(),
+        },
+    ));
+    let error = within("list", tools.list_tools()).await.unwrap_err();
+    assert!(
+        error
+            .message
+            .starts_with("cannot start the MCP server \"missing\" (/nonexistent/mcp-server)"),
+        "{}",
+        error.message
+    );
+}
