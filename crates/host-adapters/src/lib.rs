@@ -8,6 +8,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod demo_server;
 mod store;
 mod tools;
 

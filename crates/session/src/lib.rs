@@ -20,7 +20,9 @@ mod render;
 mod session;
 mod typescript;
 
-pub use codemode_cell_actor::{CellError, CellEvent, ToolCallFate, ToolCallRecord, ToolInvocation};
+pub use codemode_cell_actor::{
+    CellError, CellEvent, CollectedOutput, ToolCallFate, ToolCallRecord, ToolInvocation,
+};
 pub use config::SessionConfig;
 pub use hints::error_hint;
 pub use model::ToolResult;

@@ -1,139 +1,17 @@
-//! A small MCP server for tests and demos, speaking the real protocol through `rmcp`: over stdio
-//! by default, or over streamable HTTP with `--http ADDR` (it then prints
-//! `listening on http://ADDR/mcp` on its first line).
-//!
-//! Tools: `add` (two numbers; text and structured result), `image` (a 1x1 PNG image block),
-//! `fail` (an error result with a message), `sleep` (waits `ms` milliseconds), `pid` (its process
-//! id, so a test can kill it).
-
-use rmcp::handler::server::router::tool::ToolRouter;
-use rmcp::handler::server::wrapper::Parameters;
-use rmcp::model::{CallToolResult, ContentBlock, ServerCapabilities, ServerConfig};
-use rmcp::{ErrorData, ServerHandler, ServiceExt, schemars, tool, tool_handler, tool_router};
-use serde_json::json;
-
-/// A 1x1 PNG.
-const PIXEL_PNG: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==";
-
-#[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
-struct AddRequest {
-    /// The first number.
-    a: f64,
-    /// The second number.
-    b: f64,
-}
-
-#[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
-struct FailRequest {
-    /// What the failure says.
-    message: Option<String>,
-}
-
-#[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
-struct SleepRequest {
-    /// How long to wait, in milliseconds.
-    ms: u64,
-}
-
-#[derive(Debug, Clone)]
-struct TestServer {
-    tool_router: ToolRouter<Self>,
-}
-
-#[tool_router]
-impl TestServer {
-    fn new() -> Self {
-        TestServer {
-            tool_router: Self::tool_router(),
-        }
-    }
-
-    #[tool(description = "Adds two numbers.")]
-    fn add(
-        &self,
-        Parameters(AddRequest { a, b }): Parameters<AddRequest>,
-    ) -> Result<CallToolResult, ErrorData> {
-        let sum = a + b;
-        let mut result = CallToolResult::success(vec![ContentBlock::text(sum.to_string())]);
-        result.structured_content = Some(json!({ "sum": sum }));
-        Ok(result)
-    }
-
-    #[tool(description = "Returns a 1x1 PNG image.")]
-    fn image(&self) -> Result<CallToolResult, ErrorData> {
-        Ok(CallToolResult::success(vec![ContentBlock::image(
-            PIXEL_PNG,
-            "image/png",
-        )]))
-    }
-
-    #[tool(description = "Always fails, with the given message.")]
-    fn fail(
-        &self,
-        Parameters(FailRequest { message }): Parameters<FailRequest>,
-    ) -> Result<CallToolResult, ErrorData> {
-        let message = message.unwrap_or_else(|| "the tool failed on purpose".to_owned());
-        Ok(CallToolResult::error(vec![ContentBlock::text(message)]))
-    }
-
-    #[tool(description = "Waits, then answers.")]
-    async fn sleep(
-        &self,
-        Parameters(SleepRequest { ms }): Parameters<SleepRequest>,
-    ) -> Result<CallToolResult, ErrorData> {
-        tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
-        Ok(CallToolResult::success(vec![ContentBlock::text(format!(
-            "slept {ms} ms"
-        ))]))
-    }
-
-    #[tool(description = "The server's process id.")]
-    fn pid(&self) -> Result<CallToolResult, ErrorData> {
-        Ok(CallToolResult::success(vec![ContentBlock::text(
-            std::process::id().to_string(),
-        )]))
-    }
-}
-
-#[tool_handler(router = self.tool_router)]
-impl ServerHandler for TestServer {
-    fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
-            .with_instructions("A test server: add, image, fail, sleep, pid.")
-    }
-}
+//! The demo MCP server of `codemode_host_adapters::demo_server` as a program, for tests: over
+//! stdio by default, or over streamable HTTP with `--http ADDR`.
 
 #[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
+async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.as_slice() {
-        [] => {
-            let service = TestServer::new().serve(rmcp::transport::stdio()).await?;
-            service.waiting().await?;
+        [] => codemode_host_adapters::demo_server::serve_stdio().await,
+        [flag, address] if flag == "--http" => {
+            codemode_host_adapters::demo_server::serve_http(address).await
         }
-        [flag, address] if flag == "--http" => serve_http(address).await?,
         _ => {
             eprintln!("usage: codemode-test-mcp-server [--http ADDR]");
             std::process::exit(2);
         }
     }
-    Ok(())
-}
-
-async fn serve_http(address: &str) -> Result<(), Box<dyn std::error::Error>> {
-    use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
-    use rmcp::transport::streamable_http_server::{
-        StreamableHttpServerConfig, StreamableHttpService,
-    };
-    let service: StreamableHttpService<TestServer, LocalSessionManager> =
-        StreamableHttpService::new(
-            || Ok(TestServer::new()),
-            Default::default(),
-            StreamableHttpServerConfig::default(),
-        );
-    let router = axum::Router::new().nest_service("/mcp", service);
-    let listener = tokio::net::TcpListener::bind(address).await?;
-    println!("listening on http://{}/mcp", listener.local_addr()?);
-    axum::serve(listener, router).await?;
-    Ok(())
 }

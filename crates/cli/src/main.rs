@@ -1,0 +1,91 @@
+//! `codemode`: run a JavaScript cell from the shell (`codemode run`), or serve the `exec` and
+//! `wait` tools to any MCP-capable agent (`codemode mcp`).
+//!
+//! Exit status of `run`: 0 completed, 1 failed, 3 terminated, 2 for usage errors.
+
+#![forbid(unsafe_code)]
+
+mod run;
+mod serve;
+mod setup;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Run model-written JavaScript that orchestrates tools, in V8 cells.
+#[derive(Debug, Parser)]
+#[command(name = "codemode", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run one cell in a fresh session and print its output when it ends.
+    Run(run::RunArgs),
+    /// Serve the exec and wait tools over MCP (stdio by default).
+    Mcp(serve::McpArgs),
+    /// Serve a small demo MCP server (add, image, fail, sleep, pid), to try --mcp with.
+    DemoMcpServer {
+        /// Serve over streamable HTTP at this address instead of stdio, such as 127.0.0.1:8081.
+        #[arg(long, value_name = "ADDR")]
+        http: Option<String>,
+    },
+}
+
+/// Exit statuses.
+pub(crate) mod exit {
+    pub const COMPLETED: u8 = 0;
+    pub const FAILED: u8 = 1;
+    pub const USAGE: u8 = 2;
+    pub const TERMINATED: u8 = 3;
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("error: cannot start the async runtime: {error}");
+            return ExitCode::from(exit::FAILED);
+        }
+    };
+    runtime.block_on(async move {
+        match cli.command {
+            Command::Run(args) => run::run(args).await,
+            Command::Mcp(args) => serve::serve(args).await,
+            Command::DemoMcpServer { http } => {
+                let served = match http {
+                    Some(address) => {
+                        codemode_host_adapters::demo_server::serve_http(&address).await
+                    }
+                    None => codemode_host_adapters::demo_server::serve_stdio().await,
+                };
+                match served {
+                    Ok(()) => ExitCode::SUCCESS,
+                    Err(error) => {
+                        eprintln!("error: {error}");
+                        ExitCode::from(exit::FAILED)
+                    }
+                }
+            }
+        }
+    })
+}
+
+/// Logs go to stderr, filtered by `CODEMODE_LOG` (such as `info` or `codemode_session=debug`);
+/// warnings and errors by default.
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("CODEMODE_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(filter)
+        .try_init();
+}

@@ -1,0 +1,194 @@
+//! What `run` and `mcp` share: the flags that choose limits, the store and the tools, and how a
+//! session is built from them.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Args;
+use codemode_host_adapters::{
+    CompositeTools, FileStore, InProcessTools, McpServerConfig, McpTools, McpTransport, MemoryStore,
+};
+use codemode_protocol::normalize_identifier;
+use codemode_runtime_v8::V8Engine;
+use codemode_session::{Session, SessionConfig, Store, StoreError};
+use serde_json::{Value, json};
+
+/// Limits, store and tools.
+#[derive(Debug, Clone, Args)]
+pub struct SessionArgs {
+    /// The JavaScript heap of a cell, in MiB.
+    #[arg(long, value_name = "N")]
+    pub heap_limit_mb: Option<usize>,
+    /// The CPU time a cell may use, in milliseconds (waiting uses none).
+    #[arg(long, value_name = "N")]
+    pub cpu_limit_ms: Option<u64>,
+    /// Keep stored values in this directory (the file store): later runs with the same path see
+    /// them. Without it, values live in memory only.
+    #[arg(long, value_name = "PATH")]
+    pub store: Option<PathBuf>,
+    /// The session whose stored values to use.
+    #[arg(long, value_name = "NAME", default_value = "default")]
+    pub session: String,
+    /// A downstream MCP server over stdio, as 'COMMAND ARGS' or 'NAME=COMMAND ARGS'; its tools
+    /// join the cell's tools as tools.<NAME>__<tool> (NAME defaults to the program's name).
+    /// Repeatable.
+    #[arg(long = "mcp", value_name = "COMMAND")]
+    pub mcp: Vec<String>,
+    /// Leave out the built-in demo tools echo and sleep.
+    #[arg(long)]
+    pub no_demo_tools: bool,
+}
+
+/// Stored values in memory or in files.
+pub enum CliStore {
+    Memory(MemoryStore),
+    File(FileStore),
+}
+
+impl Store for CliStore {
+    fn load(&self, session: &str) -> Result<std::collections::HashMap<String, Value>, StoreError> {
+        match self {
+            CliStore::Memory(store) => store.load(session),
+            CliStore::File(store) => store.load(session),
+        }
+    }
+
+    fn commit(
+        &self,
+        session: &str,
+        writes: &std::collections::HashMap<String, Value>,
+    ) -> Result<(), StoreError> {
+        match self {
+            CliStore::Memory(store) => store.commit(session, writes),
+            CliStore::File(store) => store.commit(session, writes),
+        }
+    }
+}
+
+pub type CliSession = Session<CliStore, CompositeTools>;
+
+/// What setting up went wrong with, and whether it is the user's input (exit status 2).
+pub struct SetupError {
+    pub message: String,
+    pub usage: bool,
+}
+
+impl SessionArgs {
+    pub fn config(&self) -> SessionConfig {
+        let mut config = SessionConfig::default();
+        if let Some(megabytes) = self.heap_limit_mb {
+            config.heap_limit_bytes = megabytes.saturating_mul(1024 * 1024);
+        }
+        if let Some(milliseconds) = self.cpu_limit_ms {
+            config.cpu_time_limit = Some(Duration::from_millis(milliseconds));
+        }
+        config
+    }
+
+    pub fn store(&self) -> Result<Arc<CliStore>, SetupError> {
+        Ok(Arc::new(match &self.store {
+            None => CliStore::Memory(MemoryStore::new()),
+            Some(path) => CliStore::File(FileStore::open(path).map_err(|error| SetupError {
+                message: error.to_string(),
+                usage: false,
+            })?),
+        }))
+    }
+
+    /// The demo tools (unless left out) and the downstream MCP servers, merged.
+    pub fn tools(&self) -> Result<Arc<CompositeTools>, SetupError> {
+        let mut tools = CompositeTools::new();
+        if !self.no_demo_tools {
+            tools = tools.with(demo_tools());
+        }
+        for spec in &self.mcp {
+            tools = tools.with(McpTools::new(mcp_server(spec)?));
+        }
+        Ok(Arc::new(tools))
+    }
+
+    pub async fn open(
+        &self,
+        session_id: &str,
+        store: Arc<CliStore>,
+        tools: Arc<CompositeTools>,
+        config: SessionConfig,
+    ) -> Result<CliSession, SetupError> {
+        Session::open(session_id, Arc::new(V8Engine::new()), store, tools, config)
+            .await
+            .map_err(|error| SetupError {
+                message: error.to_string(),
+                usage: false,
+            })
+    }
+}
+
+/// `echo` resolves with its argument; `sleep({ms})` resolves after that long.
+pub fn demo_tools() -> InProcessTools {
+    InProcessTools::new()
+        .function("echo", "Resolves with its argument.", json!({}), |input| async move {
+            Ok(input.unwrap_or(Value::Null))
+        })
+        .add(
+            {
+                let mut definition = codemode_protocol::ToolDefinition::function(
+                    codemode_protocol::ToolName::plain("sleep"),
+                    "Resolves with null after `ms` milliseconds.",
+                );
+                definition.input_schema = Some(json!({
+                    "type": "object",
+                    "properties": {"ms": {"type": "integer", "minimum": 0, "description": "How long to wait, in milliseconds."}},
+                    "required": ["ms"]
+                }));
+                definition.output_schema = Some(json!({"type": "null"}));
+                definition
+            },
+            |input, cancellation| async move {
+                let ms = input
+                    .as_ref()
+                    .and_then(|input| input.get("ms"))
+                    .and_then(Value::as_u64)
+                    .ok_or("sleep expects { ms: <non-negative integer> }")?;
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_millis(ms)) => Ok(Value::Null),
+                    _ = cancellation.cancelled() => Err("cancelled".to_owned()),
+                }
+            },
+        )
+}
+
+/// `'COMMAND ARGS'` or `'NAME=COMMAND ARGS'` as a downstream server.
+fn mcp_server(spec: &str) -> Result<McpServerConfig, SetupError> {
+    let usage = |message: String| SetupError {
+        message,
+        usage: true,
+    };
+    let (name, command) = match spec.split_once('=') {
+        Some((name, command)) if !name.contains(char::is_whitespace) && !name.contains('/') => {
+            (Some(name), command)
+        }
+        _ => (None, spec),
+    };
+    let transport = McpTransport::stdio_command(command)
+        .ok_or_else(|| usage(format!("--mcp '{spec}' names no command")))?;
+    let McpTransport::Stdio { program, .. } = &transport else {
+        unreachable!("stdio_command makes a stdio transport")
+    };
+    let namespace = match name {
+        Some(name) if !name.is_empty() => normalize_identifier(name),
+        Some(_) => {
+            return Err(usage(format!(
+                "--mcp '{spec}' has an empty name before '='"
+            )));
+        }
+        None => {
+            let stem = std::path::Path::new(program)
+                .file_stem()
+                .map(|stem| stem.to_string_lossy().into_owned())
+                .unwrap_or_else(|| program.clone());
+            normalize_identifier(&stem)
+        }
+    };
+    Ok(McpServerConfig::new(namespace, transport))
+}

@@ -1,0 +1,289 @@
+//! `codemode mcp` end to end: an `rmcp` client drives the real server process over stdio.
+
+#![allow(deprecated)] // MCP logging, which the server uses for completion push.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResult, ContentBlock, LoggingMessageNotificationParam,
+    ProgressNotificationParam, RequestMetaObject,
+};
+use rmcp::service::{NotificationContext, RunningService};
+use rmcp::transport::{ConfigureCommandExt, TokioChildProcess};
+use rmcp::{ClientHandler, RoleClient, ServiceError, ServiceExt};
+use serde_json::{Value, json};
+
+const CODEMODE: &str = env!("CARGO_BIN_EXE_codemode");
+const HANG_GUARD: Duration = Duration::from_secs(60);
+
+async fn within<T>(what: &str, future: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(HANG_GUARD, future)
+        .await
+        .unwrap_or_else(|_| panic!("hung: {what}"))
+}
+
+/// A client that records the notifications it receives.
+#[derive(Clone, Default)]
+struct Recorder {
+    logs: Arc<Mutex<Vec<Value>>>,
+    progress: Arc<Mutex<Vec<String>>>,
+}
+
+impl ClientHandler for Recorder {
+    async fn on_logging_message(
+        &self,
+        params: LoggingMessageNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        self.logs.lock().unwrap().push(params.data);
+    }
+
+    async fn on_progress(
+        &self,
+        params: ProgressNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        self.progress
+            .lock()
+            .unwrap()
+            .push(params.message.unwrap_or_default());
+    }
+}
+
+type Client = RunningService<RoleClient, Recorder>;
+
+async fn connect(extra: &[String]) -> (Client, Recorder) {
+    let recorder = Recorder::default();
+    let command = tokio::process::Command::new(CODEMODE).configure(|command| {
+        command.arg("mcp").args(extra);
+    });
+    let client = within(
+        "connect",
+        recorder
+            .clone()
+            .serve(TokioChildProcess::new(command).unwrap()),
+    )
+    .await
+    .expect("the server initialises");
+    (client, recorder)
+}
+
+async fn call(
+    client: &Client,
+    tool: &str,
+    arguments: Value,
+) -> Result<CallToolResult, ServiceError> {
+    let params = CallToolRequestParams::new(tool.to_owned())
+        .with_arguments(arguments.as_object().unwrap().clone());
+    within("call", client.call_tool(params)).await
+}
+
+fn text_of(result: &CallToolResult) -> String {
+    result
+        .content
+        .iter()
+        .filter_map(|block| match block {
+            ContentBlock::Text(text) => Some(text.text.clone()),
+            _ => None,
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn cell_id(running: &str) -> String {
+    running
+        .lines()
+        .next()
+        .and_then(|line| line.strip_prefix("Script running with cell ID "))
+        .unwrap_or_else(|| panic!("not a running cell: {running}"))
+        .to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_server_offers_exec_and_wait_with_their_descriptions() {
+    let (client, _) = connect(&[]).await;
+    let tools = within("list", client.list_all_tools()).await.unwrap();
+    let names: Vec<&str> = tools.iter().map(|tool| tool.name.as_ref()).collect();
+    assert_eq!(names, ["exec", "wait"]);
+    let exec = tools[0].description.as_deref().unwrap();
+    assert!(
+        exec.starts_with("Run JavaScript to orchestrate tools"),
+        "{exec}"
+    );
+    assert!(exec.contains("declare const tools: {"), "{exec}");
+    assert!(exec.contains("sleep(args: {"), "{exec}");
+    assert!(
+        exec.ends_with("Pass the source in the `code` argument."),
+        "{exec}"
+    );
+    assert_eq!(tools[0].input_schema["required"], json!(["code"]));
+    assert_eq!(tools[1].input_schema["required"], json!(["cell_id"]));
+    client.cancel().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exec_yields_and_wait_collects_the_completion() {
+    let (client, _) = connect(&[]).await;
+    let running = call(&client, "exec", json!({"code": "// @exec: {\"yield_time_ms\": 100}\ntext(\"started\");\nawait tools.sleep({ms: 600});\ntext(\"done\");"}))
+        .await
+        .unwrap();
+    let running_text = text_of(&running);
+    let id = cell_id(&running_text);
+    assert!(running_text.contains("started"), "{running_text}");
+    let finished = loop {
+        let result = call(
+            &client,
+            "wait",
+            json!({"cell_id": id, "yield_time_ms": 2000}),
+        )
+        .await
+        .unwrap();
+        let text = text_of(&result);
+        if !text.starts_with("Script running") {
+            break text;
+        }
+    };
+    assert!(finished.starts_with("Script completed"), "{finished}");
+    assert!(finished.contains("done"), "{finished}");
+    client.cancel().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wait_with_terminate_stops_a_running_cell() {
+    let (client, _) = connect(&[]).await;
+    let running = call(&client, "exec", json!({"code": "// @exec: {\"yield_time_ms\": 50}\ntext(\"spinning\"); yield_control(); while (true) {}"}))
+        .await
+        .unwrap();
+    let id = cell_id(&text_of(&running));
+    let terminated = call(&client, "wait", json!({"cell_id": id, "terminate": true}))
+        .await
+        .unwrap();
+    assert!(
+        text_of(&terminated).starts_with("Script terminated"),
+        "{}",
+        text_of(&terminated)
+    );
+    assert_eq!(terminated.is_error, Some(false));
+    client.cancel().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_downstream_servers_tool_is_called_from_a_cell() {
+    let (client, _) = connect(&[
+        "--mcp".to_owned(),
+        format!("demo={CODEMODE} demo-mcp-server"),
+    ])
+    .await;
+    let tools = within("list", client.list_all_tools()).await.unwrap();
+    assert!(
+        tools[0]
+            .description
+            .as_deref()
+            .unwrap()
+            .contains("demo__add(args: {")
+    );
+    let result = call(&client, "exec", json!({"code": "const r = await tools.demo__add({a: 1, b: 2}); text(r.content[0].text); image(await tools.demo__image().then((i) => i.content[0]));"}))
+        .await
+        .unwrap();
+    assert_eq!(text_of(&result).lines().last(), Some("3"));
+    assert!(result.content.iter().any(
+        |block| matches!(block, ContentBlock::Image(image) if image.mime_type == "image/png")
+    ));
+    client.cancel().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_requests_and_unknown_cells_get_errors_and_the_server_stays_up() {
+    let (client, _) = connect(&[]).await;
+    let missing_code = call(&client, "exec", json!({"source": "text(1)"}))
+        .await
+        .unwrap_err();
+    assert!(
+        missing_code
+            .to_string()
+            .contains("the code argument is missing"),
+        "{missing_code}"
+    );
+    let unknown_tool = call(&client, "run", json!({})).await.unwrap_err();
+    assert!(
+        unknown_tool
+            .to_string()
+            .contains("this server offers exec and wait"),
+        "{unknown_tool}"
+    );
+    let bad_wait = call(&client, "wait", json!({"cell_id": 7}))
+        .await
+        .unwrap_err();
+    assert!(bad_wait.to_string().contains("wait takes"), "{bad_wait}");
+    let unknown_cell = call(&client, "wait", json!({"cell_id": "42"}))
+        .await
+        .unwrap();
+    assert_eq!(unknown_cell.is_error, Some(true));
+    assert!(text_of(&unknown_cell).starts_with("No cell with ID 42"));
+    let bad_pragma = call(
+        &client,
+        "exec",
+        json!({"code": "// @exec: {\"yield\": 1}\ntext(1)"}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(bad_pragma.is_error, Some(true));
+    // Still serving.
+    let fine = call(&client, "exec", json!({"code": "text(6 * 7)"}))
+        .await
+        .unwrap();
+    assert_eq!(text_of(&fine).lines().last(), Some("42"));
+    client.cancel().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cell_that_finishes_in_the_background_is_announced() {
+    let (client, recorder) = connect(&[]).await;
+    let running = call(&client, "exec", json!({"code": "// @exec: {\"yield_time_ms\": 0}\nawait tools.sleep({ms: 200}); text(\"background work\");"}))
+        .await
+        .unwrap();
+    let id = cell_id(&text_of(&running));
+    let announcement = within("announcement", async {
+        loop {
+            if let Some(log) = recorder.logs.lock().unwrap().first().cloned() {
+                return log;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    assert_eq!(announcement["cell_id"], json!(id));
+    assert_eq!(announcement["status"], "completed");
+    let collected = call(&client, "wait", json!({"cell_id": id})).await.unwrap();
+    assert!(text_of(&collected).contains("background work"));
+    client.cancel().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn progress_is_reported_while_a_cell_runs() {
+    let (client, recorder) = connect(&[]).await;
+    let mut params = CallToolRequestParams::new("exec").with_arguments(
+        json!({"code": "notify(\"warming up\"); await tools.sleep({ms: 1500}); text(\"ok\");"})
+            .as_object()
+            .unwrap()
+            .clone(),
+    );
+    params.meta = Some(RequestMetaObject::from(
+        json!({"progressToken": "progress-1"})
+            .as_object()
+            .unwrap()
+            .clone(),
+    ));
+    let result = within("exec", client.call_tool(params)).await.unwrap();
+    assert!(text_of(&result).starts_with("Script completed"));
+    let progress = recorder.progress.lock().unwrap().clone();
+    assert!(progress.contains(&"warming up".to_owned()), "{progress:?}");
+    assert!(
+        progress
+            .iter()
+            .any(|message| message.starts_with("running for")),
+        "{progress:?}"
+    );
+    client.cancel().await.unwrap();
+}

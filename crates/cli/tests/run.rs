@@ -1,0 +1,317 @@
+//! `codemode run` end to end, through the built binary.
+
+use std::io::Write;
+use std::process::{Command, Output, Stdio};
+
+use serde_json::Value;
+
+const CODEMODE: &str = env!("CARGO_BIN_EXE_codemode");
+
+fn codemode(args: &[&str], stdin: &str) -> Output {
+    let mut child = Command::new(CODEMODE)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start codemode");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
+fn run_json(args: &[&str], source: &str) -> (Value, i32) {
+    let mut all = vec!["run", "--json"];
+    all.extend_from_slice(args);
+    all.push("-");
+    let output = codemode(&all, source);
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(
+        lines.len(),
+        1,
+        "exactly one JSON object on stdout: {stdout}"
+    );
+    (
+        serde_json::from_str(lines[0]).unwrap(),
+        output.status.code().unwrap(),
+    )
+}
+
+fn texts(json: &Value) -> Vec<String> {
+    json["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|item| item["text"].as_str().map(str::to_owned))
+        .collect()
+}
+
+fn temporary_directory(name: &str) -> String {
+    let directory =
+        std::env::temp_dir().join(format!("codemode-cli-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&directory);
+    directory.to_str().unwrap().to_owned()
+}
+
+#[test]
+fn the_default_output_is_the_model_facing_rendering() {
+    let output = codemode(&["run", "-"], r#"text("hello"); text({ n: 1 });"#);
+    assert_eq!(output.status.code(), Some(0));
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    let mut lines = stdout.lines();
+    assert_eq!(lines.next(), Some("Script completed"));
+    assert!(lines.next().unwrap().starts_with("Wall time "));
+    assert_eq!(
+        lines.collect::<Vec<_>>(),
+        ["Output:", "hello", r#"{"n":1}"#]
+    );
+}
+
+#[test]
+fn json_output_is_one_object_with_every_item_in_order() {
+    let (json, code) = run_json(
+        &[],
+        r#"text("a"); image("data:image/png;base64,iVBORw0KGgo=", "low"); yield_control(); text("b");"#,
+    );
+    assert_eq!(code, 0);
+    let keys: Vec<&String> = json.as_object().unwrap().keys().collect();
+    assert_eq!(
+        keys,
+        ["status", "cell_id", "error_text", "items", "wall_time_ms"]
+    );
+    assert_eq!(json["status"], "completed");
+    assert_eq!(json["cell_id"], "1");
+    assert_eq!(json["error_text"], Value::Null);
+    assert!(json["wall_time_ms"].is_u64());
+    assert_eq!(
+        json["items"],
+        serde_json::json!([
+            {"type": "text", "text": "a"},
+            {"type": "image", "image_url": "data:image/png;base64,iVBORw0KGgo=", "detail": "low"},
+            {"type": "text", "text": "b"}
+        ])
+    );
+}
+
+#[test]
+fn a_failed_script_exits_1_with_its_error() {
+    let (json, code) = run_json(&[], "text('before');\nthrow new Error('broken');");
+    assert_eq!(code, 1);
+    assert_eq!(json["status"], "failed");
+    assert!(
+        json["error_text"]
+            .as_str()
+            .unwrap()
+            .starts_with("Error: broken")
+    );
+    assert_eq!(texts(&json), ["before"]);
+}
+
+#[test]
+fn the_demo_tools_echo_and_sleep_work_and_can_be_left_out() {
+    let (json, code) = run_json(
+        &[],
+        r#"text((await tools.echo({ x: 1 })).x); text(await tools.sleep({ ms: 20 }));"#,
+    );
+    assert_eq!(
+        (code, texts(&json)),
+        (0, vec!["1".to_owned(), "null".to_owned()])
+    );
+    let (json, code) = run_json(
+        &["--no-demo-tools"],
+        r#"text(ALL_TOOLS.length); await tools.echo(1);"#,
+    );
+    assert_eq!(code, 1);
+    assert_eq!(texts(&json), ["0"]);
+    assert!(
+        json["error_text"]
+            .as_str()
+            .unwrap()
+            .contains("tools.echo is not a function")
+    );
+}
+
+#[test]
+fn yield_time_ms_observes_in_steps_and_still_collects_everything() {
+    let (json, code) = run_json(
+        &["--yield-time-ms", "10"],
+        r#"for (let i = 0; i < 5; i++) { text(`step ${i}`); await tools.sleep({ ms: 25 }); }"#,
+    );
+    assert_eq!(code, 0);
+    assert_eq!(
+        texts(&json),
+        ["step 0", "step 1", "step 2", "step 3", "step 4"]
+    );
+}
+
+#[test]
+fn max_output_tokens_truncates_the_rendering() {
+    let output = codemode(
+        &["run", "--max-output-tokens", "10", "-"],
+        r#"text("z".repeat(1000));"#,
+    );
+    assert_eq!(output.status.code(), Some(0));
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    assert!(
+        stdout.contains("[... output truncated: 1000 bytes (about 250 tokens) in all"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn timeout_ms_terminates_an_endless_loop_and_keeps_its_output() {
+    let (json, code) = run_json(
+        &["--timeout-ms", "300"],
+        r#"text("before the loop"); yield_control(); while (true) {}"#,
+    );
+    assert_eq!(code, 3);
+    assert_eq!(json["status"], "terminated");
+    assert_eq!(texts(&json), ["before the loop"]);
+    let output = codemode(&["run", "--timeout-ms", "200", "-"], "for (;;) await null;");
+    assert_eq!(output.status.code(), Some(3));
+    assert!(
+        String::from_utf8(output.stdout)
+            .unwrap()
+            .starts_with("Script terminated")
+    );
+}
+
+#[test]
+fn heap_and_cpu_limits_end_the_cell_with_an_error_naming_them() {
+    let (json, code) = run_json(
+        &["--heap-limit-mb", "16"],
+        "const hoard = []; for (;;) hoard.push(new Array(100000).fill(1));",
+    );
+    assert_eq!(code, 1);
+    assert!(
+        json["error_text"]
+            .as_str()
+            .unwrap()
+            .starts_with("heap limit exceeded"),
+        "{json}"
+    );
+    assert!(
+        json["error_text"].as_str().unwrap().contains("16 MiB"),
+        "{json}"
+    );
+    let (json, code) = run_json(&["--cpu-limit-ms", "200"], "for (;;) {}");
+    assert_eq!(code, 1);
+    assert!(
+        json["error_text"]
+            .as_str()
+            .unwrap()
+            .starts_with("cpu time limit exceeded"),
+        "{json}"
+    );
+}
+
+#[test]
+fn store_keeps_values_across_runs() {
+    let directory = temporary_directory("store");
+    let source = r#"const runs = (load("runs") ?? 0) + 1; store("runs", runs); text(runs);"#;
+    let (first, _) = run_json(&["--store", &directory], source);
+    let (second, _) = run_json(&["--store", &directory], source);
+    assert_eq!(
+        (texts(&first), texts(&second)),
+        (vec!["1".to_owned()], vec!["2".to_owned()])
+    );
+    let (other, _) = run_json(&["--store", &directory, "--session", "other"], source);
+    assert_eq!(texts(&other), ["1"]);
+    let (memory, _) = run_json(&[], source);
+    assert_eq!(texts(&memory), ["1"]);
+    let _ = std::fs::remove_dir_all(&directory);
+}
+
+#[test]
+fn mcp_servers_join_the_cells_tools() {
+    let server = format!("demo={CODEMODE} demo-mcp-server");
+    let (json, code) = run_json(
+        &["--mcp", &server],
+        r#"text((await tools.demo__add({ a: 1, b: 2 })).content[0].text);"#,
+    );
+    assert_eq!((code, texts(&json)), (0, vec!["3".to_owned()]));
+    // Without a name, the namespace is the program's name.
+    let unnamed = format!("{CODEMODE} demo-mcp-server");
+    let (json, _) = run_json(
+        &["--mcp", &unnamed],
+        r#"text(ALL_TOOLS.map((tool) => tool.name).filter((name) => name.includes("__")));"#,
+    );
+    assert_eq!(
+        texts(&json),
+        [
+            r#"["codemode__add","codemode__fail","codemode__image","codemode__pid","codemode__sleep"]"#
+        ]
+    );
+}
+
+#[test]
+fn a_file_argument_and_its_pragma_are_honoured() {
+    let directory = temporary_directory("file");
+    std::fs::create_dir_all(&directory).unwrap();
+    let path = format!("{directory}/script.js");
+    std::fs::write(
+        &path,
+        "// @exec: {\"max_output_tokens\": 5}\ntext(\"x\".repeat(100));",
+    )
+    .unwrap();
+    let output = codemode(&["run", &path], "");
+    assert_eq!(output.status.code(), Some(0));
+    assert!(
+        String::from_utf8(output.stdout)
+            .unwrap()
+            .contains("output truncated")
+    );
+    let _ = std::fs::remove_dir_all(&directory);
+}
+
+#[test]
+fn usage_errors_exit_2_with_a_clear_message() {
+    let cases: [(&[&str], &str, &str); 4] = [
+        (&["run", "-"], "   \n", "error: exec received no code"),
+        (
+            &["run", "-"],
+            "// @exec: {\"yield\": 1}\ntext(1)",
+            "error: invalid @exec pragma: unknown key \"yield\"",
+        ),
+        (
+            &["run", "--frobnicate", "-"],
+            "",
+            "unexpected argument '--frobnicate'",
+        ),
+        (
+            &["run", "/nonexistent/script.js"],
+            "",
+            "error: cannot read /nonexistent/script.js: No such file or directory",
+        ),
+    ];
+    for (args, stdin, message) in cases {
+        let output = codemode(args, stdin);
+        let stderr = String::from_utf8(output.stderr).unwrap();
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(message), "{args:?}: {stderr}");
+        assert!(output.stdout.is_empty(), "{args:?}");
+    }
+    let output = codemode(&["run", "--mcp", "   ", "-"], "text(1)");
+    assert_eq!(output.status.code(), Some(2));
+    assert!(
+        String::from_utf8(output.stderr)
+            .unwrap()
+            .contains("--mcp '   ' names no command")
+    );
+}
+
+#[test]
+fn notifications_are_shown_on_stderr() {
+    let output = codemode(&["run", "-"], r#"notify("halfway there"); text("done");"#);
+    assert_eq!(output.status.code(), Some(0));
+    assert!(
+        String::from_utf8(output.stderr)
+            .unwrap()
+            .contains("[notify] halfway there")
+    );
+}

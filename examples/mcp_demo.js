@@ -1,0 +1,12 @@
+// Tools of a downstream MCP server join the cell's tools under its name.
+// Run: cargo run -p codemode-cli -- run --mcp "demo=target/debug/codemode demo-mcp-server" examples/mcp_demo.js
+// (build first with: cargo build -p codemode-cli)
+const sum = await tools.demo__add({ a: 20, b: 22 });
+text(`20 + 22 = ${sum.structuredContent.sum}`);
+const picture = await tools.demo__image();
+image(picture.content[0], "low");
+try {
+  await tools.demo__fail({ message: "this tool always fails" });
+} catch (error) {
+  text(`caught: ${error.message}`);
+}
