@@ -142,6 +142,31 @@ struct cm_runtime {
 
 namespace {
 
+// Everything an entry point that touches JavaScript enters, in the order V8 requires: the isolate,
+// a handle scope, then the runtime's context. Members are constructed in declaration order and
+// destroyed in reverse.
+class Entered {
+ public:
+  explicit Entered(cm_runtime* rt)
+      : isolate(rt->isolate),
+        isolate_scope(rt->isolate),
+        handle_scope(rt->isolate),
+        context(rt->context.Get(rt->isolate)),
+        context_scope(context) {}
+
+  Isolate* const isolate;
+
+ private:
+  Isolate::Scope isolate_scope;
+  HandleScope handle_scope;
+
+ public:
+  const Local<Context> context;
+
+ private:
+  Context::Scope context_scope;
+};
+
 Local<String> NewString(Isolate* isolate, const char* data, size_t length) {
   Local<String> result;
   if (!String::NewFromUtf8(isolate, data, NewStringType::kNormal, static_cast<int>(length))
@@ -394,11 +419,9 @@ const char* cm_runtime_last_error(cm_runtime* rt, size_t* length) {
 // point and `config`, and keeps the function it returns as the dispatcher.
 int32_t cm_runtime_bootstrap(cm_runtime* rt, cm_str source, cm_str config) {
   CM_GUARD_BEGIN
-  Isolate* isolate = rt->isolate;
-  Isolate::Scope isolate_scope(isolate);
-  HandleScope handle_scope(isolate);
-  Local<Context> context = rt->context.Get(isolate);
-  Context::Scope context_scope(context);
+  Entered entered(rt);
+  Isolate* isolate = entered.isolate;
+  Local<Context> context = entered.context;
   TryCatch try_catch(isolate);
   ScriptOrigin origin(isolate, NewString(isolate, kBootstrapResourceName));
   Local<Script> script;
@@ -434,11 +457,9 @@ int32_t cm_runtime_bootstrap(cm_runtime* rt, cm_str source, cm_str config) {
 // kept for cm_runtime_module_state.
 int32_t cm_runtime_evaluate_module(cm_runtime* rt, cm_str source) {
   CM_GUARD_BEGIN
-  Isolate* isolate = rt->isolate;
-  Isolate::Scope isolate_scope(isolate);
-  HandleScope handle_scope(isolate);
-  Local<Context> context = rt->context.Get(isolate);
-  Context::Scope context_scope(context);
+  Entered entered(rt);
+  Isolate* isolate = entered.isolate;
+  Local<Context> context = entered.context;
   TryCatch try_catch(isolate);
   try_catch.SetVerbose(false);
   ScriptOrigin origin(isolate, NewString(isolate, kCellResourceName), 0, 0, false, -1,
@@ -467,11 +488,9 @@ int32_t cm_runtime_evaluate_module(cm_runtime* rt, cm_str source) {
 // Calls the dispatcher with (kind, id, payload): delivers a tool result or fires a timer.
 int32_t cm_runtime_dispatch(cm_runtime* rt, int32_t kind, cm_str id, cm_str payload) {
   CM_GUARD_BEGIN
-  Isolate* isolate = rt->isolate;
-  Isolate::Scope isolate_scope(isolate);
-  HandleScope handle_scope(isolate);
-  Local<Context> context = rt->context.Get(isolate);
-  Context::Scope context_scope(context);
+  Entered entered(rt);
+  Isolate* isolate = entered.isolate;
+  Local<Context> context = entered.context;
   TryCatch try_catch(isolate);
   Local<Value> arguments[3] = {
       Integer::New(isolate, kind),
@@ -488,11 +507,9 @@ int32_t cm_runtime_dispatch(cm_runtime* rt, int32_t kind, cm_str id, cm_str payl
 // Runs every queued microtask (and any platform task V8 posted for this isolate).
 int32_t cm_runtime_run_microtasks(cm_runtime* rt) {
   CM_GUARD_BEGIN
-  Isolate* isolate = rt->isolate;
-  Isolate::Scope isolate_scope(isolate);
-  HandleScope handle_scope(isolate);
-  Local<Context> context = rt->context.Get(isolate);
-  Context::Scope context_scope(context);
+  Entered entered(rt);
+  Isolate* isolate = entered.isolate;
+  Local<Context> context = entered.context;
   while (platform::PumpMessageLoop(g_platform.get(), isolate)) {
   }
   isolate->PerformMicrotaskCheckpoint();
@@ -503,11 +520,9 @@ int32_t cm_runtime_run_microtasks(cm_runtime* rt) {
 // Whether the module's evaluation promise has settled; on rejection the reason's error text.
 int32_t cm_runtime_module_state(cm_runtime* rt) {
   CM_GUARD_BEGIN
-  Isolate* isolate = rt->isolate;
-  Isolate::Scope isolate_scope(isolate);
-  HandleScope handle_scope(isolate);
-  Local<Context> context = rt->context.Get(isolate);
-  Context::Scope context_scope(context);
+  Entered entered(rt);
+  Isolate* isolate = entered.isolate;
+  Local<Context> context = entered.context;
   if (rt->module_promise.IsEmpty()) return CM_MODULE_PENDING;
   Local<Promise> promise = rt->module_promise.Get(isolate);
   switch (promise->State()) {

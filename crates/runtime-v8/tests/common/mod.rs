@@ -188,14 +188,25 @@ impl Cell {
     }
 
     /// Reads events to the end, answering every tool call at once.
-    pub fn finish(mut self) -> Finished {
+    pub fn finish(self) -> Finished {
+        self.collect(ToolCalls::Answer)
+    }
+
+    /// Reads events to the end without answering anything.
+    pub fn drain(self) -> Finished {
+        self.collect(ToolCalls::Ignore)
+    }
+
+    fn collect(mut self, tool_calls: ToolCalls) -> Finished {
         let mut finished = Finished::default();
         while let Some(event) = self.next() {
             match &event {
                 RuntimeEvent::ContentItem(item) => finished.items.push(item.clone()),
                 RuntimeEvent::ToolCall {
                     id, name, input, ..
-                } => self.answer(id.clone(), name, input.clone()),
+                } if tool_calls == ToolCalls::Answer => {
+                    self.answer(id.clone(), name, input.clone())
+                }
                 RuntimeEvent::Result {
                     stored_value_writes,
                     error_text,
@@ -207,24 +218,13 @@ impl Cell {
         }
         finished
     }
+}
 
-    /// Reads events to the end without answering anything.
-    pub fn drain(mut self) -> Finished {
-        let mut finished = Finished::default();
-        while let Some(event) = self.next() {
-            match &event {
-                RuntimeEvent::ContentItem(item) => finished.items.push(item.clone()),
-                RuntimeEvent::Result {
-                    stored_value_writes,
-                    error_text,
-                } => finished.result = Some((stored_value_writes.clone(), error_text.clone())),
-                RuntimeEvent::ThreadPanicked => finished.panicked = true,
-                _ => {}
-            }
-            finished.events.push(event);
-        }
-        finished
-    }
+/// Whether reading a cell to its end answers its tool calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ToolCalls {
+    Answer,
+    Ignore,
 }
 
 /// The texts of a cell that must complete without error.
