@@ -133,6 +133,9 @@ pub enum EngineError {
     /// A limit is outside what the engine accepts.
     #[error("invalid cell limit: {0}")]
     InvalidLimit(String),
+    /// The engine itself cannot run (its library failed to initialise).
+    #[error("the JavaScript engine is unavailable: {0}")]
+    Unavailable(String),
 }
 
 /// A JavaScript engine that can run cells. Implemented by `runtime-v8`; a scripted engine can

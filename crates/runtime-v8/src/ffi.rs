@@ -13,7 +13,7 @@
 use std::ffi::{CStr, c_void};
 use std::marker::PhantomData;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::{Arc, Mutex, Once};
+use std::sync::{Arc, Mutex, OnceLock};
 
 #[repr(C)]
 struct RawRuntime {
@@ -80,24 +80,28 @@ unsafe extern "C" {
 
 /// The V8 version the shim is linked against, such as `10.2.154.26-node.36`.
 pub fn version() -> String {
-    initialize();
-    // SAFETY: V8::GetVersion returns a static NUL-terminated string.
+    // SAFETY: V8::GetVersion returns a static NUL-terminated string; it needs no initialisation.
     unsafe { CStr::from_ptr(cm_v8_version()) }
         .to_string_lossy()
         .into_owned()
 }
 
-/// Initialises V8 once per process (the shim guards it too).
-pub fn initialize() {
-    static INITIALIZE: Once = Once::new();
-    INITIALIZE.call_once(|| {
-        // SAFETY: cm_v8_initialize is idempotent and thread-safe (std::call_once inside).
-        let status = unsafe { cm_v8_initialize() };
-        assert_eq!(
-            status, 0,
-            "V8 failed to initialise: the library does not match its headers"
-        );
-    });
+/// Initialises V8 once per process (the shim guards it too); the outcome is remembered.
+pub fn initialize() -> Result<(), String> {
+    static INITIALIZED: OnceLock<Result<(), String>> = OnceLock::new();
+    INITIALIZED
+        .get_or_init(|| {
+            // SAFETY: cm_v8_initialize is idempotent and thread-safe (std::call_once inside).
+            match unsafe { cm_v8_initialize() } {
+                0 => Ok(()),
+                _ => Err(
+                    "V8 failed to initialise: the library does not match the headers the \
+                          shim was built with; run `cargo xtask setup-v8` and rebuild"
+                        .to_owned(),
+                ),
+            }
+        })
+        .clone()
 }
 
 /// The CPU-time clock of one thread, readable from any thread.
@@ -260,7 +264,7 @@ pub struct CreateError {
 
 impl<H: Host> V8Runtime<H> {
     pub fn new(heap_limit_bytes: usize, host: H) -> Result<Self, CreateError> {
-        initialize();
+        initialize().map_err(|_| CreateError { heap_limit_bytes })?;
         let slot = Box::into_raw(Box::new(HostSlot {
             host,
             reply: String::new(),

@@ -66,7 +66,7 @@ impl Engine for V8Engine {
                 cell.limits.heap_limit_bytes, MIN_HEAP_LIMIT_BYTES
             )));
         }
-        ffi::initialize();
+        ffi::initialize().map_err(EngineError::Unavailable)?;
         let (command_tx, command_rx) = mpsc::channel();
         let (control_tx, control_rx) = mpsc::channel();
         let target = Arc::new(TerminateTarget::default());

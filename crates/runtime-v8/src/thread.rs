@@ -209,9 +209,20 @@ impl CellThread {
                 }
             };
         terminate.attach(runtime.terminator());
-        let cpu_watch = cell.limits.cpu_time_limit.and_then(|budget| {
-            watchdog::watch(budget, runtime.terminator()).map(|watch| (watch, budget))
-        });
+        let cpu_watch = match cell.limits.cpu_time_limit {
+            None => None,
+            Some(budget) => match watchdog::watch(budget, runtime.terminator()) {
+                Ok(watch) => Some((watch, budget)),
+                // A limit that cannot be enforced fails the cell rather than being ignored.
+                Err(error) => {
+                    terminate.detach();
+                    return Ending::Finished {
+                        stored_value_writes: Default::default(),
+                        error_text: Some(error),
+                    };
+                }
+            },
+        };
         let mut thread = CellThread {
             runtime,
             commands,

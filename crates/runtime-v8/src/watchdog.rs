@@ -48,31 +48,39 @@ impl Watch {
 
 impl Drop for Watch {
     fn drop(&mut self) {
-        watchdog()
-            .watched
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .remove(&self.key);
+        // A Watch exists only if the watchdog started.
+        if let Ok(watchdog) = watchdog() {
+            watchdog
+                .watched
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .remove(&self.key);
+        }
     }
 }
 
-fn watchdog() -> &'static Watchdog {
-    static WATCHDOG: OnceLock<&'static Watchdog> = OnceLock::new();
-    WATCHDOG.get_or_init(|| {
-        let watchdog: &'static Watchdog = Box::leak(Box::default());
-        std::thread::Builder::new()
-            .name("codemode-cpu-watchdog".into())
-            .spawn(move || watchdog.run())
-            .expect("start the CPU watchdog thread");
-        watchdog
-    })
+/// The process's watchdog, started on first use; an error if its thread could not be started.
+fn watchdog() -> Result<&'static Watchdog, String> {
+    static WATCHDOG: OnceLock<Result<&'static Watchdog, String>> = OnceLock::new();
+    WATCHDOG
+        .get_or_init(|| {
+            let watchdog: &'static Watchdog = Box::leak(Box::default());
+            std::thread::Builder::new()
+                .name("codemode-cpu-watchdog".into())
+                .spawn(move || watchdog.run())
+                .map(|_| watchdog)
+                .map_err(|error| format!("cannot start the CPU-time watchdog thread: {error}"))
+        })
+        .clone()
 }
 
 /// Puts the calling thread under a CPU budget: past it, `terminator` stops its JavaScript.
-/// Returns `None` when the thread's CPU clock cannot be read (the cell then runs unwatched).
-pub(crate) fn watch(budget: Duration, terminator: IsolateTerminator) -> Option<Watch> {
-    let clock = ThreadCpuClock::current()?;
-    let watchdog = watchdog();
+/// Fails when the budget cannot be enforced (no CPU clock, no watchdog thread).
+pub(crate) fn watch(budget: Duration, terminator: IsolateTerminator) -> Result<Watch, String> {
+    let clock = ThreadCpuClock::current().ok_or_else(|| {
+        "cannot read the cell thread's CPU clock to enforce its CPU-time limit".to_owned()
+    })?;
+    let watchdog = watchdog()?;
     let key = watchdog.next_key.fetch_add(1, Ordering::Relaxed);
     let exceeded = Arc::new(AtomicBool::new(false));
     watchdog
@@ -89,7 +97,7 @@ pub(crate) fn watch(budget: Duration, terminator: IsolateTerminator) -> Option<W
             },
         );
     watchdog.wake.notify_one();
-    Some(Watch { key, exceeded })
+    Ok(Watch { key, exceeded })
 }
 
 impl Watchdog {

@@ -339,11 +339,14 @@ impl<S: Store, P: ToolProvider> Session<S, P> {
         };
         tracing::info!(session = %shared.id, cell_id, "cell started");
         let answer = first_observation.await;
-        self.conclude(&cell_id, &source, answer, began)
-            .map(|outcome| match outcome {
-                WaitOutcome::Observed(report) => report,
-                WaitOutcome::NotFound { .. } => unreachable!("a started cell is found"),
-            })
+        match self.conclude(&cell_id, &source, answer, began)? {
+            WaitOutcome::Observed(report) => Ok(report),
+            // The cell's actor closed before answering its first observation.
+            WaitOutcome::NotFound { cell_id } => Err(SessionError::Cell {
+                cell_id,
+                source: CellError::Closed,
+            }),
+        }
     }
 
     async fn observe(
