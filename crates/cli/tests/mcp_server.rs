@@ -125,7 +125,7 @@ async fn the_server_offers_exec_and_wait_with_their_descriptions() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exec_yields_and_wait_collects_the_completion() {
     let (client, _) = connect(&[]).await;
-    let running = call(&client, "exec", json!({"code": "// @exec: {\"yield_time_ms\": 100}\ntext(\"started\");\nawait tools.sleep({ms: 600});\ntext(\"done\");"}))
+    let running = call(&client, "exec", json!({"code": "// @exec: {\"yield_time_ms\": 5000}\ntext(\"started\");\nyield_control();\nawait tools.sleep({ms: 600});\ntext(\"done\");"}))
         .await
         .unwrap();
     let running_text = text_of(&running);
@@ -264,7 +264,7 @@ async fn a_cell_that_finishes_in_the_background_is_announced() {
 async fn progress_is_reported_while_a_cell_runs() {
     let (client, recorder) = connect(&[]).await;
     let mut params = CallToolRequestParams::new("exec").with_arguments(
-        json!({"code": "notify(\"warming up\"); await tools.sleep({ms: 1500}); text(\"ok\");"})
+        json!({"code": "notify(\"warming up\"); await tools.sleep({ms: 2500}); text(\"ok\");"})
             .as_object()
             .unwrap()
             .clone(),

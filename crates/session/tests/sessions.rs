@@ -176,31 +176,18 @@ async fn a_busy_observer_is_refused_without_displacing_the_first() {
     )
     .await
     .unwrap();
-    let session = Arc::new(session);
-    let first = tokio::spawn({
-        let session = Arc::clone(&session);
-        let cell_id = started.cell_id.clone();
-        async move { session.wait(wait(&cell_id)).await }
-    });
-    // Give the first observer time to be taken (the refusal below proves it was).
-    let second = loop {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-        match session
-            .wait(WaitRequest {
-                yield_time_ms: Some(0),
-                ..wait(&started.cell_id)
-            })
+    // Poll the first wait once: that queues its observation, and the actor takes observations in
+    // order, so the second is refused whatever the scheduling.
+    let mut first = Box::pin(session.wait(wait(&started.cell_id)));
+    assert!(
+        tokio::time::timeout(Duration::ZERO, first.as_mut())
             .await
-        {
-            Err(error) => break error,
-            Ok(WaitOutcome::Observed(report))
-                if matches!(report.event, CellEvent::Yielded { .. }) =>
-            {
-                continue;
-            }
-            Ok(other) => panic!("unexpected {other:?}"),
-        }
-    };
+            .is_err(),
+        "the first wait is still waiting"
+    );
+    let second = within("second", session.wait(wait(&started.cell_id)))
+        .await
+        .unwrap_err();
     assert!(
         matches!(
             second,
@@ -212,7 +199,7 @@ async fn a_busy_observer_is_refused_without_displacing_the_first() {
         "{second}"
     );
     tools.release();
-    let first = observed(within("first observer", first).await.unwrap().unwrap());
+    let first = observed(within("first observer", first).await.unwrap());
     assert_eq!(texts(&first.event), ["tool-1"]);
     assert!(matches!(first.event, CellEvent::Completed { .. }));
 }
