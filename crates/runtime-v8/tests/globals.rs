@@ -426,3 +426,45 @@ fn intl_works_with_the_system_icu() {
         ["1.234,5"]
     );
 }
+
+#[test]
+fn a_cell_that_overwrites_built_ins_cannot_break_its_own_globals() {
+    let finished = run(
+        r#"
+        const RealPromise = Promise;
+        JSON.stringify = () => "tampered";
+        JSON.parse = () => "tampered";
+        Map.prototype.get = () => undefined;
+        Map.prototype.set = () => { throw new Error("tampered"); };
+        Function.prototype.call = () => { throw new Error("tampered"); };
+        globalThis.Promise = function () { throw new Error("tampered"); };
+        String = () => "tampered";
+        text({ still: "json" });
+        store("k", [1, 2]);
+        text(load("k"));
+        text(await tools.echo({ answer: 42 }));
+        setTimeout(() => text("timer"), 1);
+        await new RealPromise((resolve) => setTimeout(resolve, 5));
+        "#,
+    );
+    assert_eq!(finished.error(), None, "{finished:?}");
+    assert_eq!(
+        finished.texts(),
+        [r#"{"still":"json"}"#, "[1,2]", r#"{"answer":42}"#, "timer"]
+    );
+}
+
+#[test]
+fn the_host_entry_point_is_not_reachable_from_the_cell() {
+    assert_eq!(
+        texts_of(
+            r#"
+            const names = Object.getOwnPropertyNames(globalThis).filter((name) => /host|codemode|__/.test(name));
+            text(names);
+            // The globals are strict functions: their callers (the bootstrap) cannot be reached.
+            try { text.caller; text("caller reachable"); } catch (error) { text(error.name); }
+            "#
+        ),
+        ["[]", "TypeError"]
+    );
+}
