@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 use codemode_protocol::{OutputItem, WaitRequest};
-use codemode_session::{SessionEvent, ToolResult};
+use codemode_session::{OutputMode, SessionEvent, ToolResult};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ListToolsResult,
     PaginatedRequestParams, ProgressNotificationParam, ServerCapabilities, ServerConfig, Tool,
@@ -133,7 +133,9 @@ impl CodemodeServer {
         self.session
             .get_or_init(|| async {
                 let shared = &self.shared;
-                let config = shared.args.config();
+                let mut config = shared.args.config();
+                // A long-running server bounds what it buffers per cell (S5 server mode).
+                config.output_mode = OutputMode::server();
                 shared
                     .args
                     .open(

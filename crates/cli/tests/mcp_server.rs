@@ -287,3 +287,28 @@ async fn progress_is_reported_while_a_cell_runs() {
     );
     client.cancel().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_server_bounds_image_output_per_observation() {
+    let (client, _) = connect(&[]).await;
+    let result = call(
+        &client,
+        "exec",
+        json!({"code": "const big = \"data:image/png;base64,\" + \"A\".repeat(3 * 1024 * 1024); for (let i = 0; i < 4; i++) image(big); text(\"after\");"}),
+    )
+    .await
+    .unwrap();
+    let images = result
+        .content
+        .iter()
+        .filter(|block| matches!(block, ContentBlock::Image(_)))
+        .count();
+    assert_eq!(images, 2, "8 MiB of images fit, the rest are omitted");
+    let text = text_of(&result);
+    assert!(
+        text.contains("[2 images omitted: image output budget exceeded]"),
+        "{text}"
+    );
+    assert!(text.ends_with("after"), "{text}");
+    client.cancel().await.unwrap();
+}

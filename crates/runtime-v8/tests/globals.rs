@@ -429,8 +429,7 @@ fn intl_works_with_the_system_icu() {
 
 #[test]
 fn a_cell_that_overwrites_built_ins_cannot_break_its_own_globals() {
-    let finished = run(
-        r#"
+    let finished = run(r#"
         const RealPromise = Promise;
         JSON.stringify = () => "tampered";
         JSON.parse = () => "tampered";
@@ -445,8 +444,7 @@ fn a_cell_that_overwrites_built_ins_cannot_break_its_own_globals() {
         text(await tools.echo({ answer: 42 }));
         setTimeout(() => text("timer"), 1);
         await new RealPromise((resolve) => setTimeout(resolve, 5));
-        "#,
-    );
+        "#);
     assert_eq!(finished.error(), None, "{finished:?}");
     assert_eq!(
         finished.texts(),

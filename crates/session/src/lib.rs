@@ -21,7 +21,7 @@ mod session;
 mod typescript;
 
 pub use codemode_cell_actor::{
-    CellError, CellEvent, CollectedOutput, ToolCallFate, ToolCallRecord, ToolInvocation,
+    CellError, CellEvent, CollectedOutput, OutputMode, ToolCallFate, ToolCallRecord, ToolInvocation,
 };
 pub use config::SessionConfig;
 pub use hints::error_hint;
