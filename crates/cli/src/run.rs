@@ -95,7 +95,8 @@ pub async fn run(args: RunArgs) -> ExitCode {
 
     // notify(...) messages are progress for whoever runs the script: show them on stderr.
     let mut events = session.subscribe();
-    tokio::spawn(async move {
+    let printer = tokio::spawn(async move {
+        // Ends when the session is gone, after every notification sent before has been printed.
         while let Ok(event) = events.recv().await {
             if let SessionEvent::Notification { text, .. } = event {
                 eprintln!("[notify] {text}");
@@ -149,8 +150,10 @@ pub async fn run(args: RunArgs) -> ExitCode {
             Err(error) => return failure(error),
         };
     };
-    session.shutdown().await;
     let wall_time = began.elapsed();
+    session.shutdown().await;
+    drop(session);
+    let _ = printer.await;
     finish(&args, finished, items, wall_time, max_output_tokens)
 }
 

@@ -1,6 +1,8 @@
 //! A quick measurement of how long a cell takes from `Engine::start` to its result, for
-//! `text("hi")`: prints the median and the 90th percentile over a number of runs (default 200).
-//! A quick look only; the benchmarks proper live behind `cargo xtask bench`.
+//! `text("hi")`, side by side: with runtimes created when the cell starts (cold) and with
+//! pre-warmed runtimes (warm, the default). Prints medians and 90th percentiles over a number of
+//! runs (default 200), and the ratio of the medians. Cells start 20 ms apart, as a model's
+//! successive `exec` calls would, so a warm pool has refilled between them.
 //!
 //! ```text
 //! cargo run --release -p codemode-runtime-v8 --example startup -- 200
@@ -16,18 +18,36 @@ fn main() {
         .nth(1)
         .and_then(|runs| runs.parse().ok())
         .unwrap_or(200);
-    let engine = V8Engine::new();
+    println!(
+        "V8 {}: start to result of text(\"hi\"), {runs} runs each",
+        v8_version()
+    );
+    let cold = measure("cold", &V8Engine::with_warm_runtimes(0), runs);
+    let warm = measure("warm", &V8Engine::new(), runs);
+    println!(
+        "warm / cold median: {:.2}",
+        warm.as_secs_f64() / cold.as_secs_f64()
+    );
+}
+
+/// Measures `runs` cells on `engine`, prints the median and p90, and returns the median.
+fn measure(label: &str, engine: &V8Engine, runs: usize) -> Duration {
     // The first cell pays for V8's process-wide initialisation; measure after it.
-    run_once(&engine);
-    let mut durations: Vec<Duration> = (0..runs).map(|_| run_once(&engine)).collect();
+    run_once(engine);
+    let mut durations: Vec<Duration> = (0..runs)
+        .map(|_| {
+            std::thread::sleep(Duration::from_millis(20));
+            run_once(engine)
+        })
+        .collect();
     durations.sort();
     let percentile = |p: usize| durations[(durations.len() * p / 100).min(durations.len() - 1)];
     println!(
-        "V8 {}: start to result of text(\"hi\") over {runs} runs: median {:.2} ms, p90 {:.2} ms",
-        v8_version(),
+        "{label}: median {:.2} ms, p90 {:.2} ms",
         percentile(50).as_secs_f64() * 1e3,
         percentile(90).as_secs_f64() * 1e3
     );
+    percentile(50)
 }
 
 fn run_once(engine: &V8Engine) -> Duration {

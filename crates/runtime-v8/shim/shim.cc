@@ -18,6 +18,7 @@
 // - The text returned by `cm_runtime_last_error` is owned by the runtime and valid until the next
 //   call on that runtime.
 // - No C++ exception crosses the ABI: every entry point catches and reports `CM_INTERNAL_ERROR`.
+// - The V8 platform is created once and never freed (see `g_platform`).
 // - The `host_data` pointer is opaque here; the Rust side owns it and keeps it alive for as long as
 //   the runtime.
 
@@ -83,7 +84,10 @@ constexpr const char* kCellResourceName = "cell.js";
 // The resource name of the bootstrap script; its frames are dropped from error texts.
 constexpr const char* kBootstrapResourceName = "codemode:bootstrap";
 
-std::unique_ptr<Platform> g_platform;
+// The platform lives as long as the process and is deliberately never destroyed: isolates on other
+// threads (pre-warmed runtimes, cells still running) may outlive static destruction at exit, and
+// tearing the platform down under them crashes the process.
+Platform* g_platform = nullptr;
 std::once_flag g_initialize_once;
 
 // An ArrayBuffer allocator that counts what it hands out, so that typed arrays and buffers count
@@ -345,8 +349,8 @@ int32_t cm_v8_initialize() {
       // The cell has no WebAssembly; keep V8 from compiling any.
       V8::SetFlagsFromString("--no-expose-wasm");
       V8::InitializeICU();
-      g_platform = platform::NewDefaultPlatform();
-      V8::InitializePlatform(g_platform.get());
+      g_platform = platform::NewDefaultPlatform().release();
+      V8::InitializePlatform(g_platform);
       if (!V8::Initialize()) result = 1;
     });
   } catch (...) {
@@ -510,7 +514,7 @@ int32_t cm_runtime_run_microtasks(cm_runtime* rt) {
   Entered entered(rt);
   Isolate* isolate = entered.isolate;
   Local<Context> context = entered.context;
-  while (platform::PumpMessageLoop(g_platform.get(), isolate)) {
+  while (platform::PumpMessageLoop(g_platform, isolate)) {
   }
   isolate->PerformMicrotaskCheckpoint();
   return isolate->IsExecutionTerminating() ? CM_TERMINATED : CM_OK;

@@ -11,6 +11,7 @@
 
 mod ffi;
 mod host;
+mod pool;
 mod thread;
 mod watchdog;
 
@@ -20,36 +21,63 @@ use std::sync::mpsc;
 use codemode_engine::{
     CellStart, Engine, EngineError, EngineHandles, EventSender, TerminateHandle,
 };
-use codemode_protocol::limits::MIN_HEAP_LIMIT_BYTES;
+use codemode_protocol::limits::{DEFAULT_HEAP_LIMIT_BYTES, MIN_HEAP_LIMIT_BYTES};
 
+use crate::pool::WarmPool;
 use crate::thread::{CellTerminator, TerminateTarget, ThreadContext};
+
+/// How many pre-warmed runtimes an engine keeps ready by default (S7.6).
+pub const DEFAULT_WARM_RUNTIMES: usize = 2;
 
 /// The stack of a cell's runtime thread. V8 keeps its own stack limit (about 1 MiB below where the
 /// isolate is entered), so deep recursion ends as a `RangeError` well before this is used up.
-const RUNTIME_THREAD_STACK_BYTES: usize = 8 * 1024 * 1024;
+pub(crate) const RUNTIME_THREAD_STACK_BYTES: usize = 8 * 1024 * 1024;
 
 /// The version of the V8 this crate is linked against, such as `10.2.154.26-node.36`.
 pub fn v8_version() -> String {
     ffi::version()
 }
 
-/// Runs cells on V8. Cheap to clone; holds no isolate itself.
-#[derive(Debug, Clone, Default)]
+/// Runs cells on V8. Cheap to clone (clones share the pool of pre-warmed runtimes).
+#[derive(Debug, Clone)]
 pub struct V8Engine {
     fault_injection: bool,
+    /// Runtimes created ahead of their cells; `None` when pre-warming is off.
+    pool: Option<Arc<WarmPool>>,
+}
+
+impl Default for V8Engine {
+    fn default() -> Self {
+        V8Engine::new()
+    }
 }
 
 impl V8Engine {
+    /// An engine that keeps [`DEFAULT_WARM_RUNTIMES`] runtimes with the default heap limit
+    /// pre-warmed, so starting a cell skips isolate creation.
     pub fn new() -> Self {
-        V8Engine::default()
+        V8Engine::with_warm_runtimes(DEFAULT_WARM_RUNTIMES)
+    }
+
+    /// An engine that keeps `count` runtimes pre-warmed (0: create each cell's runtime when the
+    /// cell starts).
+    pub fn with_warm_runtimes(count: usize) -> Self {
+        V8Engine::build(count, false)
     }
 
     /// An engine whose cells have a `__codemode_test_panic()` global that panics on the runtime
     /// thread, for tests of panic containment. Never use it for real cells.
     #[doc(hidden)]
     pub fn with_fault_injection() -> Self {
+        V8Engine::build(DEFAULT_WARM_RUNTIMES, true)
+    }
+
+    fn build(warm_runtimes: usize, fault_injection: bool) -> Self {
+        let pool = (warm_runtimes > 0 && ffi::initialize().is_ok())
+            .then(|| WarmPool::new(warm_runtimes, DEFAULT_HEAP_LIMIT_BYTES, fault_injection));
         V8Engine {
-            fault_injection: true,
+            fault_injection,
+            pool,
         }
     }
 }
@@ -77,11 +105,18 @@ impl Engine for V8Engine {
             terminate: Arc::clone(&target),
             test_hooks: self.fault_injection,
         };
-        std::thread::Builder::new()
-            .name(format!("codemode-cell-{}", cell.call_id))
-            .stack_size(RUNTIME_THREAD_STACK_BYTES)
-            .spawn(move || thread::run(cell, context))
-            .map_err(EngineError::Thread)?;
+        let cold = match &self.pool {
+            Some(pool) => pool.dispatch(Box::new((cell, context))).err(),
+            None => Some(Box::new((cell, context))),
+        };
+        if let Some(job) = cold {
+            let (cell, context) = *job;
+            std::thread::Builder::new()
+                .name(format!("codemode-cell-{}", cell.call_id))
+                .stack_size(RUNTIME_THREAD_STACK_BYTES)
+                .spawn(move || thread::run(cell, context))
+                .map_err(EngineError::Thread)?;
+        }
         let terminator = CellTerminator {
             target,
             commands: command_tx.clone(),

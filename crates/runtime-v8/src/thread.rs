@@ -116,11 +116,25 @@ pub(crate) struct ThreadContext {
     pub(crate) test_hooks: bool,
 }
 
-/// The body of a cell's runtime thread. Never panics: a panic becomes
-/// [`RuntimeEvent::ThreadPanicked`].
+/// The body of a cell's runtime thread on the cold path: creates the runtime, then runs the cell.
+/// Never panics: a panic becomes [`RuntimeEvent::ThreadPanicked`].
 pub(crate) fn run(cell: CellStart, context: ThreadContext) {
-    let events = context.events.clone();
-    let outcome = catch_unwind(AssertUnwindSafe(|| CellThread::run(cell, context)));
+    report(context.events.clone(), || CellThread::run(cell, context));
+}
+
+/// Runs a cell on a runtime warmed earlier on this thread.
+pub(crate) fn run_warm(warm: WarmRuntime, cell: CellStart, context: ThreadContext) {
+    report(context.events.clone(), || {
+        if context.events.send_blocking(RuntimeEvent::Started).is_err() {
+            return Ending::Abandoned;
+        }
+        CellThread::run_on(warm, cell, context)
+    });
+}
+
+/// Runs a cell's thread body and sends how it ended; a panic becomes `ThreadPanicked`.
+fn report(events: EventSender, body: impl FnOnce() -> Ending) {
+    let outcome = catch_unwind(AssertUnwindSafe(body));
     let ending = outcome.unwrap_or(Ending::Panicked);
     let event = match ending {
         Ending::Finished {
@@ -179,8 +193,54 @@ struct CellThread {
     cpu_watch: Option<(Watch, Duration)>,
 }
 
+/// A runtime created ahead of its cell (S7.6): the isolate and context exist; the host is a
+/// placeholder until a cell arrives.
+pub(crate) struct WarmRuntime {
+    runtime: V8Runtime<CellHost>,
+    heap_limit_bytes: usize,
+}
+
+impl WarmRuntime {
+    /// Creates the isolate and context, on the calling thread (which will run the cell).
+    pub(crate) fn create(heap_limit_bytes: usize, test_hooks: bool) -> Result<Self, String> {
+        // Nobody listens to the placeholder's events; the real host replaces it before any
+        // JavaScript runs.
+        let (placeholder_events, _) = codemode_engine::event_channel(None);
+        let placeholder = CellHost::new(
+            CellGlobals::new(String::new(), Vec::new(), Default::default()),
+            placeholder_events,
+            test_hooks,
+        );
+        V8Runtime::new(heap_limit_bytes, placeholder)
+            .map(|runtime| WarmRuntime {
+                runtime,
+                heap_limit_bytes,
+            })
+            .map_err(|error| error.to_string())
+    }
+
+    pub(crate) fn heap_limit_bytes(&self) -> usize {
+        self.heap_limit_bytes
+    }
+}
+
 impl CellThread {
+    /// Runs `cell` on a runtime created now (the cold path).
     fn run(cell: CellStart, context: ThreadContext) -> Ending {
+        if context.events.send_blocking(RuntimeEvent::Started).is_err() {
+            return Ending::Abandoned;
+        }
+        match WarmRuntime::create(cell.limits.heap_limit_bytes, context.test_hooks) {
+            Ok(warm) => CellThread::run_on(warm, cell, context),
+            Err(error_text) => Ending::Finished {
+                stored_value_writes: Default::default(),
+                error_text: Some(error_text),
+            },
+        }
+    }
+
+    /// Runs `cell` on a runtime created earlier, after `Started` was sent.
+    fn run_on(warm: WarmRuntime, cell: CellStart, context: ThreadContext) -> Ending {
         let ThreadContext {
             events,
             commands,
@@ -188,26 +248,17 @@ impl CellThread {
             terminate,
             test_hooks,
         } = context;
-        if events.send_blocking(RuntimeEvent::Started).is_err() {
-            return Ending::Abandoned;
-        }
+        let WarmRuntime {
+            mut runtime,
+            heap_limit_bytes,
+        } = warm;
         let globals = CellGlobals::new(cell.call_id, cell.enabled_tools, cell.stored_values);
         let config = serde_json::to_string(&BootstrapConfig {
             tools: globals.tool_listing(),
             test_hooks,
         })
         .expect("the bootstrap configuration is plain data");
-        let heap_limit_bytes = cell.limits.heap_limit_bytes;
-        let runtime =
-            match V8Runtime::new(heap_limit_bytes, CellHost::new(globals, events, test_hooks)) {
-                Ok(runtime) => runtime,
-                Err(error) => {
-                    return Ending::Finished {
-                        stored_value_writes: Default::default(),
-                        error_text: Some(error.to_string()),
-                    };
-                }
-            };
+        *runtime.host() = CellHost::new(globals, events, test_hooks);
         terminate.attach(runtime.terminator());
         let cpu_watch = match cell.limits.cpu_time_limit {
             None => None,

@@ -20,6 +20,9 @@ const POLL_INTERVAL: Duration = Duration::from_millis(5);
 
 struct Watched {
     clock: ThreadCpuClock,
+    /// The thread's CPU time when the cell started: a pre-warmed thread has already used some to
+    /// create its isolate, and that is not the cell's.
+    baseline: Duration,
     budget: Duration,
     terminator: IsolateTerminator,
     exceeded: Arc<AtomicBool>,
@@ -80,6 +83,7 @@ pub(crate) fn watch(budget: Duration, terminator: IsolateTerminator) -> Result<W
     let clock = ThreadCpuClock::current().ok_or_else(|| {
         "cannot read the cell thread's CPU clock to enforce its CPU-time limit".to_owned()
     })?;
+    let baseline = clock.elapsed().unwrap_or_default();
     let watchdog = watchdog()?;
     let key = watchdog.next_key.fetch_add(1, Ordering::Relaxed);
     let exceeded = Arc::new(AtomicBool::new(false));
@@ -91,6 +95,7 @@ pub(crate) fn watch(budget: Duration, terminator: IsolateTerminator) -> Result<W
             key,
             Watched {
                 clock,
+                baseline,
                 budget,
                 terminator,
                 exceeded: Arc::clone(&exceeded),
@@ -114,7 +119,10 @@ impl Watchdog {
                     .unwrap_or_else(|poisoned| poisoned.into_inner());
             }
             for cell in watched.values() {
-                let over_budget = cell.clock.elapsed().is_some_and(|used| used > cell.budget);
+                let over_budget = cell
+                    .clock
+                    .elapsed()
+                    .is_some_and(|used| used.saturating_sub(cell.baseline) > cell.budget);
                 if over_budget && !cell.exceeded.swap(true, Ordering::SeqCst) {
                     cell.terminator.terminate();
                 }

@@ -415,3 +415,50 @@ fn thirty_two_cells_run_in_parallel_threads_with_their_own_globals() {
         assert_eq!(writes["index"], json!(index));
     }
 }
+
+#[test]
+fn an_engine_without_warm_runtimes_creates_each_runtime_when_its_cell_starts() {
+    let finished = common::run_with(
+        r#"text(await tools.echo("cold"));"#,
+        Options {
+            engine: V8Engine::with_warm_runtimes(0),
+            ..Options::default()
+        },
+    );
+    assert_eq!(finished.texts(), ["cold"]);
+}
+
+#[test]
+fn a_pool_of_one_warm_runtime_serves_cell_after_cell() {
+    let engine = V8Engine::with_warm_runtimes(1);
+    for index in 0..10 {
+        let finished = common::run_with(
+            &format!("globalThis.seen = (globalThis.seen ?? 0) + 1; text(`{index}:${{seen}}`);"),
+            Options {
+                engine: engine.clone(),
+                ..Options::default()
+            },
+        );
+        // Each cell gets a fresh isolate: nothing leaks from the one before.
+        assert_eq!(finished.texts(), [format!("{index}:1")]);
+    }
+}
+
+#[test]
+fn a_burst_larger_than_the_pool_falls_back_to_cold_runtimes() {
+    let engine = V8Engine::with_warm_runtimes(2);
+    let cells: Vec<_> = (0..8)
+        .map(|index| {
+            common::start_with(
+                &format!("await new Promise((resolve) => setTimeout(resolve, 5)); text({index});"),
+                Options {
+                    engine: engine.clone(),
+                    ..Options::default()
+                },
+            )
+        })
+        .collect();
+    for (index, cell) in cells.into_iter().enumerate() {
+        assert_eq!(cell.finish().texts(), [index.to_string()]);
+    }
+}
