@@ -1,9 +1,11 @@
 // The bootstrap of every V8 cell: runs once, as a classic script, before the cell's module.
 //
-// It evaluates to a function that receives the native host entry point and the cell's
+// It evaluates to a function that receives the native host entry point and the runtime's
 // configuration (JSON), installs the globals of S2 and the prelude of built-ins that V8 10.2 lacks,
 // removes what a cell must not have, and returns the dispatcher through which the runtime thread
-// delivers tool results and fires timers. Every rule that does not need JavaScript (ids, output
+// installs the cell's tools, delivers tool results and fires timers. The bootstrap does not depend
+// on the cell, so a pre-warmed runtime runs it ahead of time; only the tools are installed when the
+// cell arrives (DISPATCH_INSTALL_TOOLS, before the cell's module runs). Every rule that does not need JavaScript (ids, output
 // items, stored values, refusals) is decided in Rust behind `host`; this file does only what needs
 // JavaScript: String(), JSON.stringify/parse, promises and callbacks.
 (function installCodemodeGlobals(host, configJson) {
@@ -27,6 +29,7 @@
   const DISPATCH_RESOLVE = 1;
   const DISPATCH_REJECT = 2;
   const DISPATCH_TIMER = 3;
+  const DISPATCH_INSTALL_TOOLS = 4;
 
   // Built-ins captured now, so that a cell that overwrites them cannot break its own globals.
   const $String = String;
@@ -161,26 +164,30 @@
     });
   }
 
-  const tools = {};
-  const allTools = [];
-  config.tools.forEach((tool, index) => {
-    const name = tool.name;
-    const call = function (argument) {
-      try {
-        return callTool(index, name, argument);
-      } catch (error) {
-        return promiseReject(error);
-      }
-    };
-    defineProperty(call, 'name', { value: name });
-    defineProperty(tools, name, { value: call, enumerable: true });
-    arrayPush(allTools, freeze({ name, description: tool.description }));
-  });
-  freeze(tools);
-  freeze(allTools);
+  // The cell's tools: installed once, by the dispatcher, before the cell's module runs.
+  function installTools(listing) {
+    const tools = {};
+    const allTools = [];
+    listing.forEach((tool, index) => {
+      const name = tool.name;
+      const call = function (argument) {
+        try {
+          return callTool(index, name, argument);
+        } catch (error) {
+          return promiseReject(error);
+        }
+      };
+      defineProperty(call, 'name', { value: name });
+      defineProperty(tools, name, { value: call, enumerable: true });
+      arrayPush(allTools, freeze({ name, description: tool.description }));
+    });
+    freeze(tools);
+    freeze(allTools);
+    defineGlobal('tools', tools);
+    defineGlobal('ALL_TOOLS', allTools);
+  }
+  let toolsInstalled = false;
 
-  defineGlobal('tools', tools);
-  defineGlobal('ALL_TOOLS', allTools);
   defineGlobal('text', text);
   defineGlobal('image', image);
   defineGlobal('audio', audio);
@@ -326,6 +333,12 @@
   // ---- the dispatcher the runtime thread calls ----
 
   return function dispatch(kind, id, payload) {
+    if (kind === DISPATCH_INSTALL_TOOLS) {
+      if (toolsInstalled) return;
+      toolsInstalled = true;
+      installTools(jsonParse(payload));
+      return;
+    }
     if (kind === DISPATCH_TIMER) {
       const timerId = $Number(id);
       const callback = mapGet(timerCallbacks, timerId);

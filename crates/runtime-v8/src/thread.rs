@@ -18,7 +18,7 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, TryRecvError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use codemode_engine::globals::{CellGlobals, ToolListing};
+use codemode_engine::globals::CellGlobals;
 use codemode_engine::{
     CellStart, EventSender, PendingMode, RuntimeCommand, RuntimeControl, RuntimeEvent, Terminate,
 };
@@ -34,11 +34,12 @@ const BOOTSTRAP_JS: &str = include_str!("../js/bootstrap.js");
 const DISPATCH_RESOLVE: i32 = 1;
 const DISPATCH_REJECT: i32 = 2;
 const DISPATCH_TIMER: i32 = 3;
+const DISPATCH_INSTALL_TOOLS: i32 = 4;
 
-/// What the bootstrap receives as its configuration.
+/// What the bootstrap receives as its configuration (nothing of the cell: it may run before the
+/// cell is known).
 #[derive(Serialize)]
 struct BootstrapConfig {
-    tools: Vec<ToolListing>,
     #[serde(rename = "testHooks")]
     test_hooks: bool,
 }
@@ -193,15 +194,16 @@ struct CellThread {
     cpu_watch: Option<(Watch, Duration)>,
 }
 
-/// A runtime created ahead of its cell (S7.6): the isolate and context exist; the host is a
-/// placeholder until a cell arrives.
+/// A runtime created ahead of its cell (S7.6): the isolate and context exist and the bootstrap
+/// has run; the host is a placeholder until a cell arrives.
 pub(crate) struct WarmRuntime {
     runtime: V8Runtime<CellHost>,
     heap_limit_bytes: usize,
 }
 
 impl WarmRuntime {
-    /// Creates the isolate and context, on the calling thread (which will run the cell).
+    /// Creates the isolate and context and runs the bootstrap, on the calling thread (which will
+    /// run the cell).
     pub(crate) fn create(heap_limit_bytes: usize, test_hooks: bool) -> Result<Self, String> {
         // Nobody listens to the placeholder's events; the real host replaces it before any
         // JavaScript runs.
@@ -211,12 +213,18 @@ impl WarmRuntime {
             placeholder_events,
             test_hooks,
         );
-        V8Runtime::new(heap_limit_bytes, placeholder)
-            .map(|runtime| WarmRuntime {
+        let mut runtime =
+            V8Runtime::new(heap_limit_bytes, placeholder).map_err(|error| error.to_string())?;
+        let config = serde_json::to_string(&BootstrapConfig { test_hooks })
+            .map_err(|error| format!("cannot encode the bootstrap configuration: {error}"))?;
+        match runtime.bootstrap(BOOTSTRAP_JS, &config) {
+            RunStatus::Ok => Ok(WarmRuntime {
                 runtime,
                 heap_limit_bytes,
-            })
-            .map_err(|error| error.to_string())
+            }),
+            RunStatus::Exception(error) => Err(format!("the runtime's bootstrap failed: {error}")),
+            RunStatus::Terminated => Err("the runtime's bootstrap was terminated".to_owned()),
+        }
     }
 
     pub(crate) fn heap_limit_bytes(&self) -> usize {
@@ -253,11 +261,8 @@ impl CellThread {
             heap_limit_bytes,
         } = warm;
         let globals = CellGlobals::new(cell.call_id, cell.enabled_tools, cell.stored_values);
-        let config = serde_json::to_string(&BootstrapConfig {
-            tools: globals.tool_listing(),
-            test_hooks,
-        })
-        .expect("the bootstrap configuration is plain data");
+        let tools =
+            serde_json::to_string(&globals.tool_listing()).expect("the tool listing is plain data");
         *runtime.host() = CellHost::new(globals, events, test_hooks);
         terminate.attach(runtime.terminator());
         let cpu_watch = match cell.limits.cpu_time_limit {
@@ -285,7 +290,7 @@ impl CellThread {
             heap_limit_bytes,
             cpu_watch,
         };
-        let reason = thread.drive(&config, &cell.source);
+        let reason = thread.drive(&tools, &cell.source);
         thread.cpu_watch = None;
         thread.terminate.detach();
         let CellThread { mut runtime, .. } = thread;
@@ -307,9 +312,11 @@ impl CellThread {
         }
     }
 
-    /// Bootstraps, evaluates and runs the cell to its end.
-    fn drive(&mut self, config: &str, source: &str) -> EndReason {
-        let status = self.runtime.bootstrap(BOOTSTRAP_JS, config);
+    /// Installs the cell's tools, evaluates its module and runs it to its end.
+    fn drive(&mut self, tools: &str, source: &str) -> EndReason {
+        let status = self
+            .runtime
+            .dispatch(DISPATCH_INSTALL_TOOLS, "", Some(tools));
         if let Step::End(reason) = self.after(status) {
             return reason;
         }
