@@ -87,21 +87,10 @@ async fn serve_http(
     shared: Arc<Shared>,
     address: &str,
 ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-    use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
-    use rmcp::transport::streamable_http_server::{
-        StreamableHttpServerConfig, StreamableHttpService,
-    };
-    let service: StreamableHttpService<CodemodeServer, LocalSessionManager> =
-        StreamableHttpService::new(
-            move || Ok(CodemodeServer::new(Arc::clone(&shared))),
-            Default::default(),
-            StreamableHttpServerConfig::default(),
-        );
-    let router = axum::Router::new().nest_service("/mcp", service);
-    let listener = tokio::net::TcpListener::bind(address).await?;
-    println!("listening on http://{}/mcp", listener.local_addr()?);
-    axum::serve(listener, router).await?;
-    Ok(())
+    codemode_host_adapters::demo_server::serve_streamable_http(address, move || {
+        CodemodeServer::new(Arc::clone(&shared))
+    })
+    .await
 }
 
 /// The handler of one MCP session.

@@ -312,3 +312,43 @@ async fn the_server_bounds_image_output_per_observation() {
     assert!(text.ends_with("after"), "{text}");
     client.cancel().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_server_also_speaks_streamable_http() {
+    use std::io::BufRead;
+    let mut server = std::process::Command::new(CODEMODE)
+        .args(["mcp", "--http", "127.0.0.1:0"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first_line = String::new();
+    std::io::BufReader::new(server.stdout.take().unwrap())
+        .read_line(&mut first_line)
+        .unwrap();
+    let url = first_line
+        .trim()
+        .strip_prefix("listening on ")
+        .expect("the server says where it listens")
+        .to_owned();
+    let transport = rmcp::transport::StreamableHttpClientTransport::from_uri(url.as_str());
+    let client = within("connect", ().serve(transport)).await.unwrap();
+    let tools = within("list", client.list_all_tools()).await.unwrap();
+    assert_eq!(
+        tools
+            .iter()
+            .map(|tool| tool.name.as_ref())
+            .collect::<Vec<_>>(),
+        ["exec", "wait"]
+    );
+    let params = CallToolRequestParams::new("exec").with_arguments(
+        json!({"code": "text(await tools.echo(\"over http\"))"})
+            .as_object()
+            .unwrap()
+            .clone(),
+    );
+    let result = within("exec", client.call_tool(params)).await.unwrap();
+    assert_eq!(text_of(&result).lines().last(), Some("over http"));
+    client.cancel().await.unwrap();
+    server.kill().unwrap();
+    server.wait().unwrap();
+}
