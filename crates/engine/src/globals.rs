@@ -143,9 +143,10 @@ impl CellGlobals {
         })
     }
 
-    /// The values this cell stored, to be committed when it completes.
-    pub fn into_stored_value_writes(self) -> HashMap<String, Value> {
-        self.stored_value_writes
+    /// The values this cell stored, to be committed when it completes; taken out, so a second
+    /// call returns none.
+    pub fn take_stored_value_writes(&mut self) -> HashMap<String, Value> {
+        std::mem::take(&mut self.stored_value_writes)
     }
 }
 
@@ -310,7 +311,7 @@ mod tests {
             "Unable to store \"f\". Only plain serializable objects can be stored."
         );
         assert_eq!(
-            globals.into_stored_value_writes(),
+            globals.take_stored_value_writes(),
             HashMap::from([("k".to_owned(), json!([1, 2]))])
         );
     }

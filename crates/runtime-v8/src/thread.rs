@@ -295,17 +295,10 @@ impl CellThread {
         thread.terminate.detach();
         let CellThread { mut runtime, .. } = thread;
         match reason {
-            EndReason::Completed(error_text) => {
-                let host = runtime.host();
-                let globals = std::mem::replace(
-                    &mut host.globals,
-                    CellGlobals::new(String::new(), Vec::new(), Default::default()),
-                );
-                Ending::Finished {
-                    stored_value_writes: globals.into_stored_value_writes(),
-                    error_text,
-                }
-            }
+            EndReason::Completed(error_text) => Ending::Finished {
+                stored_value_writes: runtime.host().globals.take_stored_value_writes(),
+                error_text,
+            },
             EndReason::Terminated => Ending::Terminated,
             EndReason::Abandoned => Ending::Abandoned,
             EndReason::Panicked => Ending::Panicked,
