@@ -517,10 +517,18 @@ impl<H: CellHost> CellActor<H> {
             input,
         };
         let task = self.tool_tasks.spawn(async move {
-            tokio::select! {
+            let result = tokio::select! {
                 biased;
-                _ = cancellation.cancelled() => ToolTaskEnd::Cancelled,
-                result = host.invoke_tool(invocation, cancellation.clone()) => ToolTaskEnd::Finished(result),
+                _ = cancellation.cancelled() => return ToolTaskEnd::Cancelled,
+                result = host.invoke_tool(invocation, cancellation.clone()) => result,
+            };
+            // The token can be cancelled between the two polls above, and a tool that watches it
+            // then returns (typically an error saying so). A result that arrives once cancellation
+            // was asked for never reaches the cell: the call was cancelled.
+            if cancellation.is_cancelled() {
+                ToolTaskEnd::Cancelled
+            } else {
+                ToolTaskEnd::Finished(result)
             }
         });
         self.tool_task_calls.insert(task.id(), id);

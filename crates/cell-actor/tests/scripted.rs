@@ -930,3 +930,39 @@ fn errors_have_messages_a_caller_can_show() {
         "the cell has ended and its result was already delivered"
     );
 }
+
+#[tokio::test]
+async fn a_tool_that_returns_after_cancellation_is_recorded_as_cancelled() {
+    let (_host, cell) = cell(Observation::yield_after(LONG));
+    send(
+        &cell.runtime.events,
+        [
+            RuntimeEvent::Started,
+            tool_call("tool-1", "cancelled-mid-poll"),
+        ],
+    )
+    .await;
+    // Its answer came after cancellation was asked for: the engine never gets it.
+    let (answer, runtime) = within(
+        "engine",
+        tokio::task::spawn_blocking(move || {
+            (
+                cell.runtime
+                    .commands
+                    .recv_timeout(Duration::from_millis(200))
+                    .ok(),
+                cell.runtime,
+            )
+        }),
+    )
+    .await
+    .unwrap();
+    assert_eq!(answer, None);
+    let terminated = cell.handle.terminate();
+    drop(runtime.events);
+    let Ok(CellEvent::Terminated { tool_calls, .. }) = within("termination", terminated).await
+    else {
+        panic!("expected a termination")
+    };
+    assert_eq!(tool_calls[0].fate, ToolCallFate::Cancelled);
+}

@@ -162,6 +162,11 @@ impl CellHost for TestHost {
             "echo" => Ok(invocation.input.unwrap_or(Value::Null)),
             "fail" => Err("it failed".into()),
             "panic" => panic!("the tool exploded"),
+            // The cancellation lands while the tool is being polled, and the tool answers it.
+            "cancelled-mid-poll" => {
+                cancellation.cancel();
+                Err("cancelled".into())
+            }
             "gate" => {
                 tokio::select! {
                     _ = self.gates.cancelled() => Ok(json!({"released": invocation.id})),
