@@ -9,7 +9,7 @@ fn main() {
     println!("cargo:rerun-if-changed=shim/shim.cc");
     println!("cargo:rerun-if-env-changed=CODEMODE_V8_PREFIX");
     let manifest_dir = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap());
-    let default_prefix = manifest_dir.join("../../.v8");
+    let default_prefix = manifest_dir.join("../.v8");
     let prefix = std::env::var_os("CODEMODE_V8_PREFIX")
         .map(PathBuf::from)
         .unwrap_or(default_prefix);
