@@ -1,4 +1,4 @@
-//! The actor that runs one cell: a tokio task that owns the cell's lifecycle (S3).
+//! The actor that runs one cell: a tokio task that owns the cell's lifecycle (the runtime thread and the actor).
 //!
 //! It holds the engine's end of the channels, the output collected since the last observation,
 //! the current observer, the frontier, the tool and notification tasks, and the kill ledger. Each
@@ -27,7 +27,7 @@ use crate::event::{CellError, CellEvent, Observation, ObserveMode, ToolCallFate,
 use crate::handle::{CellHandle, Command};
 use crate::host::{CellHost, ToolInvocation};
 use crate::output::{OutputCollector, OutputMode};
-use crate::state::{CellState, CompletionCommit, CompletionDelivery, ObservationRoute, Responder};
+use crate::state::{CellState, CompletionDelivery, ObservationRoute, Responder};
 
 /// Told when a cell's runtime fails in a way its owner should know about (the engine thread
 /// ended without a result, or panicked). The cell itself completes with an error either way.
@@ -190,7 +190,7 @@ struct Frontier {
     ready: bool,
 }
 
-/// Every tool call of the cell, in call order, with what became of it (S7.3).
+/// Every tool call of the cell, in call order, with what became of it (kill ledger).
 #[derive(Debug, Default)]
 struct ToolLedger {
     calls: Vec<(String, ToolName, CallState)>,
@@ -297,7 +297,7 @@ impl<H: CellHost> CellActor<H> {
     }
 
     /// Waits for the next thing to handle. Termination comes first, then the yield deadline
-    /// (which pre-empts output still queued from the engine, S3 rule 3), then the rest.
+    /// (which pre-empts output still queued from the engine, actor rule 3), then the rest.
     async fn next_wake(
         &mut self,
         events: &mut EventReceiver,
@@ -357,10 +357,6 @@ impl<H: CellHost> CellActor<H> {
         {
             // The current observer went away; its output was never taken, so nothing is lost.
             self.observer = None;
-        }
-        if self.lifecycle == Lifecycle::Terminating {
-            let _ = respond.send(Err(CellError::AlreadyTerminating));
-            return;
         }
         if self.observer.is_some() {
             let _ = respond.send(Err(CellError::Busy));
@@ -482,6 +478,7 @@ impl<H: CellHost> CellActor<H> {
             }
             RuntimeEvent::ThreadPanicked => self.runtime_panicked = true,
             RuntimeEvent::Notify { .. } | RuntimeEvent::YieldRequested | RuntimeEvent::Pending => {}
+            other => tracing::warn!(?other, "ignoring an engine event this actor does not know"),
         }
     }
 
@@ -613,27 +610,26 @@ impl<H: CellHost> CellActor<H> {
             .await;
     }
 
-    /// The runtime finished: drain notifications, cancel tools, then commit through the host.
-    /// A termination that arrives meanwhile wins: the completion is never built.
+    /// The runtime finished: drain notifications, cancel tools, claim the outcome, then let the
+    /// host commit and publish it. A termination that arrives before the claim wins: the
+    /// completion is never built.
     async fn complete(&mut self, writes: HashMap<String, Value>, error_text: Option<String>) {
         self.settle_callbacks_for_completion().await;
         let output = &mut self.output;
-        let commit = self
-            .host
-            .commit_completion(
-                writes,
-                || CellEvent::Completed {
-                    output: output.take(),
-                    error_text,
-                    result_buffered_for: Duration::ZERO,
-                },
-                Arc::clone(&self.state),
-            )
-            .await;
-        if commit == CompletionCommit::Rejected {
+        let Some(claim) = self
+            .state
+            .claim_completion(writes, || CellEvent::Completed {
+                output: output.take(),
+                error_text,
+                result_buffered_for: Duration::ZERO,
+            })
+        else {
             // A termination claimed the outcome; the loop's next turn finishes it.
             return;
-        }
+        };
+        // The host's store may be slow; the claim already decided the outcome, so nothing here
+        // waits on a lock. The proof it returns can only come from publishing the claim.
+        let _published = self.host.commit_completion(claim).await;
         let observer = self.observer.take().map(|observer| observer.respond);
         self.lifecycle = match self.state.deliver_completion(observer) {
             CompletionDelivery::Delivered => Lifecycle::Done,

@@ -1,4 +1,4 @@
-//! What observers and terminators of a cell receive (S1), and the errors they may get instead.
+//! What observers and terminators of a cell receive (observations), and the errors they may get instead.
 
 use std::time::Duration;
 
@@ -9,6 +9,7 @@ use crate::output::CollectedOutput;
 
 /// The answer to one observation of a cell.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub enum CellEvent {
     /// The time budget ran out, or the cell called `yield_control()`, or the observer's yield signal
     /// fired; the cell keeps running. The output is what was produced since the last observation.
@@ -28,7 +29,7 @@ pub enum CellEvent {
         result_buffered_for: Duration,
     },
     /// The cell was terminated. The output is everything produced before the kill and not yet
-    /// observed; `tool_calls` is the kill ledger (S7.3), in call order.
+    /// observed; `tool_calls` is the kill ledger (kill ledger), in call order.
     Terminated {
         output: CollectedOutput,
         tool_calls: Vec<ToolCallRecord>,

@@ -58,9 +58,4 @@ impl CellHandle {
         let receiver = self.state.request_termination();
         async move { receiver.await.unwrap_or(Err(CellError::Closed)) }
     }
-
-    /// The cell's shared state.
-    pub fn state(&self) -> &Arc<CellState> {
-        &self.state
-    }
 }

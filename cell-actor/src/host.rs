@@ -1,22 +1,21 @@
 //! `CellHost`: what the actor needs from whoever owns the cell (a session, or a test).
 
-use std::collections::HashMap;
 use std::future::Future;
-use std::sync::Arc;
 
 use codemode_protocol::{ToolKind, ToolName};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use crate::event::CellEvent;
-use crate::state::{CellState, CompletionCommit};
+use crate::state::{CompletionClaim, CompletionCommit};
 
 /// One tool call of a cell, as the host receives it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ToolInvocation {
     /// `tool-1`, `tool-2`, … per cell.
     pub id: String,
+    /// The tool's name (with its namespace), as the host listed it.
     pub name: ToolName,
+    /// What kind of tool the cell called.
     pub kind: ToolKind,
     /// The JSON argument; `None` when the tool was called without one.
     pub input: Option<Value>,
@@ -43,18 +42,19 @@ pub trait CellHost: Send + Sync + 'static {
         cancellation: CancellationToken,
     ) -> impl Future<Output = Result<(), String>> + Send;
 
-    /// Commits a completed cell: the host takes whatever lock guards its stored values and, under
-    /// it, calls [`CellState::commit_completion`] with `completion` and a closure that merges
-    /// `stored_value_writes`. If a termination won, neither runs.
+    /// Commits a completed cell. The cell has already claimed its outcome (a terminated cell
+    /// never gets here), and no lock is held: the host may take as long as its store needs. It
+    /// saves [`CompletionClaim::stored_value_writes`], then returns
+    /// [`CompletionClaim::publish`] (or [`CompletionClaim::publish_with_commit_failure`] when
+    /// the save failed): the only way to make the [`CompletionCommit`] it must return. Observers
+    /// and a terminator that arrive meanwhile get the completion once it is published.
     fn commit_completion(
         &self,
-        stored_value_writes: HashMap<String, Value>,
-        completion: impl FnOnce() -> CellEvent + Send,
-        cell_state: Arc<CellState>,
+        claim: CompletionClaim,
     ) -> impl Future<Output = CompletionCommit> + Send;
 
     /// Called when a completion was committed but no observer took it: the cell finished in the
-    /// background and its result waits. A session uses this to push a notice (S7.4).
+    /// background and its result waits. A session uses this to push a notice (completion push).
     fn completed_unobserved(&self) {}
 
     /// Called last, after the cell's outcome is settled; returns only when nothing can route

@@ -1,4 +1,4 @@
-//! The cell actor: the tokio task that runs one cell and owns its lifecycle (S1, S3, S5).
+//! The cell actor: the tokio task that runs one cell and owns its lifecycle (observations, the runtime thread and the actor, output and rendering).
 //!
 //! [`start_cell`] starts a cell on any [`codemode_engine::Engine`] and returns a [`CellHandle`],
 //! the answer to the first observation, and the actor's task. Through the handle an owner observes
@@ -27,4 +27,4 @@ pub use event::{CellError, CellEvent, Observation, ObserveMode, ToolCallFate, To
 pub use handle::CellHandle;
 pub use host::{CellHost, ToolInvocation};
 pub use output::{CollectedOutput, OutputCollector, OutputEntry, OutputMode, omission_notice};
-pub use state::{CellState, CompletionCommit};
+pub use state::{CompletionClaim, CompletionCommit};

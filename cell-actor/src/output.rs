@@ -1,4 +1,4 @@
-//! Output collection between two observations, in the two modes of S5.
+//! Output collection between two observations, in the two output modes.
 //!
 //! *Client* mode keeps every item. *Server* mode bounds what the actor buffers: images beyond the
 //! byte budget are dropped and counted, and an omission entry stands where they were, in order.

@@ -1,20 +1,26 @@
-//! `CellState`: the one place where a cell's terminal outcome is decided (S3 rule 6).
+//! `CellState`: the one place where a cell's terminal outcome is decided.
 //!
 //! Every change of the terminal outcome happens under one mutex, in one of these moves:
 //!
 //! ```text
-//! Running ──commit_completion──▶ Buffered ──delivered to an observer──▶ Delivered
-//!    │                              │
-//!    │ request_termination          │ request_termination (the terminator gets the completion)
-//!    ▼                              ▼
-//! Terminating ──finish_termination──▶ Terminated
+//! Running ──claim_completion──▶ Committing ──publish──▶ Buffered ──delivered──▶ Delivered
+//!    │                              │                       │
+//!    │ request_termination          │ request_termination   │ request_termination
+//!    │                              │ (waits for publish)   │ (the terminator gets the completion)
+//!    ▼                              ▼                       ▼
+//! Terminating ──finish_termination──▶ Terminated ◀──────────┘
 //! Running, Terminating, Buffered ──close──▶ Closed (the actor is gone)
 //! ```
 //!
-//! A completion commits the cell's stored values in the same critical section that claims the
-//! outcome, so a terminated cell never commits, and never even builds its completion.
+//! A completion first *claims* the outcome (so a terminated cell never commits, and never even
+//! builds its completion), then the host commits the stored values with no lock held (a store may
+//! be slow or remote), then the completion is *published* for an observer. A termination that
+//! arrives while the commit runs gets the completion once it is published: the claim already won.
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
+
+use serde_json::Value;
 
 use tokio::sync::oneshot;
 use tokio::time::Instant;
@@ -25,13 +31,93 @@ use crate::event::{CellError, CellEvent};
 /// Where an observation's or a termination's answer goes.
 pub(crate) type Responder = oneshot::Sender<Result<CellEvent, CellError>>;
 
-/// The outcome of [`CellState::commit_completion`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CompletionCommit {
-    /// The completion claimed the outcome and the stored values were committed.
-    Committed,
-    /// A termination claimed the outcome first: nothing was committed or built.
-    Rejected,
+/// Proof that a completion was published: only [`CompletionClaim::publish`] makes one, so a
+/// [`crate::CellHost`] cannot finish `commit_completion` without going through the cell's state.
+#[derive(Debug, PartialEq, Eq)]
+#[must_use = "the actor needs the proof that the completion was published"]
+pub struct CompletionCommit {
+    _published: (),
+}
+
+/// A completed cell that has claimed its terminal outcome: termination can no longer win, and the
+/// host must now commit its stored values and [`publish`](CompletionClaim::publish) it.
+///
+/// Made only by the cell's state, and handed to [`crate::CellHost::commit_completion`]. If it is
+/// dropped unpublished (the host's future was cancelled or panicked), the completion is published
+/// with an error saying the stored values were not saved, so the cell still ends.
+#[derive(Debug)]
+#[must_use = "a claimed completion must be published, or the cell never ends"]
+pub struct CompletionClaim {
+    state: Arc<CellState>,
+    stored_value_writes: HashMap<String, Value>,
+    /// `None` once published.
+    completion: Option<CellEvent>,
+}
+
+impl CompletionClaim {
+    /// What the cell stored (`store(key, value)`), by key: what the host merges into its values.
+    pub fn stored_value_writes(&self) -> &HashMap<String, Value> {
+        &self.stored_value_writes
+    }
+
+    /// Takes the writes out of the claim (leaving none), to hand them to a store by value.
+    pub fn take_stored_value_writes(&mut self) -> HashMap<String, Value> {
+        std::mem::take(&mut self.stored_value_writes)
+    }
+
+    /// The cell's error text, if it failed; what a host reports when the result waits unobserved.
+    pub fn error_text(&self) -> Option<&str> {
+        match &self.completion {
+            Some(CellEvent::Completed { error_text, .. }) => error_text.as_deref(),
+            _ => None,
+        }
+    }
+
+    /// Publishes the completion after its stored values were committed: an observer (or a
+    /// terminator that arrived during the commit) gets it.
+    pub fn publish(mut self) -> CompletionCommit {
+        let completion = self.completion.take().expect("published only once");
+        self.state.publish_completion(completion)
+    }
+
+    /// Publishes the completion after its stored values could not be committed: its error text
+    /// gains `note` (on a line of its own), so the model learns that what it stored is lost.
+    pub fn publish_with_commit_failure(mut self, note: &str) -> CompletionCommit {
+        let completion = self.completion.take().expect("published only once");
+        self.state
+            .publish_completion(with_error_note(completion, note))
+    }
+}
+
+impl Drop for CompletionClaim {
+    fn drop(&mut self) {
+        if let Some(completion) = self.completion.take() {
+            tracing::error!("a claimed completion was dropped before it was published");
+            let _ = self.state.publish_completion(with_error_note(
+                completion,
+                "the cell's stored values were not saved: the host gave up its commit",
+            ));
+        }
+    }
+}
+
+/// `completion` with `note` added to its error text.
+fn with_error_note(completion: CellEvent, note: &str) -> CellEvent {
+    match completion {
+        CellEvent::Completed {
+            output,
+            error_text,
+            result_buffered_for,
+        } => CellEvent::Completed {
+            output,
+            error_text: Some(match error_text {
+                Some(error_text) => format!("{error_text}\n{note}"),
+                None => note.to_owned(),
+            }),
+            result_buffered_for,
+        },
+        other => other,
+    }
 }
 
 /// The outcome of handing a committed completion to an observer.
@@ -59,6 +145,11 @@ pub(crate) enum ObservationRoute {
 #[derive(Debug)]
 enum Phase {
     Running,
+    /// A completion claimed the outcome; the host is committing its stored values. A terminator
+    /// that arrives meanwhile waits here for the completion.
+    Committing {
+        terminator: Option<Responder>,
+    },
     /// Termination was requested; the actor is stopping the cell. `terminator` is `None` when the
     /// cell is terminated because no handle to it is left.
     Terminating {
@@ -83,7 +174,7 @@ enum Phase {
 /// The shared, thread-safe lifecycle state of one cell. The actor, its handles and the host's
 /// commit all go through it.
 #[derive(Debug)]
-pub struct CellState {
+pub(crate) struct CellState {
     phase: Mutex<Phase>,
     /// Cancelled when termination is requested (or the cell must stop): wakes the actor.
     termination: CancellationToken,
@@ -99,7 +190,7 @@ impl Default for CellState {
 }
 
 impl CellState {
-    pub fn new() -> Arc<Self> {
+    pub(crate) fn new() -> Arc<Self> {
         Arc::new(CellState::default())
     }
 
@@ -111,40 +202,64 @@ impl CellState {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Claims the outcome for a completion and commits its stored values, atomically: when the
-    /// cell is still running, runs `commit` (the host merges the writes), then builds the event
-    /// with `build` and buffers it for an observer. When a termination came first, runs neither.
-    ///
-    /// A host calls this from `CellHost::commit_completion` while holding whatever lock guards its
-    /// stored values, so the commit and the claim are one step.
-    pub fn commit_completion(
-        &self,
+    /// Claims the outcome for a completion: when the cell is still running, builds the event with
+    /// `build` and returns the claim that the host commits and publishes. When a termination came
+    /// first, returns `None` and builds nothing.
+    pub(crate) fn claim_completion(
+        self: &Arc<Self>,
+        stored_value_writes: HashMap<String, Value>,
         build: impl FnOnce() -> CellEvent,
-        commit: impl FnOnce(),
-    ) -> CompletionCommit {
+    ) -> Option<CompletionClaim> {
         let mut phase = self.phase();
         if !matches!(*phase, Phase::Running) {
-            return CompletionCommit::Rejected;
+            return None;
         }
-        commit();
-        *phase = Phase::Buffered {
-            completion: build(),
-            since: Instant::now(),
-        };
-        CompletionCommit::Committed
+        *phase = Phase::Committing { terminator: None };
+        drop(phase);
+        Some(CompletionClaim {
+            state: Arc::clone(self),
+            stored_value_writes,
+            completion: Some(build()),
+        })
     }
 
-    /// Whether a termination has been requested (or the cell was told to stop).
-    pub fn termination_requested(&self) -> bool {
-        self.termination.is_cancelled()
+    /// The second half of a completion: buffers it for an observer, or hands it to a terminator
+    /// that arrived during the commit.
+    fn publish_completion(&self, completion: CellEvent) -> CompletionCommit {
+        let mut phase = self.phase();
+        match std::mem::replace(&mut *phase, Phase::Closed) {
+            Phase::Committing {
+                terminator: Some(terminator),
+            } => {
+                let _ = terminator.send(Ok(completion.clone()));
+                *phase = Phase::Terminated {
+                    outcome: completion,
+                };
+            }
+            Phase::Committing { terminator: None } => {
+                *phase = Phase::Buffered {
+                    completion,
+                    since: Instant::now(),
+                };
+            }
+            // Only a claim publishes, and only once: the phase is Committing. Keep any other
+            // phase as it was.
+            other => *phase = other,
+        }
+        CompletionCommit { _published: () }
     }
 
     pub(crate) fn termination_signal(&self) -> WaitForCancellationFuture<'_> {
         self.termination.cancelled()
     }
 
+    #[cfg(test)]
+    fn termination_signal_fired(&self) -> bool {
+        self.termination.is_cancelled()
+    }
+
     /// Requests termination; the returned receiver gets the outcome. Only the first request claims
-    /// it; a buffered completion goes to that first terminator (S3 rule 4).
+    /// it; a buffered completion goes to that first terminator (actor rule 4).
     pub(crate) fn request_termination(&self) -> oneshot::Receiver<Result<CellEvent, CellError>> {
         let (respond, receiver) = oneshot::channel();
         let mut phase = self.phase();
@@ -154,10 +269,17 @@ impl CellState {
                     terminator: Some(respond),
                 };
             }
-            Phase::Terminating { terminator } if terminator.is_none() => {
+            Phase::Terminating { terminator } | Phase::Committing { terminator }
+                if terminator.is_none() =>
+            {
                 *terminator = Some(respond);
+                // A committing cell's terminator is answered when the completion is published;
+                // the actor is not woken.
+                if matches!(*phase, Phase::Committing { .. }) {
+                    return receiver;
+                }
             }
-            Phase::Terminating { .. } | Phase::Terminated { .. } => {
+            Phase::Terminating { .. } | Phase::Committing { .. } | Phase::Terminated { .. } => {
                 let _ = respond.send(Err(CellError::AlreadyTerminating));
                 return receiver;
             }
@@ -215,23 +337,29 @@ impl CellState {
             },
             // The completion was never committed (termination won); the actor finishes the
             // termination instead.
-            Phase::Running | Phase::Terminating { .. } | Phase::Delivered | Phase::Closed => {
-                CompletionDelivery::Buffered
-            }
+            Phase::Running
+            | Phase::Committing { .. }
+            | Phase::Terminating { .. }
+            | Phase::Delivered
+            | Phase::Closed => CompletionDelivery::Buffered,
         }
     }
 
-    /// Routes a new observation: a buffered completion is delivered at once; a finished cell
-    /// answers `Closed`; a running one is left to the actor.
+    /// Routes a new observation: a buffered completion is delivered at once; a cell whose
+    /// termination has begun, or that has finished, answers `Closed` (the outcome goes to the
+    /// terminator); a running one (or one committing its completion) is left to the actor.
     pub(crate) fn route_observation(&self, observer: Responder) -> ObservationRoute {
         let mut phase = self.phase();
         match &*phase {
-            Phase::Running | Phase::Terminating { .. } => ObservationRoute::Running(observer),
+            Phase::Running | Phase::Committing { .. } => ObservationRoute::Running(observer),
             Phase::Buffered { .. } => match deliver_buffered(&mut phase, observer, Waited::Yes) {
                 CompletionDelivery::Delivered => ObservationRoute::Delivered,
                 CompletionDelivery::Buffered => ObservationRoute::StillBuffered,
             },
-            Phase::Terminated { .. } | Phase::Delivered | Phase::Closed => {
+            Phase::Terminating { .. }
+            | Phase::Terminated { .. }
+            | Phase::Delivered
+            | Phase::Closed => {
                 let _ = observer.send(Err(CellError::Closed));
                 ObservationRoute::Closed
             }
@@ -271,7 +399,7 @@ impl CellState {
         let mut phase = self.phase();
         match &mut *phase {
             // A terminator still waiting hears that the cell is gone.
-            Phase::Terminating { terminator } => {
+            Phase::Terminating { terminator } | Phase::Committing { terminator } => {
                 if let Some(terminator) = terminator.take() {
                     let _ = terminator.send(Err(CellError::Closed));
                 }
@@ -283,10 +411,11 @@ impl CellState {
     }
 
     /// Whether observations can still get something other than `Closed`.
-    pub fn accepting_observations(&self) -> bool {
+    #[cfg(test)]
+    fn accepting_observations(&self) -> bool {
         matches!(
             *self.phase(),
-            Phase::Running | Phase::Terminating { .. } | Phase::Buffered { .. }
+            Phase::Running | Phase::Committing { .. } | Phase::Buffered { .. }
         )
     }
 }
@@ -356,13 +485,16 @@ mod tests {
         }
     }
 
+    fn claim(state: &Arc<CellState>, text: &str) -> CompletionClaim {
+        state
+            .claim_completion(HashMap::new(), || completion(text, Duration::ZERO))
+            .expect("the cell is running")
+    }
+
     #[tokio::test(start_paused = true)]
     async fn only_the_first_termination_claims_a_buffered_completion() {
-        let state = CellState::default();
-        assert_eq!(
-            state.commit_completion(|| completion("done", Duration::ZERO), || {}),
-            CompletionCommit::Committed
-        );
+        let state = CellState::new();
+        let _ = claim(&state, "done").publish();
         assert_eq!(state.deliver_completion(None), CompletionDelivery::Buffered);
         let first = state.request_termination();
         assert_eq!(
@@ -383,17 +515,15 @@ mod tests {
 
     #[tokio::test]
     async fn a_termination_claim_prevents_the_commit_and_the_completion_build() {
-        let state = CellState::default();
+        let state = CellState::new();
         let termination = state.request_termination();
-        let mut committed = false;
-        assert_eq!(
-            state.commit_completion(
-                || panic!("a terminated cell must not build its completion"),
-                || committed = true
-            ),
-            CompletionCommit::Rejected
+        assert!(
+            state
+                .claim_completion(HashMap::new(), || panic!(
+                    "a terminated cell must not build its completion"
+                ))
+                .is_none()
         );
-        assert!(!committed);
         let terminated = CellEvent::Terminated {
             output: CollectedOutput::default(),
             tool_calls: Vec::new(),
@@ -404,8 +534,8 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_failed_completion_delivery_buffers_it_again_with_its_original_time() {
-        let state = CellState::default();
-        state.commit_completion(|| completion("done", Duration::ZERO), || {});
+        let state = CellState::new();
+        let _ = claim(&state, "done").publish();
         let (gone, receiver) = oneshot::channel();
         drop(receiver);
         assert_eq!(
@@ -435,6 +565,76 @@ mod tests {
         let (late, mut receiver) = oneshot::channel();
         assert!(matches!(
             state.route_observation(late),
+            ObservationRoute::Closed
+        ));
+        assert_eq!(receiver.try_recv().unwrap(), Err(CellError::Closed));
+    }
+
+    #[tokio::test]
+    async fn a_termination_during_the_commit_gets_the_completion_once_published() {
+        let state = CellState::new();
+        let claim = claim(&state, "done");
+        let mut first = state.request_termination();
+        assert!(first.try_recv().is_err(), "answered before the publish");
+        assert!(
+            !state.termination_signal_fired(),
+            "the actor is not woken: the completion already won"
+        );
+        assert_eq!(
+            state.request_termination().await.unwrap(),
+            Err(CellError::AlreadyTerminating)
+        );
+        let (observer, mut observed) = oneshot::channel();
+        assert!(matches!(
+            state.route_observation(observer),
+            ObservationRoute::Running(_)
+        ));
+        let _ = claim.publish();
+        assert_eq!(first.await.unwrap(), Ok(completion("done", Duration::ZERO)));
+        assert!(observed.try_recv().is_err());
+        assert_eq!(
+            state.deliver_completion(None),
+            CompletionDelivery::Delivered
+        );
+    }
+
+    #[tokio::test]
+    async fn a_commit_failure_is_added_to_the_error_text() {
+        let state = CellState::new();
+        let _ = claim(&state, "done").publish_with_commit_failure("not saved");
+        let (observer, mut receiver) = oneshot::channel();
+        assert!(matches!(
+            state.route_observation(observer),
+            ObservationRoute::Delivered
+        ));
+        let Ok(CellEvent::Completed { error_text, .. }) = receiver.try_recv().unwrap() else {
+            panic!("expected a completion");
+        };
+        assert_eq!(error_text.as_deref(), Some("not saved"));
+    }
+
+    #[tokio::test]
+    async fn a_claim_dropped_unpublished_still_ends_the_cell_with_an_error() {
+        let state = CellState::new();
+        drop(claim(&state, "done"));
+        let (observer, mut receiver) = oneshot::channel();
+        assert!(matches!(
+            state.route_observation(observer),
+            ObservationRoute::Delivered
+        ));
+        let Ok(CellEvent::Completed { error_text, .. }) = receiver.try_recv().unwrap() else {
+            panic!("expected a completion");
+        };
+        assert!(error_text.unwrap().contains("were not saved"));
+    }
+
+    #[tokio::test]
+    async fn an_observer_arriving_once_termination_began_gets_closed() {
+        let state = CellState::new();
+        let _termination = state.request_termination();
+        let (observer, mut receiver) = oneshot::channel();
+        assert!(matches!(
+            state.route_observation(observer),
             ObservationRoute::Closed
         ));
         assert_eq!(receiver.try_recv().unwrap(), Err(CellError::Closed));

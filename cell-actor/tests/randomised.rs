@@ -166,12 +166,18 @@ impl Engine {
     }
 }
 
-async fn run_case(ops: Vec<Op>, server_mode: bool) -> Result<(), TestCaseError> {
-    // Every commit waits for ReleaseCommit (or the end of the case), so terminations can land
-    // while a completion is being committed.
+async fn run_case(
+    ops: Vec<Op>,
+    server_mode: bool,
+    commit_fails: bool,
+) -> Result<(), TestCaseError> {
+    // Every commit waits for ReleaseCommit (or the end of the case), so terminations and
+    // observers can land while a claimed completion is being committed (a slow store); with
+    // `commit_fails`, the store then fails.
     let release_commit = tokio_util::sync::CancellationToken::new();
     let host = Arc::new(TestHost {
         hold_commit: Some(release_commit.clone()),
+        fail_commits: commit_fails.then(|| COMMIT_FAILURE.to_owned()),
         ..TestHost::default()
     });
     let config = CellConfig {
@@ -330,8 +336,12 @@ async fn run_case(ops: Vec<Op>, server_mode: bool) -> Result<(), TestCaseError> 
         &delivered,
         &engine.sent,
         host.commits.load(Ordering::SeqCst),
+        commit_fails,
     )
 }
+
+/// The note a failing store adds to a completion's error text.
+const COMMIT_FAILURE: &str = "the store is down";
 
 fn collect(delivered: &mut Delivered, answer: Result<CellEvent, CellError>) {
     if let Ok(event) = answer {
@@ -351,7 +361,12 @@ fn texts_of(event: &CellEvent) -> Vec<String> {
         .collect()
 }
 
-fn check(delivered: &Delivered, sent: &[String], commits: usize) -> Result<(), TestCaseError> {
+fn check(
+    delivered: &Delivered,
+    sent: &[String],
+    commits: usize,
+    commit_fails: bool,
+) -> Result<(), TestCaseError> {
     let terminal: Vec<&CellEvent> = delivered
         .events
         .iter()
@@ -368,7 +383,14 @@ fn check(delivered: &Delivered, sent: &[String], commits: usize) -> Result<(), T
     }
     // Stored values: committed exactly when the cell completed.
     match terminal[0] {
-        CellEvent::Completed { .. } => prop_assert_eq!(commits, 1),
+        CellEvent::Completed { error_text, .. } => {
+            prop_assert_eq!(commits, 1);
+            // A failed commit says so; a successful one adds nothing.
+            let noted = error_text
+                .as_deref()
+                .is_some_and(|text| text.ends_with(COMMIT_FAILURE));
+            prop_assert_eq!(noted, commit_fails, "error text: {:?}", error_text);
+        }
         CellEvent::Terminated { .. } => prop_assert_eq!(commits, 0, "a terminated cell committed"),
         _ => unreachable!(),
     }
@@ -434,12 +456,13 @@ proptest! {
     fn random_interleavings_keep_the_actor_invariants(
         ops in proptest::collection::vec(op(), 0..40),
         server_mode in any::<bool>(),
+        commit_fails in proptest::bool::weighted(0.2),
     ) {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_time()
             .start_paused(true)
             .build()
             .unwrap();
-        runtime.block_on(run_case(ops, server_mode))?;
+        runtime.block_on(run_case(ops, server_mode, commit_fails))?;
     }
 }

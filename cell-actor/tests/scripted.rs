@@ -1,4 +1,4 @@
-//! The actor's rules (S3 1-7, S5 output modes) with a scripted engine, where the test controls the
+//! The actor's rules (actor rules 1-7, output modes) with a scripted engine, where the test controls the
 //! exact order of engine events.
 
 mod common;
@@ -702,8 +702,11 @@ async fn server_mode_omits_images_past_the_budget_in_order() {
     );
 }
 
+/// The outcome is claimed before the host's (possibly slow) store commit starts, so a termination
+/// that arrives during the commit gets the completion, which was committed exactly once; the
+/// termination neither waits on a lock nor wins.
 #[tokio::test]
-async fn termination_during_the_completion_commit_keeps_output_and_discards_the_losing_error() {
+async fn termination_during_the_store_commit_gets_the_claimed_completion() {
     for mode in [OutputMode::Client, OutputMode::server()] {
         let hold = CancellationToken::new();
         let host = Arc::new(TestHost {
@@ -718,33 +721,60 @@ async fn termination_during_the_completion_commit_keeps_output_and_discards_the_
         let events = cell.runtime.events.clone();
         tokio::task::spawn_blocking(move || {
             events
-                .send_blocking(text("output that must survive termination"))
+                .send_blocking(text("output of the completed cell"))
                 .unwrap();
             events
-                .send_blocking(result(Some(&"uncommitted error".repeat(1000))))
+                .send_blocking(RuntimeEvent::Result {
+                    stored_value_writes: [("k".to_owned(), json!(1))].into(),
+                    error_text: None,
+                })
                 .unwrap();
         })
         .await
         .unwrap();
         within("commit reached", host.commit_started.cancelled()).await;
-        let terminated = cell.handle.terminate();
-        hold.cancel();
-        let expected = Ok(CellEvent::Terminated {
-            output: texts(&["output that must survive termination"]),
-            tool_calls: vec![],
-        });
+        let mut terminated = std::pin::pin!(cell.handle.terminate());
+        // The request is taken at once, and answered only once the completion is published.
+        assert!(
+            futures_poll_once(terminated.as_mut()).is_none(),
+            "{mode:?}: answered during the commit"
+        );
+        let second = cell.handle.terminate();
         assert_eq!(
-            within("termination", terminated).await,
-            expected,
+            within("second termination", second).await,
+            Err(CellError::AlreadyTerminating),
             "{mode:?}"
+        );
+        hold.cancel();
+        let Ok(completion @ CellEvent::Completed { .. }) = within("termination", terminated).await
+        else {
+            panic!("{mode:?}: the terminator should get the claimed completion");
+        };
+        assert_eq!(
+            completion.output(),
+            &texts(&["output of the completed cell"])
         );
         assert_eq!(
             within("observer", cell.first_observation).await,
-            expected,
+            Ok(completion),
             "{mode:?}"
         );
-        assert_eq!(host.commits.load(Ordering::SeqCst), 0, "{mode:?}");
-        assert!(host.stored_values.lock().unwrap().is_empty(), "{mode:?}");
+        assert_eq!(host.commits.load(Ordering::SeqCst), 1, "{mode:?}");
+        assert_eq!(
+            *host.stored_values.lock().unwrap(),
+            HashMap::from([("k".to_owned(), json!(1))]),
+            "{mode:?}"
+        );
+        within("the actor to close", cell.actor).await.unwrap();
+    }
+}
+
+/// Polls a future once with a no-op waker: its answer if it is ready now.
+fn futures_poll_once<F: std::future::Future>(future: std::pin::Pin<&mut F>) -> Option<F::Output> {
+    let mut context = std::task::Context::from_waker(std::task::Waker::noop());
+    match future.poll(&mut context) {
+        std::task::Poll::Ready(output) => Some(output),
+        std::task::Poll::Pending => None,
     }
 }
 

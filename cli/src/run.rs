@@ -174,9 +174,13 @@ fn finish(
             ..
         } => ("failed", Some(error.clone()), exit::FAILED),
         CellEvent::Terminated { .. } => ("terminated", None, exit::TERMINATED),
-        CellEvent::Yielded { .. } | CellEvent::Pending { .. } => {
-            unreachable!("the loop ends on a terminal event")
-        }
+        // The loop ends only on a terminal event; anything else is reported as a failure
+        // rather than a panic.
+        other => (
+            "failed",
+            Some(format!("the cell ended without a result: {other:?}")),
+            exit::FAILED,
+        ),
     };
     if args.json {
         let object = json!({

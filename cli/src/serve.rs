@@ -1,11 +1,11 @@
-//! `codemode mcp`: an MCP server offering the `exec` and `wait` tools (S6, S7.8) to any
+//! `codemode mcp`: an MCP server offering the `exec` and `wait` tools (the model-facing tools, code mode for any agent) to any
 //! MCP-capable agent, over stdio (default) or streamable HTTP (`--http ADDR`).
 //!
 //! Each MCP session gets its own codemode session (its own cells and stored values); the store and
 //! the downstream tools (`--mcp`) are shared. While `exec` or `wait` waits, the server sends
 //! progress notifications (when the client asked for them with a progress token), including the
 //! cell's `notify(...)` messages; when a cell finishes in the background, it sends a log message
-//! saying so (completion push, S7.4).
+//! saying so (completion push, completion push).
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 use codemode_protocol::{OutputItem, WaitRequest};
-use codemode_session::{OutputMode, SessionEvent, ToolResult};
+use codemode_session::{OutputMode, Session, SessionEvent, Store, ToolResult};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ListToolsResult,
     PaginatedRequestParams, ProgressNotificationParam, ServerCapabilities, ServerConfig, Tool,
@@ -25,7 +25,7 @@ use serde_json::{Map, Value, json};
 use tokio::sync::OnceCell;
 
 use crate::exit;
-use crate::setup::{CliSession, CliStore, SessionArgs, SetupError};
+use crate::setup::{SessionArgs, SetupError};
 
 /// How often a waiting call reports progress.
 const PROGRESS_INTERVAL: Duration = Duration::from_secs(1);
@@ -43,7 +43,7 @@ pub struct McpArgs {
 /// What every MCP session of this server shares.
 struct Shared {
     args: SessionArgs,
-    store: Arc<CliStore>,
+    store: Arc<dyn Store>,
     tools: Arc<codemode_host_adapters::CompositeTools>,
     sessions_opened: AtomicU64,
 }
@@ -87,10 +87,22 @@ async fn serve_http(
     shared: Arc<Shared>,
     address: &str,
 ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-    codemode_host_adapters::demo_server::serve_streamable_http(address, move || {
-        CodemodeServer::new(Arc::clone(&shared))
-    })
-    .await
+    use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+    use rmcp::transport::streamable_http_server::{
+        StreamableHttpServerConfig, StreamableHttpService,
+    };
+    let service: StreamableHttpService<CodemodeServer, LocalSessionManager> =
+        StreamableHttpService::new(
+            move || Ok(CodemodeServer::new(Arc::clone(&shared))),
+            Default::default(),
+            StreamableHttpServerConfig::default(),
+        );
+    let router = axum::Router::new().nest_service("/mcp", service);
+    let listener = tokio::net::TcpListener::bind(address).await?;
+    // A parent process (or a test) reads where the server listens from this line.
+    println!("listening on http://{}/mcp", listener.local_addr()?);
+    axum::serve(listener, router).await?;
+    Ok(())
 }
 
 /// The handler of one MCP session.
@@ -98,7 +110,7 @@ async fn serve_http(
 struct CodemodeServer {
     shared: Arc<Shared>,
     session_id: String,
-    session: Arc<OnceCell<Result<Arc<CliSession>, String>>>,
+    session: Arc<OnceCell<Result<Arc<Session>, String>>>,
 }
 
 impl CodemodeServer {
@@ -118,12 +130,12 @@ impl CodemodeServer {
     }
 
     /// The codemode session of this MCP session, opened on first use.
-    async fn session(&self) -> Result<Arc<CliSession>, ErrorData> {
+    async fn session(&self) -> Result<Arc<Session>, ErrorData> {
         self.session
             .get_or_init(|| async {
                 let shared = &self.shared;
                 let mut config = shared.args.config();
-                // A long-running server bounds what it buffers per cell (S5 server mode).
+                // A long-running server bounds what it buffers per cell (server output mode).
                 config.output_mode = OutputMode::server();
                 shared
                     .args
@@ -319,7 +331,7 @@ struct Progress {
 }
 
 impl Progress {
-    fn start(context: &RequestContext<RoleServer>, session: &CliSession, watched: Watched) -> Self {
+    fn start(context: &RequestContext<RoleServer>, session: &Session, watched: Watched) -> Self {
         let Some(token) = context.meta.get_progress_token() else {
             return Progress { task: None };
         };

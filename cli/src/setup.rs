@@ -11,7 +11,7 @@ use codemode_host_adapters::{
 };
 use codemode_protocol::normalize_identifier;
 use codemode_runtime_v8::V8Engine;
-use codemode_session::{Session, SessionConfig, Store, StoreError};
+use codemode_session::{Session, SessionConfig, Store};
 use serde_json::{Value, json};
 
 /// Limits, store and tools.
@@ -40,34 +40,6 @@ pub struct SessionArgs {
     pub no_demo_tools: bool,
 }
 
-/// Stored values in memory or in files.
-pub enum CliStore {
-    Memory(MemoryStore),
-    File(FileStore),
-}
-
-impl Store for CliStore {
-    fn load(&self, session: &str) -> Result<std::collections::HashMap<String, Value>, StoreError> {
-        match self {
-            CliStore::Memory(store) => store.load(session),
-            CliStore::File(store) => store.load(session),
-        }
-    }
-
-    fn commit(
-        &self,
-        session: &str,
-        writes: &std::collections::HashMap<String, Value>,
-    ) -> Result<(), StoreError> {
-        match self {
-            CliStore::Memory(store) => store.commit(session, writes),
-            CliStore::File(store) => store.commit(session, writes),
-        }
-    }
-}
-
-pub type CliSession = Session<CliStore, CompositeTools>;
-
 /// What setting up went wrong with, and whether it is the user's input (exit status 2).
 pub struct SetupError {
     pub message: String,
@@ -86,14 +58,14 @@ impl SessionArgs {
         config
     }
 
-    pub fn store(&self) -> Result<Arc<CliStore>, SetupError> {
-        Ok(Arc::new(match &self.store {
-            None => CliStore::Memory(MemoryStore::new()),
-            Some(path) => CliStore::File(FileStore::open(path).map_err(|error| SetupError {
+    pub fn store(&self) -> Result<Arc<dyn Store>, SetupError> {
+        Ok(match &self.store {
+            None => Arc::new(MemoryStore::new()),
+            Some(path) => Arc::new(FileStore::open(path).map_err(|error| SetupError {
                 message: error.to_string(),
                 usage: false,
             })?),
-        }))
+        })
     }
 
     /// The demo tools (unless left out) and the downstream MCP servers, merged.
@@ -111,10 +83,10 @@ impl SessionArgs {
     pub async fn open(
         &self,
         session_id: &str,
-        store: Arc<CliStore>,
+        store: Arc<dyn Store>,
         tools: Arc<CompositeTools>,
         config: SessionConfig,
-    ) -> Result<CliSession, SetupError> {
+    ) -> Result<Session, SetupError> {
         Session::open(session_id, Arc::new(V8Engine::new()), store, tools, config)
             .await
             .map_err(|error| SetupError {

@@ -1,5 +1,5 @@
-//! The three channels between a runtime thread and its cell actor (S3), and the event sender that
-//! implements both output modes of S5.
+//! The three channels between a runtime thread and its cell actor (the runtime thread and the actor), and the event sender that
+//! implements both output modes.
 //!
 //! - Events flow from the runtime thread to the actor through an [`EventSender`]. In client mode the
 //!   queue is unbounded; in server mode it is bounded, and a full queue blocks the runtime thread
@@ -16,6 +16,7 @@ use tokio::sync::mpsc;
 
 /// What a runtime thread reports to its cell actor.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub enum RuntimeEvent {
     /// The thread is up and about to evaluate the source; the yield clock starts here.
     Started,

@@ -1,4 +1,4 @@
-//! The engine-independent rules of a cell's globals (S2), as plain Rust over strings and JSON values.
+//! The engine-independent rules of a cell's globals (the globals), as plain Rust over strings and JSON values.
 //!
 //! An engine does the parts that only JavaScript can do (calling `String(value)`, `JSON.stringify`,
 //! invoking a `toJSON`), then hands the results to these functions, which decide what becomes an

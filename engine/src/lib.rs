@@ -1,5 +1,5 @@
 //! The pluggable engine layer: how a cell's JavaScript engine is started, and how its runtime thread
-//! talks to the cell actor (S3).
+//! talks to the cell actor (the runtime thread and the actor).
 //!
 //! An [`Engine`] starts one cell on its own OS thread and hands back [`EngineHandles`]: a command
 //! sender, a control sender and a [`TerminateHandle`]. The thread reports [`RuntimeEvent`]s through
@@ -42,18 +42,35 @@ pub struct CellStart {
     pub enabled_tools: Vec<ToolDefinition>,
     /// A snapshot of the session's stored values, visible to `load`.
     pub stored_values: HashMap<String, Value>,
+    /// The cell's heap and CPU-time limits.
     pub limits: CellLimits,
+    /// What the runtime thread does when the cell is idle.
     pub pending_mode: PendingMode,
 }
 
-/// Resource limits of one cell.
+/// Resource limits of one cell. Build it from [`CellLimits::default`] with the `with_` methods.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct CellLimits {
     /// The most heap the cell's engine may use; past it the cell ends with `heap limit exceeded`.
     pub heap_limit_bytes: usize,
     /// The most CPU time the cell's thread may use, separate from any yield time: a spin loop is
-    /// ended with `cpu time limit exceeded` (S7.2). `None` means no limit.
+    /// ended with `cpu time limit exceeded` (CPU budget). `None` means no limit.
     pub cpu_time_limit: Option<Duration>,
+}
+
+impl CellLimits {
+    /// These limits with another heap limit.
+    pub fn with_heap_limit_bytes(mut self, heap_limit_bytes: usize) -> Self {
+        self.heap_limit_bytes = heap_limit_bytes;
+        self
+    }
+
+    /// These limits with another CPU-time limit (`None`: no limit).
+    pub fn with_cpu_time_limit(mut self, cpu_time_limit: Option<Duration>) -> Self {
+        self.cpu_time_limit = cpu_time_limit;
+        self
+    }
 }
 
 impl Default for CellLimits {
@@ -89,6 +106,7 @@ pub struct EngineHandles {
     pub commands: std::sync::mpsc::Sender<RuntimeCommand>,
     /// Control for a cell paused at its pending frontier.
     pub control: std::sync::mpsc::Sender<RuntimeControl>,
+    /// Stops the cell from any thread.
     pub terminate: TerminateHandle,
 }
 
@@ -101,6 +119,7 @@ pub struct EngineHandles {
 pub struct TerminateHandle(Arc<dyn Terminate>);
 
 impl TerminateHandle {
+    /// A handle that stops the run through `target`.
     pub fn new(target: Arc<dyn Terminate>) -> Self {
         TerminateHandle(target)
     }
@@ -126,10 +145,11 @@ pub trait Terminate: Send + Sync + 'static {
 
 /// Why an engine could not start a cell.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum EngineError {
     /// The OS refused to create the runtime thread.
     #[error("failed to start the runtime thread for the cell: {0}")]
-    Thread(#[source] std::io::Error),
+    Thread(std::io::Error),
     /// A limit is outside what the engine accepts.
     #[error("invalid cell limit: {0}")]
     InvalidLimit(String),

@@ -1,4 +1,4 @@
-//! The cell's timer table (`setTimeout`/`clearTimeout`, S2): id allocation, delay normalisation,
+//! The cell's timer table (`setTimeout`/`clearTimeout`, the globals): id allocation, delay normalisation,
 //! and which timer is due next. Engine-independent; the runtime thread owns one per cell and waits on
 //! [`Timers::next_deadline`].
 

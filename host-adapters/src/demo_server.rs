@@ -117,31 +117,19 @@ pub async fn serve_stdio() -> Result<(), Box<dyn std::error::Error + Send + Sync
 }
 
 /// Serves the demo tools over streamable HTTP at `http://ADDRESS/mcp`, printing
-/// `listening on http://<bound address>/mcp` first (so `127.0.0.1:0` can be used).
+/// `listening on http://<bound address>/mcp` on stdout first (so an address with port 0 can be
+/// used, and a parent process can read where it listens).
 pub async fn serve_http(address: &str) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-    serve_streamable_http(address, DemoServer::new).await
-}
-
-/// Serves MCP over streamable HTTP at `http://ADDRESS/mcp`, one handler from `handler` per MCP
-/// session, printing `listening on http://<bound address>/mcp` on stdout first (so an address
-/// with port 0 can be used, and a parent process can read where it listens).
-pub async fn serve_streamable_http<S, F>(
-    address: &str,
-    handler: F,
-) -> Result<(), Box<dyn std::error::Error + Send + Sync>>
-where
-    S: rmcp::ServerHandler,
-    F: Fn() -> S + Send + Sync + 'static,
-{
     use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
     use rmcp::transport::streamable_http_server::{
         StreamableHttpServerConfig, StreamableHttpService,
     };
-    let service: StreamableHttpService<S, LocalSessionManager> = StreamableHttpService::new(
-        move || Ok(handler()),
-        Default::default(),
-        StreamableHttpServerConfig::default(),
-    );
+    let service: StreamableHttpService<DemoServer, LocalSessionManager> =
+        StreamableHttpService::new(
+            || Ok(DemoServer::new()),
+            Default::default(),
+            StreamableHttpServerConfig::default(),
+        );
     let router = axum::Router::new().nest_service("/mcp", service);
     let listener = tokio::net::TcpListener::bind(address).await?;
     println!("listening on http://{}/mcp", listener.local_addr()?);

@@ -1,4 +1,4 @@
-//! What plugs in behind a codemode session (S4, S7.7, S7.8): stores for stored values
+//! What plugs in behind a codemode session (sessions, durable sessions, code mode for any agent): stores for stored values
 //! ([`MemoryStore`], the embedded default, and [`FileStore`], durable across restarts) and tool
 //! providers ([`InProcessTools`] for Rust functions, [`McpTools`] for downstream MCP servers over
 //! stdio or streamable HTTP, [`CompositeTools`] to merge them).
@@ -8,12 +8,12 @@
 
 #![forbid(unsafe_code)]
 
+#[cfg(feature = "demo-server")]
 pub mod demo_server;
 mod store;
 mod tools;
 
 pub use store::{FORMAT_VERSION, FileStore, MemoryStore};
 pub use tools::{
-    BoxFuture, CompositeTools, DynToolProvider, InProcessTools, McpServerConfig, McpTools,
-    McpTransport, call_result_to_value,
+    CompositeTools, InProcessTools, McpServerConfig, McpTools, McpTransport, call_result_to_value,
 };

@@ -7,7 +7,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use codemode_host_adapters::FileStore;
-use codemode_session::Store;
+
 use serde_json::{Value, json};
 
 const FIXTURE: &str = env!("CARGO_BIN_EXE_codemode-store-fixture");
@@ -117,7 +117,7 @@ fn sigkill_during_commits_always_leaves_a_valid_committed_state() {
             !status.success(),
             "run {run}: the commit loop ended by itself"
         );
-        let values = store.load("killed").unwrap_or_else(|error| {
+        let values = store.load_blocking("killed").unwrap_or_else(|error| {
             panic!("run {run}: the document is not valid after SIGKILL: {error}")
         });
         if let Some(committed) = values.get("state") {
@@ -140,7 +140,7 @@ fn sigkill_during_commits_always_leaves_a_valid_committed_state() {
     );
     // The next commit clears what killed writers left behind.
     store
-        .commit(
+        .commit_blocking(
             "killed",
             &HashMap::from([("after".to_owned(), json!(true))]),
         )

@@ -34,7 +34,7 @@ fn stdio_server(namespace: &str) -> McpTools {
     ))
 }
 
-async fn session<P: ToolProvider>(tools: P) -> Session<MemoryStore, P> {
+async fn session(tools: impl ToolProvider) -> Session {
     Session::open(
         "mcp",
         Arc::new(V8Engine::new()),
@@ -55,10 +55,7 @@ fn request(source: &str) -> ExecuteRequest {
     }
 }
 
-async fn run<S: codemode_session::Store, P: ToolProvider>(
-    session: &Session<S, P>,
-    source: &str,
-) -> (Vec<OutputItem>, Option<String>) {
+async fn run(session: &Session, source: &str) -> (Vec<OutputItem>, Option<String>) {
     let report = within("cell", session.execute(request(source)))
         .await
         .unwrap();

@@ -3,45 +3,45 @@
 
 use std::time::Duration;
 
-/// How long `exec` observes a new cell before yielding, when the request does not say (S6).
+/// How long `exec` observes a new cell before yielding, when the request does not say (the model-facing tools).
 pub const DEFAULT_EXEC_YIELD_TIME_MS: u64 = 10_000;
 
-/// How long `wait` observes a running cell before yielding, when the request does not say (S6).
+/// How long `wait` observes a running cell before yielding, when the request does not say (the model-facing tools).
 pub const DEFAULT_WAIT_YIELD_TIME_MS: u64 = 10_000;
 
-/// The output budget of one rendering for the model, in tokens, when the request does not say (S5).
+/// The output budget of one rendering for the model, in tokens, when the request does not say (output and rendering).
 pub const DEFAULT_MAX_OUTPUT_TOKENS: u64 = 10_000;
 
-/// The rough size of one token when budgeting output: tokens ≈ bytes / 4 (S5).
+/// The rough size of one token when budgeting output: tokens ≈ bytes / 4 (output and rendering).
 pub const BYTES_PER_TOKEN: u64 = 4;
 
-/// A yield time at or above this threshold gets [`YIELD_GRACE`] added to it (S6).
+/// A yield time at or above this threshold gets [`YIELD_GRACE`] added to it (the model-facing tools).
 pub const YIELD_GRACE_THRESHOLD: Duration = Duration::from_secs(10);
 
 /// The grace period added to long yield times, so that a cell finishing right at the deadline is
-/// reported as finished rather than as still running (S6).
+/// reported as finished rather than as still running (the model-facing tools).
 pub const YIELD_GRACE: Duration = Duration::from_secs(1);
 
-/// How many cells one session may have running at once (S4).
+/// How many cells one session may have running at once (sessions).
 pub const DEFAULT_MAX_ACTIVE_CELLS: usize = 128;
 
-/// The V8 heap each cell may use before it is ended with `heap limit exceeded` (S7.1).
+/// The V8 heap each cell may use before it is ended with `heap limit exceeded` (heap limit).
 pub const DEFAULT_HEAP_LIMIT_BYTES: usize = 256 * 1024 * 1024;
 
-/// The CPU time a cell's thread may use before it is ended with `cpu time limit exceeded` (S7.2).
+/// The CPU time a cell's thread may use before it is ended with `cpu time limit exceeded` (CPU budget).
 /// Waiting (for tools, timers or an observer) uses none.
 pub const DEFAULT_CPU_TIME_LIMIT: Duration = Duration::from_secs(60);
 
-/// The shortest yield time `wait` honours, so that a model cannot busy-poll a cell (S7.4).
+/// The shortest yield time `wait` honours, so that a model cannot busy-poll a cell (completion push).
 pub const DEFAULT_MIN_WAIT_YIELD_TIME: Duration = Duration::from_millis(500);
 
 /// The smallest heap limit an engine accepts; below this an isolate cannot even start its context.
 pub const MIN_HEAP_LIMIT_BYTES: usize = 8 * 1024 * 1024;
 
 /// In server output mode, how many engine events may wait for the cell actor before the engine
-/// thread blocks (S5).
+/// thread blocks (output and rendering).
 pub const BOUNDED_EVENT_QUEUE_CAPACITY: usize = 256;
 
 /// In server output mode, the total bytes of image URLs a cell may buffer between two observations;
-/// images beyond it are dropped and counted (S5).
+/// images beyond it are dropped and counted (output and rendering).
 pub const BOUNDED_OUTPUT_MAX_IMAGE_BYTES: usize = 8 * 1024 * 1024;

@@ -1,4 +1,4 @@
-//! The items a cell emits for the model: text, images and audio (S5).
+//! The items a cell emits for the model: text, images and audio (output and rendering).
 //!
 //! JSON shapes, tagged by `type`:
 //! - `{"type": "text", "text": "..."}`

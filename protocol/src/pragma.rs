@@ -1,4 +1,4 @@
-//! The input of the model-facing `exec` tool (S6): JavaScript source, optionally starting with a
+//! The input of the model-facing `exec` tool (the model-facing tools): JavaScript source, optionally starting with a
 //! pragma line that sets the observation's yield time and output budget:
 //!
 //! ```text

@@ -1,4 +1,4 @@
-//! The requests behind the model-facing `exec` and `wait` tools (S6).
+//! The requests behind the model-facing `exec` and `wait` tools (the model-facing tools).
 //!
 //! JSON shapes:
 //! - execute: `{"call_id": "call-1", "source": "text(1)", "yield_time_ms": 10000,

@@ -1,4 +1,4 @@
-//! Tool definitions: what the host offers a cell, and how each tool is named inside JavaScript (S2).
+//! Tool definitions: what the host offers a cell, and how each tool is named inside JavaScript (the globals).
 //!
 //! JSON shape of a definition:
 //! `{"name": {"name": "search", "namespace": "web"}, "description": "...", "kind": "function",

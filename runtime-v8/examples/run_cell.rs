@@ -106,7 +106,7 @@ fn main() -> ExitCode {
                 eprintln!("the runtime thread panicked");
                 return ExitCode::FAILURE;
             }
-            RuntimeEvent::Started | RuntimeEvent::Pending | RuntimeEvent::YieldRequested => {}
+            _ => {}
         }
     }
     eprintln!("the runtime ended without a result");

@@ -1,7 +1,7 @@
 // The bootstrap of every V8 cell: runs once, as a classic script, before the cell's module.
 //
 // It evaluates to a function that receives the native host entry point and the runtime's
-// configuration (JSON), installs the globals of S2 and the prelude of built-ins that V8 10.2 lacks,
+// configuration (JSON), installs the globals and the prelude of built-ins that V8 10.2 lacks,
 // removes what a cell must not have, and returns the dispatcher through which the runtime thread
 // installs the cell's tools, delivers tool results and fires timers. The bootstrap does not depend
 // on the cell, so a pre-warmed runtime runs it ahead of time; only the tools are installed when the

@@ -207,7 +207,7 @@ std::string WithoutBootstrapFrames(const std::string& stack) {
   return result;
 }
 
-// The error text of S2: the exception's `stack` when it is a string, else String(exception); when a
+// The error text of the globals contract: the exception's `stack` when it is a string, else String(exception); when a
 // message with a position in the cell is known and the text names none, the position is appended.
 std::string FormatException(Isolate* isolate, Local<Context> context, Local<Value> exception,
                             Local<Message> message) {

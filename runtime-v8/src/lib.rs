@@ -2,7 +2,7 @@
 //!
 //! V8 is the system's (Debian's libnode108, V8 10.2), reached through a narrow C++ shim
 //! (`shim/shim.cc`) whose safe face is [`ffi`]: all `unsafe` code of the project lives there. The
-//! globals of S2 are installed by a JavaScript bootstrap (`js/bootstrap.js`) that calls back into
+//! globals are installed by a JavaScript bootstrap (`js/bootstrap.js`) that calls back into
 //! Rust through one host-call entry point ([`host`]); the runtime thread ([`thread`]) drives the
 //! module, microtasks, timers, tool results and the pending frontier.
 //!
@@ -26,7 +26,7 @@ use codemode_protocol::limits::{DEFAULT_HEAP_LIMIT_BYTES, MIN_HEAP_LIMIT_BYTES};
 use crate::pool::WarmPool;
 use crate::thread::{CellTerminator, TerminateTarget, ThreadContext};
 
-/// How many pre-warmed runtimes an engine keeps ready by default (S7.6).
+/// How many pre-warmed runtimes an engine keeps ready by default (pre-warming).
 pub const DEFAULT_WARM_RUNTIMES: usize = 2;
 
 /// The stack of a cell's runtime thread. V8 keeps its own stack limit (about 1 MiB below where the

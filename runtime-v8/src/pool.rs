@@ -1,4 +1,4 @@
-//! Pre-warmed runtimes (S7.6): threads that have already created their isolate and context and
+//! Pre-warmed runtimes (pre-warming): threads that have already created their isolate and context and
 //! wait for a cell, so that starting a cell does not pay for isolate creation on its critical path
 //! (measured: creation is most of a cell's start-up).
 //!

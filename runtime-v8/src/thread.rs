@@ -194,7 +194,7 @@ struct CellThread {
     cpu_watch: Option<(Watch, Duration)>,
 }
 
-/// A runtime created ahead of its cell (S7.6): the isolate and context exist and the bootstrap
+/// A runtime created ahead of its cell (pre-warming): the isolate and context exist and the bootstrap
 /// has run; the host is a placeholder until a cell arrives.
 pub(crate) struct WarmRuntime {
     runtime: V8Runtime<CellHost>,

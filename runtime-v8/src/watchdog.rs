@@ -1,5 +1,5 @@
 //! The CPU-time watchdog: one thread for the whole process that, every few milliseconds, reads the
-//! CPU clock of each cell thread with a budget and terminates the cells that used it up (S7.2).
+//! CPU clock of each cell thread with a budget and terminates the cells that used it up (CPU budget).
 //!
 //! A cell thread registers itself ([`watch`]) before it runs JavaScript and is unregistered when
 //! the returned [`Watch`] is dropped, before its isolate goes away. Waiting uses no CPU time, so a

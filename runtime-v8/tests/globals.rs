@@ -1,4 +1,4 @@
-//! Each global of S2, used normally and refused, on real V8.
+//! Each global, used normally and refused, on real V8.
 
 mod common;
 

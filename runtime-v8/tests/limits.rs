@@ -117,10 +117,7 @@ fn a_heap_limit_below_the_minimum_is_refused_before_a_thread_starts() {
                 source: "text(1)".into(),
                 enabled_tools: Vec::new(),
                 stored_values: Default::default(),
-                limits: CellLimits {
-                    heap_limit_bytes: 1024,
-                    ..CellLimits::default()
-                },
+                limits: CellLimits::default().with_heap_limit_bytes(1024),
                 pending_mode: PendingMode::Continue,
             },
             events,

@@ -1,4 +1,4 @@
-//! A session's limits and defaults (S4, S6, S7.2, S7.4), all configurable.
+//! A session's limits and defaults (sessions, the model-facing tools, CPU budget, completion push), all configurable.
 
 use std::time::Duration;
 
@@ -9,23 +9,29 @@ use codemode_protocol::limits::{
     DEFAULT_WAIT_YIELD_TIME_MS, YIELD_GRACE, YIELD_GRACE_THRESHOLD,
 };
 
-/// How a session runs its cells.
+/// How a session runs its cells. Start from [`SessionConfig::default`] and set what differs
+/// (fields are public to read and assign; the struct grows, so it is not built literally).
 #[derive(Clone)]
+#[non_exhaustive]
 pub struct SessionConfig {
     /// Cells that may be running (or finished but not yet observed) at once; the next `execute`
     /// is refused.
     pub max_active_cells: usize,
     /// Caps every yield time, grace included. `None`: no cap.
     pub max_yield_time: Option<Duration>,
-    /// The shortest yield time `wait` honours (S7.4).
+    /// The shortest yield time `wait` honours (completion push).
     pub min_wait_yield_time: Duration,
+    /// The yield time of an `exec` that names none.
     pub default_exec_yield_time: Duration,
+    /// The yield time of a `wait` that names none.
     pub default_wait_yield_time: Duration,
+    /// The output budget of a rendering that names none, in tokens (about 4 bytes each).
     pub default_max_output_tokens: u64,
     /// The JavaScript heap of each cell.
     pub heap_limit_bytes: usize,
-    /// The CPU time of each cell (S7.2). `None`: no limit.
+    /// The CPU time of each cell (CPU budget). `None`: no limit.
     pub cpu_time_limit: Option<Duration>,
+    /// Client (keep everything) or server (bounded buffers) output collection.
     pub output_mode: OutputMode,
     /// Log output content and tool arguments and results. Off by default: logs then carry only
     /// ids, names, sizes, durations and outcomes.
@@ -70,7 +76,73 @@ impl Default for SessionConfig {
 }
 
 impl SessionConfig {
-    /// The time an observation waits, from what was asked (S6): the default when nothing was
+    /// This configuration with another value for the active-cell limit.
+    pub fn with_max_active_cells(mut self, max_active_cells: usize) -> Self {
+        self.max_active_cells = max_active_cells;
+        self
+    }
+
+    /// This configuration with another value for the cap on every yield time.
+    pub fn with_max_yield_time(mut self, max_yield_time: Option<Duration>) -> Self {
+        self.max_yield_time = max_yield_time;
+        self
+    }
+
+    /// This configuration with another value for the shortest yield `wait` honours.
+    pub fn with_min_wait_yield_time(mut self, min_wait_yield_time: Duration) -> Self {
+        self.min_wait_yield_time = min_wait_yield_time;
+        self
+    }
+
+    /// This configuration with another value for `exec`'s default yield time.
+    pub fn with_default_exec_yield_time(mut self, default_exec_yield_time: Duration) -> Self {
+        self.default_exec_yield_time = default_exec_yield_time;
+        self
+    }
+
+    /// This configuration with another value for `wait`'s default yield time.
+    pub fn with_default_wait_yield_time(mut self, default_wait_yield_time: Duration) -> Self {
+        self.default_wait_yield_time = default_wait_yield_time;
+        self
+    }
+
+    /// This configuration with another value for the default output budget.
+    pub fn with_default_max_output_tokens(mut self, default_max_output_tokens: u64) -> Self {
+        self.default_max_output_tokens = default_max_output_tokens;
+        self
+    }
+
+    /// This configuration with another value for each cell's heap limit.
+    pub fn with_heap_limit_bytes(mut self, heap_limit_bytes: usize) -> Self {
+        self.heap_limit_bytes = heap_limit_bytes;
+        self
+    }
+
+    /// This configuration with another value for each cell's CPU-time limit.
+    pub fn with_cpu_time_limit(mut self, cpu_time_limit: Option<Duration>) -> Self {
+        self.cpu_time_limit = cpu_time_limit;
+        self
+    }
+
+    /// This configuration with another value for the output mode.
+    pub fn with_output_mode(mut self, output_mode: OutputMode) -> Self {
+        self.output_mode = output_mode;
+        self
+    }
+
+    /// This configuration with another value for whether content is logged.
+    pub fn with_log_content(mut self, log_content: bool) -> Self {
+        self.log_content = log_content;
+        self
+    }
+
+    /// This configuration with a handler told of engine failures.
+    pub fn with_on_runtime_failure(mut self, handler: FailureHandler) -> Self {
+        self.on_runtime_failure = Some(handler);
+        self
+    }
+
+    /// The time an observation waits, from what was asked (the model-facing tools): the default when nothing was
     /// asked, a 1 s grace added to yields of 10 s or more, and the configured maximum over all.
     pub fn resolve_yield(&self, requested_ms: Option<u64>, default: Duration) -> Duration {
         let requested = requested_ms.map(Duration::from_millis).unwrap_or(default);

@@ -1,4 +1,4 @@
-//! Hints that make a cell's error actionable for the model (S7.5): where in the source the error
+//! Hints that make a cell's error actionable for the model (actionable errors): where in the source the error
 //! points (line, column, the line itself with a caret), and, for an unknown tool or a name that is
 //! not defined but is close to a tool's, the closest tool names.
 

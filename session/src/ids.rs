@@ -1,4 +1,4 @@
-//! Cell ids: `"1"`, `"2"`, … per session, allocated without ever wrapping (S4).
+//! Cell ids: `"1"`, `"2"`, … per session, allocated without ever wrapping (sessions).
 
 /// The next cell id of a session.
 #[derive(Debug)]

@@ -1,11 +1,11 @@
-//! Sessions: what an embedder uses to give a model the `exec` and `wait` tools (S4-S7).
+//! Sessions: what an embedder uses to give a model the `exec` and `wait` tools (sessions, output, the model-facing tools and the extras).
 //!
 //! A [`Session`] owns its cells (ids `"1"`, `"2"`, …), its stored values and its enabled tools. It
 //! sits on three pluggable pieces: an engine (`codemode_engine::Engine`, such as V8), a [`Store`]
 //! for stored values, and a [`ToolProvider`] for tools; `host-adapters` has ready-made ones. The
 //! operations (`execute`, `wait`, `terminate`, `execute_to_pending`, `wait_to_pending`,
 //! `shutdown`) return [`CellReport`]s; the model-facing layer (`exec_tool`, `wait_tool`, their
-//! descriptions) parses pragmas and renders reports as S5 says, with error hints (S7.5).
+//! descriptions) parses pragmas and renders reports as the output contract says, with error hints (actionable errors).
 //!
 //! This crate knows no concrete engine, store, tool source or transport (no V8, no files, no MCP).
 

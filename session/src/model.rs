@@ -1,12 +1,11 @@
-//! The model-facing tools (S6): `exec` runs JavaScript source (with its optional pragma) in a new
+//! The model-facing tools (the model-facing tools): `exec` runs JavaScript source (with its optional pragma) in a new
 //! cell, `wait` observes or terminates a running cell. Each returns content items ready to hand to
-//! the model, rendered as S5 says, and whether they describe an error. Their descriptions list the
+//! the model, rendered as the output contract says, and whether they describe an error. Their descriptions list the
 //! globals and every enabled tool as a TypeScript declaration.
 
 use codemode_protocol::{ExecuteRequest, OutputItem, WaitRequest, parse_exec_input};
 use serde_json::{Value, json};
 
-use crate::ports::{Store, ToolProvider};
 use crate::render::render_report;
 use crate::session::{Session, WaitOutcome};
 use crate::typescript::tools_declaration;
@@ -29,7 +28,7 @@ impl ToolResult {
     }
 }
 
-impl<S: Store, P: ToolProvider> Session<S, P> {
+impl Session {
     /// The `exec` tool: `input` is the model's source, optionally starting with a pragma line.
     pub async fn exec_tool(&self, call_id: &str, input: &str) -> ToolResult {
         let parsed = match parse_exec_input(input) {

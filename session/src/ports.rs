@@ -1,9 +1,12 @@
-//! The two traits an embedder (or `host-adapters`) implements behind a session: where stored
+//! The two ports an embedder (or `host-adapters`) implements behind a session: where stored
 //! values live ([`Store`]) and where tools come from ([`ToolProvider`]).
+//!
+//! Both are `#[async_trait]` traits, so that a session holds them as `Arc<dyn Store>` and
+//! `Arc<dyn ToolProvider>` and an embedder can pick, wrap and combine implementations at run time.
 
 use std::collections::HashMap;
-use std::future::Future;
 
+use async_trait::async_trait;
 use codemode_cell_actor::ToolInvocation;
 use codemode_protocol::ToolDefinition;
 use serde_json::Value;
@@ -13,10 +16,12 @@ use tokio_util::sync::CancellationToken;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{message}")]
 pub struct StoreError {
+    /// What failed, and where (a path, a key): shown to the model and in logs as it is.
     pub message: String,
 }
 
 impl StoreError {
+    /// A store error with this message.
     pub fn new(message: impl Into<String>) -> Self {
         StoreError {
             message: message.into(),
@@ -25,36 +30,56 @@ impl StoreError {
 }
 
 /// Where a session's stored values live.
+///
+/// A store may be slow or remote: the session calls it with no lock held, so a slow `commit`
+/// delays only the completion of the cell being committed (and later commits of the same
+/// session, which are applied in order), never the start, observation or termination of other
+/// cells, nor other sessions.
+#[async_trait]
 pub trait Store: Send + Sync + 'static {
     /// The stored values of `session`; a session never seen has none.
-    fn load(&self, session: &str) -> Result<HashMap<String, Value>, StoreError>;
+    async fn load(&self, session: &str) -> Result<HashMap<String, Value>, StoreError>;
 
     /// Merges one completed cell's writes into `session`'s values by key, all or none.
     ///
-    /// Called inside the cell's outcome claim, so that a cell that lost to termination never
-    /// commits: it must not wait on anything that might wait on the session. Blocking briefly (a
-    /// file store's write and fsync) is expected.
-    fn commit(&self, session: &str, writes: &HashMap<String, Value>) -> Result<(), StoreError>;
+    /// Called once per completed cell, after the cell has claimed its outcome (a terminated cell
+    /// never gets here), and never concurrently for one session. On `Err`, the cell still
+    /// completes, and its error text says that its stored values were not saved.
+    async fn commit(
+        &self,
+        session: &str,
+        writes: &HashMap<String, Value>,
+    ) -> Result<(), StoreError>;
 }
 
 /// Listing the tools failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{message}")]
 pub struct ToolListError {
+    /// What failed and what to do about it.
     pub message: String,
 }
 
+impl ToolListError {
+    /// A listing error with this message.
+    pub fn new(message: impl Into<String>) -> Self {
+        ToolListError {
+            message: message.into(),
+        }
+    }
+}
+
 /// Where a session's tools come from.
+#[async_trait]
 pub trait ToolProvider: Send + Sync + 'static {
     /// The tools cells may call; listed once, when the session opens.
-    fn list_tools(&self)
-    -> impl Future<Output = Result<Vec<ToolDefinition>, ToolListError>> + Send;
+    async fn list_tools(&self) -> Result<Vec<ToolDefinition>, ToolListError>;
 
     /// Calls a tool. `Ok` resolves the cell's promise with the value, `Err` rejects it with the
     /// text. Stop when `cancellation` fires: the cell completed or was terminated.
-    fn call_tool(
+    async fn call_tool(
         &self,
         call: ToolInvocation,
         cancellation: CancellationToken,
-    ) -> impl Future<Output = Result<Value, String>> + Send;
+    ) -> Result<Value, String>;
 }

@@ -1,4 +1,4 @@
-//! The model-facing rendering of an observation (S5): a status header, the wall time, the output
+//! The model-facing rendering of an observation (output and rendering): a status header, the wall time, the output
 //! (cut to `max_output_tokens` with its head and tail kept and a marker stating the original size),
 //! and for a failed cell its error with hints.
 //!
@@ -42,6 +42,8 @@ pub fn render_report(report: &CellReport, max_output_tokens: u64) -> Vec<OutputI
             ..
         } => "Script failed".to_owned(),
         CellEvent::Terminated { .. } => "Script terminated".to_owned(),
+        // An event this renderer does not know yet: say the script is still running.
+        _ => format!("Script running with cell ID {}", report.cell_id),
     };
     header.push_str(&format!(
         "\nWall time {:.1} seconds\nOutput:",

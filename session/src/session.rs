@@ -1,5 +1,5 @@
 //! A session: the cells it owns, its stored values, its enabled tools, and the operations an
-//! embedder (or the model-facing layer) calls on it (S4).
+//! embedder (or the model-facing layer) calls on it (sessions).
 //!
 //! State lives in [`Shared`], behind one `Arc` that each cell's host also holds: the registry of
 //! cells (id allocation, the active-cell limit, whether the session still accepts cells) and the
@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use codemode_cell_actor::{
-    CellConfig, CellError, CellEvent, CellHandle, CellHost, CellState, CompletionCommit,
+    CellConfig, CellError, CellEvent, CellHandle, CellHost, CompletionClaim, CompletionCommit,
     Observation, StartedCell, ToolInvocation, start_cell,
 };
 use codemode_engine::{CellLimits, CellStart, Engine, EngineError, PendingMode};
@@ -54,7 +54,7 @@ pub enum WaitOutcome {
 /// Something a session tells its subscribers.
 #[derive(Debug, Clone, PartialEq)]
 pub enum SessionEvent {
-    /// A cell finished while nobody was observing it (S7.4); `wait` returns its result.
+    /// A cell finished while nobody was observing it (completion push); `wait` returns its result.
     CellFinished {
         cell_id: String,
         error_text: Option<String>,
@@ -67,8 +67,9 @@ pub enum SessionEvent {
     },
 }
 
-/// Why a session operation failed.
+/// Why a session operation failed. Each message carries its cause; none has a separate source.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum SessionError {
     #[error("the session is shut down and starts no more cells")]
     ShutDown,
@@ -79,30 +80,36 @@ pub enum SessionError {
     TooManyCells { limit: usize },
     #[error("this session has used every cell id and can start no more cells; open a new session")]
     CellIdsExhausted,
-    #[error("cell {cell_id}: {source}")]
+    #[error("cell {cell_id}: {error}")]
     Cell {
+        /// The cell's id.
         cell_id: String,
-        #[source]
-        source: CellError,
+        /// What went wrong with it.
+        error: CellError,
     },
     #[error(transparent)]
     Engine(#[from] EngineError),
     #[error("failed to load the session's stored values: {0}")]
-    Store(#[source] StoreError),
+    Store(StoreError),
     #[error("failed to list the session's tools: {0}")]
-    Tools(#[source] ToolListError),
+    Tools(ToolListError),
 }
 
 /// Everything a session and its cells' hosts share.
-struct Shared<S, P> {
+struct Shared {
     id: String,
     engine: Arc<dyn Engine>,
-    store: Arc<S>,
-    provider: Arc<P>,
+    store: Arc<dyn Store>,
+    provider: Arc<dyn ToolProvider>,
     tools: Vec<ToolDefinition>,
     tool_names: Vec<String>,
     config: SessionConfig,
+    /// The stored values as of the last commit; each cell starts from a copy.
     values: Mutex<HashMap<String, Value>>,
+    /// Held (asynchronously) across one cell's store commit and its merge into `values`, so that
+    /// commits reach the store and `values` in the same order. Nothing else waits for it: starts,
+    /// observations and terminations never touch it.
+    commit_order: tokio::sync::Mutex<()>,
     registry: Mutex<Registry>,
     events: broadcast::Sender<SessionEvent>,
     /// The cells' actor tasks; `shutdown` waits for them.
@@ -132,11 +139,11 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 /// A session: create it with [`Session::open`], give the model `exec` and `wait` through
 /// [`Session::exec_tool`] and [`Session::wait_tool`], or call the operations directly. Dropping it
 /// terminates its cells.
-pub struct Session<S: Store, P: ToolProvider> {
-    shared: Arc<Shared<S, P>>,
+pub struct Session {
+    shared: Arc<Shared>,
 }
 
-impl<S: Store, P: ToolProvider> std::fmt::Debug for Session<S, P> {
+impl std::fmt::Debug for Session {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Session")
             .field("id", &self.shared.id)
@@ -145,17 +152,17 @@ impl<S: Store, P: ToolProvider> std::fmt::Debug for Session<S, P> {
     }
 }
 
-impl<S: Store, P: ToolProvider> Session<S, P> {
+impl Session {
     /// Opens session `id`: loads its stored values and lists its tools.
     pub async fn open(
         id: impl Into<String>,
         engine: Arc<dyn Engine>,
-        store: Arc<S>,
-        provider: Arc<P>,
+        store: Arc<dyn Store>,
+        provider: Arc<dyn ToolProvider>,
         config: SessionConfig,
     ) -> Result<Self, SessionError> {
         let id = id.into();
-        let values = store.load(&id).map_err(SessionError::Store)?;
+        let values = store.load(&id).await.map_err(SessionError::Store)?;
         let tools = provider.list_tools().await.map_err(SessionError::Tools)?;
         let tool_names = tools.iter().map(ToolDefinition::global_name).collect();
         let (events, _) = broadcast::channel(EVENT_BUFFER);
@@ -169,6 +176,7 @@ impl<S: Store, P: ToolProvider> Session<S, P> {
                 tool_names,
                 config,
                 values: Mutex::new(values),
+                commit_order: tokio::sync::Mutex::new(()),
                 registry: Mutex::new(Registry::default()),
                 events,
                 tasks: TaskTracker::new(),
@@ -204,7 +212,7 @@ impl<S: Store, P: ToolProvider> Session<S, P> {
         self.shared.events.subscribe()
     }
 
-    /// Starts a cell and observes it until its yield time (S6 defaults and grace apply).
+    /// Starts a cell and observes it until its yield time (the yield defaults and grace apply).
     pub async fn execute(&self, request: ExecuteRequest) -> Result<CellReport, SessionError> {
         let yield_time = self.shared.config.exec_yield(request.yield_time_ms);
         self.start(request, Observation::yield_after(yield_time))
@@ -306,10 +314,9 @@ impl<S: Store, P: ToolProvider> Session<S, P> {
                 source: request.source,
                 enabled_tools: shared.tools.clone(),
                 stored_values: lock(&shared.values).clone(),
-                limits: CellLimits {
-                    heap_limit_bytes: shared.config.heap_limit_bytes,
-                    cpu_time_limit: shared.config.cpu_time_limit,
-                },
+                limits: CellLimits::default()
+                    .with_heap_limit_bytes(shared.config.heap_limit_bytes)
+                    .with_cpu_time_limit(shared.config.cpu_time_limit),
                 pending_mode: PendingMode::PauseUntilResumed,
             };
             let host = Arc::new(SessionCellHost {
@@ -344,7 +351,7 @@ impl<S: Store, P: ToolProvider> Session<S, P> {
             // The cell's actor closed before answering its first observation.
             WaitOutcome::NotFound { cell_id } => Err(SessionError::Cell {
                 cell_id,
-                source: CellError::Closed,
+                error: CellError::Closed,
             }),
         }
     }
@@ -381,10 +388,10 @@ impl<S: Store, P: ToolProvider> Session<S, P> {
                     cell_id: cell_id.to_owned(),
                 });
             }
-            Err(source) => {
+            Err(error) => {
                 return Err(SessionError::Cell {
                     cell_id: cell_id.to_owned(),
-                    source,
+                    error,
                 });
             }
         };
@@ -436,10 +443,11 @@ fn log_observation(session: &str, cell_id: &str, event: &CellEvent) {
             tool_calls = tool_calls.len(),
             "cell terminated"
         ),
+        other => tracing::info!(session, cell_id, items, ?other, "cell observed"),
     }
 }
 
-impl<S: Store, P: ToolProvider> Drop for Session<S, P> {
+impl Drop for Session {
     /// Dropping a session shuts it down: every cell is told to terminate at once (the actors
     /// finish in the background).
     fn drop(&mut self) {
@@ -451,14 +459,14 @@ impl<S: Store, P: ToolProvider> Drop for Session<S, P> {
 }
 
 /// The host of one cell of a session.
-struct SessionCellHost<S, P> {
-    shared: Arc<Shared<S, P>>,
+struct SessionCellHost {
+    shared: Arc<Shared>,
     cell_id: String,
     /// The error text of the cell's completion, kept for the completion notice.
     error_text: Mutex<Option<Option<String>>>,
 }
 
-impl<S: Store, P: ToolProvider> CellHost for SessionCellHost<S, P> {
+impl CellHost for SessionCellHost {
     async fn invoke_tool(
         &self,
         invocation: ToolInvocation,
@@ -517,40 +525,35 @@ impl<S: Store, P: ToolProvider> CellHost for SessionCellHost<S, P> {
         Ok(())
     }
 
-    async fn commit_completion(
-        &self,
-        stored_value_writes: HashMap<String, Value>,
-        completion: impl FnOnce() -> CellEvent + Send,
-        cell_state: Arc<CellState>,
-    ) -> CompletionCommit {
+    async fn commit_completion(&self, mut claim: CompletionClaim) -> CompletionCommit {
         let shared = &self.shared;
-        let mut values = lock(&shared.values);
-        // The commit runs first and may fail; the completion, built second, then says so.
-        let store_failure = std::cell::RefCell::new(None);
-        let commit = cell_state.commit_completion(
-            || {
-                let event = completion();
-                let event = with_store_failure(event, store_failure.take());
-                if let CellEvent::Completed { error_text, .. } = &event {
-                    *lock(&self.error_text) = Some(error_text.clone());
+        *lock(&self.error_text) = Some(claim.error_text().map(str::to_owned));
+        let writes = claim.take_stored_value_writes();
+        if writes.is_empty() {
+            return claim.publish();
+        }
+        // The outcome is already claimed: no lock of the session or the cell is held while the
+        // store works, only the commit order (which nothing but other commits waits for).
+        let _order = shared.commit_order.lock().await;
+        match shared.store.commit(&shared.id, &writes).await {
+            Ok(()) => {
+                lock(&shared.values).extend(writes);
+                claim.publish()
+            }
+            Err(error) => {
+                tracing::error!(session = %shared.id, cell_id = %self.cell_id, %error, "failed to commit stored values");
+                let note = format!("the cell's stored values could not be saved: {error}");
+                let mut error_text = lock(&self.error_text);
+                if let Some(text) = error_text.as_mut() {
+                    *text = Some(match text.take() {
+                        Some(existing) => format!("{existing}\n{note}"),
+                        None => note.clone(),
+                    });
                 }
-                event
-            },
-            || {
-                if stored_value_writes.is_empty() {
-                    return;
-                }
-                match shared.store.commit(&shared.id, &stored_value_writes) {
-                    Ok(()) => values.extend(stored_value_writes),
-                    Err(error) => {
-                        tracing::error!(session = %shared.id, cell_id = %self.cell_id, %error, "failed to commit stored values");
-                        *store_failure.borrow_mut() = Some(error);
-                    }
-                }
-            },
-        );
-        drop(values);
-        commit
+                drop(error_text);
+                claim.publish_with_commit_failure(&note)
+            }
+        }
     }
 
     fn completed_unobserved(&self) {
@@ -564,30 +567,5 @@ impl<S: Store, P: ToolProvider> CellHost for SessionCellHost<S, P> {
 
     async fn closed(&self) {
         lock(&self.shared.registry).cells.remove(&self.cell_id);
-    }
-}
-
-/// A completion whose stored values could not be saved says so in its error text: the cell ran,
-/// but what it stored is lost.
-fn with_store_failure(event: CellEvent, failure: Option<StoreError>) -> CellEvent {
-    let Some(failure) = failure else {
-        return event;
-    };
-    let CellEvent::Completed {
-        output,
-        error_text,
-        result_buffered_for,
-    } = event
-    else {
-        return event;
-    };
-    let note = format!("the cell's stored values could not be saved: {failure}");
-    CellEvent::Completed {
-        output,
-        error_text: Some(match error_text {
-            Some(error_text) => format!("{error_text}\n{note}"),
-            None => note,
-        }),
-        result_buffered_for,
     }
 }

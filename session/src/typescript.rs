@@ -1,5 +1,5 @@
 //! TypeScript declarations of the enabled tools, generated from their JSON Schemas, for the `exec`
-//! description (S6): `declare const tools: { name(args: {...}): Promise<...>; ... }`, grouped by
+//! description (the model-facing tools): `declare const tools: { name(args: {...}): Promise<...>; ... }`, grouped by
 //! namespace.
 //!
 //! Supported: objects (properties, required and optional, nested, `additionalProperties` as an

@@ -43,10 +43,7 @@ async fn log_of_a_cell(log_content: bool) -> String {
         .finish();
     let _default = tracing::subscriber::set_default(subscriber);
     let store = Arc::new(MemoryStore::default());
-    let config = SessionConfig {
-        log_content,
-        ..SessionConfig::default()
-    };
+    let config = SessionConfig::default().with_log_content(log_content);
     let (session, _) = open("logged", &store, config).await;
     let report = within(
         "cell",

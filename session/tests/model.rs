@@ -34,6 +34,7 @@ fn tool(
     }
 }
 
+#[async_trait::async_trait]
 impl ToolProvider for RealisticTools {
     async fn list_tools(&self) -> Result<Vec<ToolDefinition>, ToolListError> {
         Ok(vec![

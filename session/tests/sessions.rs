@@ -192,7 +192,7 @@ async fn a_busy_observer_is_refused_without_displacing_the_first() {
         matches!(
             second,
             SessionError::Cell {
-                source: CellError::Busy,
+                error: CellError::Busy,
                 ..
             }
         ),
@@ -292,10 +292,7 @@ async fn a_hundred_concurrent_cells_each_see_their_own_output() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_cpu_budget_ends_a_spin_loop_with_an_error_naming_it() {
     let store = Arc::new(MemoryStore::default());
-    let config = SessionConfig {
-        cpu_time_limit: Some(Duration::from_millis(250)),
-        ..SessionConfig::default()
-    };
+    let config = SessionConfig::default().with_cpu_time_limit(Some(Duration::from_millis(250)));
     let (session, _) = open("cpu", &store, config).await;
     let report = within(
         "spin",
@@ -374,10 +371,7 @@ async fn a_cell_that_finishes_unobserved_is_pushed_to_subscribers() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wait_holds_for_at_least_its_minimum_yield() {
     let store = Arc::new(MemoryStore::default());
-    let config = SessionConfig {
-        min_wait_yield_time: Duration::from_secs(20),
-        ..SessionConfig::default()
-    };
+    let config = SessionConfig::default().with_min_wait_yield_time(Duration::from_secs(20));
     let (session, _) = open("min-wait", &store, config).await;
     let started = within(
         "start",
@@ -490,4 +484,82 @@ async fn dropping_a_session_terminates_its_cells() {
         !tools.gate.is_cancelled(),
         "the gate itself was never opened"
     );
+}
+
+/// A store commit that takes as long as it likes holds no lock of the session or the cell: while
+/// it waits, a second cell of the session can be started and terminated, and another session
+/// can open and run a cell. Once the store answers, the committing cell completes with its values.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_store_commit_blocks_neither_terminate_nor_other_sessions() {
+    for commit_fails in [false, true] {
+        let store = Arc::new(MemoryStore::default());
+        store.hold_commits.store(true, Ordering::SeqCst);
+        store.fail_commits.store(commit_fails, Ordering::SeqCst);
+        let (session, _) = open("slow-store", &store, SessionConfig::default()).await;
+        let committing = within(
+            "a cell that stores",
+            session.execute(background(r#"text("stored"); store("k", 1);"#)),
+        )
+        .await
+        .unwrap();
+        within("the commit to begin", store.commit_started.cancelled()).await;
+
+        let spinning = within(
+            "a second cell",
+            session.execute(background("while (true) {}")),
+        )
+        .await
+        .unwrap();
+        let terminated = within(
+            "terminating the second cell during the commit",
+            session.terminate(&spinning.cell_id),
+        )
+        .await
+        .unwrap();
+        assert!(matches!(
+            observed(terminated).event,
+            CellEvent::Terminated { .. }
+        ));
+        let other_store = Arc::new(MemoryStore::default());
+        let (other, _) = within(
+            "another session to open during the commit",
+            open("another", &other_store, SessionConfig::default()),
+        )
+        .await;
+        let report = within(
+            "another session's cell",
+            other.execute(request(r#"text("hi")"#)),
+        )
+        .await
+        .unwrap();
+        assert_eq!(texts(&report.event), ["hi"]);
+
+        // The committing cell has claimed its outcome: terminating it now gets its completion,
+        // once the store answers.
+        // (`join!` polls the termination first, so it is requested before the store answers.)
+        let (outcome, ()) = within("the committing cell", async {
+            tokio::join!(
+                session.wait(WaitRequest {
+                    terminate: true,
+                    ..wait(&committing.cell_id)
+                }),
+                async { store.release_commits.cancel() }
+            )
+        })
+        .await;
+        let outcome = outcome.unwrap();
+        let CellEvent::Completed { error_text, .. } = &observed(outcome).event else {
+            panic!("a claimed completion wins over a later termination");
+        };
+        if commit_fails {
+            assert_eq!(
+                error_text.as_deref(),
+                Some("the cell's stored values could not be saved: the disk is full")
+            );
+            assert!(session.stored_values().is_empty());
+        } else {
+            assert_eq!(error_text, &None);
+            assert_eq!(session.stored_values()["k"], json!(1));
+        }
+    }
 }

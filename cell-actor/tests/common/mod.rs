@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use codemode_cell_actor::{
-    CellConfig, CellEvent, CellHost, CellState, CompletionCommit, Observation, StartedCell,
+    CellConfig, CellHost, CompletionClaim, CompletionCommit, Observation, StartedCell,
     ToolInvocation, start_cell,
 };
 use codemode_engine::{
@@ -114,6 +114,8 @@ pub struct TestHost {
     /// Cancelled when a commit starts; with `hold_commit`, the commit then waits for it.
     pub commit_started: CancellationToken,
     pub hold_commit: Option<CancellationToken>,
+    /// When set, every commit fails (a store that is down): the cell completes with this note.
+    pub fail_commits: Option<String>,
     pub tool_calls: Mutex<Vec<ToolInvocation>>,
     /// The cancellation token each tool call was given.
     pub tool_tokens: Mutex<Vec<CancellationToken>>,
@@ -191,21 +193,21 @@ impl CellHost for TestHost {
         Ok(())
     }
 
-    async fn commit_completion(
-        &self,
-        stored_value_writes: HashMap<String, Value>,
-        completion: impl FnOnce() -> CellEvent + Send,
-        cell_state: Arc<CellState>,
-    ) -> CompletionCommit {
+    async fn commit_completion(&self, claim: CompletionClaim) -> CompletionCommit {
+        // The outcome is claimed before the host is called: a held commit is a slow store.
         self.commit_started.cancel();
         if let Some(hold) = &self.hold_commit {
             hold.cancelled().await;
         }
-        let mut stored_values = self.stored_values.lock().unwrap();
-        cell_state.commit_completion(completion, || {
-            self.commits.fetch_add(1, Ordering::SeqCst);
-            stored_values.extend(stored_value_writes);
-        })
+        self.commits.fetch_add(1, Ordering::SeqCst);
+        if let Some(note) = &self.fail_commits {
+            return claim.publish_with_commit_failure(note);
+        }
+        self.stored_values
+            .lock()
+            .unwrap()
+            .extend(claim.stored_value_writes().clone());
+        claim.publish()
     }
 
     async fn closed(&self) {

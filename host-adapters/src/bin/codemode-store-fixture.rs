@@ -12,7 +12,7 @@
 use std::collections::HashMap;
 
 use codemode_host_adapters::FileStore;
-use codemode_session::Store;
+
 use serde_json::{Value, json};
 
 /// The value committed under `state` at step `n` of `commit-loop`.
@@ -33,11 +33,11 @@ fn main() {
             .and_then(|value| {
                 let store = FileStore::open(*directory).map_err(|error| error.to_string())?;
                 store
-                    .commit(session, &HashMap::from([((*key).to_owned(), value)]))
+                    .commit_blocking(session, &HashMap::from([((*key).to_owned(), value)]))
                     .map_err(|error| error.to_string())
             }),
         ["load", directory, session] => FileStore::open(*directory)
-            .and_then(|store| store.load(session))
+            .and_then(|store| store.load_blocking(session))
             .map(|values| println!("{}", serde_json::to_string(&values).unwrap()))
             .map_err(|error| error.to_string()),
         ["commit-loop", directory, session] => {
@@ -50,7 +50,7 @@ fn main() {
             };
             for n in 0.. {
                 if let Err(error) =
-                    store.commit(session, &HashMap::from([("state".to_owned(), state(n))]))
+                    store.commit_blocking(session, &HashMap::from([("state".to_owned(), state(n))]))
                 {
                     eprintln!("error: {error}");
                     std::process::exit(1);

@@ -1,5 +1,5 @@
 //! The file store: one JSON document per session under a directory, so stored values survive a
-//! process restart (S7.7).
+//! process restart (durable sessions).
 //!
 //! A document is `{"format_version": 1, "session": "<id>", "values": {...}}` in
 //! `session-<id>.json` (the id percent-encoded where it is not a plain file-name character). A
@@ -15,6 +15,7 @@ use std::fs::{File, OpenOptions};
 use std::io::{ErrorKind, Write};
 use std::path::{Path, PathBuf};
 
+use async_trait::async_trait;
 use codemode_session::{Store, StoreError};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -114,12 +115,53 @@ impl FileStore {
     }
 }
 
+/// File I/O (and the wait for another process's lock) runs on tokio's blocking pool, so a slow
+/// disk never holds up a worker thread.
+#[async_trait]
 impl Store for FileStore {
-    fn load(&self, session: &str) -> Result<HashMap<String, Value>, StoreError> {
+    async fn load(&self, session: &str) -> Result<HashMap<String, Value>, StoreError> {
+        let store = self.clone();
+        let session = session.to_owned();
+        blocking(move || store.load_blocking(&session)).await
+    }
+
+    async fn commit(
+        &self,
+        session: &str,
+        writes: &HashMap<String, Value>,
+    ) -> Result<(), StoreError> {
+        let store = self.clone();
+        let session = session.to_owned();
+        let writes = writes.clone();
+        blocking(move || store.commit_blocking(&session, &writes)).await
+    }
+}
+
+/// Runs `work` on the blocking pool; a panic there is an error of the store, not of the caller.
+async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, StoreError> + Send + 'static,
+) -> Result<T, StoreError> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .unwrap_or_else(|error| {
+            Err(StoreError::new(format!(
+                "the file store's worker failed: {error}"
+            )))
+        })
+}
+
+impl FileStore {
+    /// [`Store::load`], on the calling thread.
+    pub fn load_blocking(&self, session: &str) -> Result<HashMap<String, Value>, StoreError> {
         read_document(&self.document_path(session), session)
     }
 
-    fn commit(&self, session: &str, writes: &HashMap<String, Value>) -> Result<(), StoreError> {
+    /// [`Store::commit`], on the calling thread: for a process that has no async runtime.
+    pub fn commit_blocking(
+        &self,
+        session: &str,
+        writes: &HashMap<String, Value>,
+    ) -> Result<(), StoreError> {
         let _lock = self.lock(session)?;
         let path = self.document_path(session);
         // Another process may have committed since this one loaded: merge into what is on disk.
@@ -233,24 +275,24 @@ mod tests {
     #[test]
     fn commits_merge_by_key_and_load_reads_them_back() {
         let store = FileStore::open(temporary_directory("merge")).unwrap();
-        assert!(store.load("s").unwrap().is_empty());
+        assert!(store.load_blocking("s").unwrap().is_empty());
         store
-            .commit(
+            .commit_blocking(
                 "s",
                 &HashMap::from([("a".to_owned(), json!(1)), ("b".to_owned(), json!([2]))]),
             )
             .unwrap();
         store
-            .commit("s", &HashMap::from([("a".to_owned(), json!({"x": 3}))]))
+            .commit_blocking("s", &HashMap::from([("a".to_owned(), json!({"x": 3}))]))
             .unwrap();
         assert_eq!(
-            store.load("s").unwrap(),
+            store.load_blocking("s").unwrap(),
             HashMap::from([
                 ("a".to_owned(), json!({"x": 3})),
                 ("b".to_owned(), json!([2]))
             ])
         );
-        assert!(store.load("other").unwrap().is_empty());
+        assert!(store.load_blocking("other").unwrap().is_empty());
         let _ = std::fs::remove_dir_all(store.directory());
     }
 
@@ -277,11 +319,11 @@ mod tests {
             ),
         ] {
             std::fs::write(&path, contents).unwrap();
-            let error = store.load("s").unwrap_err().to_string();
+            let error = store.load_blocking("s").unwrap_err().to_string();
             assert!(error.contains(&path.display().to_string()), "{error}");
             assert!(error.contains(why), "{error}");
             let refused = store
-                .commit("s", &HashMap::from([("k".to_owned(), json!(1))]))
+                .commit_blocking("s", &HashMap::from([("k".to_owned(), json!(1))]))
                 .unwrap_err();
             assert_eq!(refused.to_string(), error);
             assert_eq!(
@@ -292,7 +334,7 @@ mod tests {
         }
         let aside = store.discard_corrupt("s").unwrap().expect("moved aside");
         assert!(aside.exists());
-        assert!(store.load("s").unwrap().is_empty());
+        assert!(store.load_blocking("s").unwrap().is_empty());
         let _ = std::fs::remove_dir_all(store.directory());
     }
 }

@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
+use async_trait::async_trait;
 use codemode_session::{Store, StoreError};
 use serde_json::Value;
 
@@ -14,13 +15,15 @@ pub struct MemoryStore {
 }
 
 impl MemoryStore {
+    /// An empty store.
     pub fn new() -> Self {
         MemoryStore::default()
     }
 }
 
+#[async_trait]
 impl Store for MemoryStore {
-    fn load(&self, session: &str) -> Result<HashMap<String, Value>, StoreError> {
+    async fn load(&self, session: &str) -> Result<HashMap<String, Value>, StoreError> {
         let sessions = self
             .sessions
             .lock()
@@ -28,7 +31,11 @@ impl Store for MemoryStore {
         Ok(sessions.get(session).cloned().unwrap_or_default())
     }
 
-    fn commit(&self, session: &str, writes: &HashMap<String, Value>) -> Result<(), StoreError> {
+    async fn commit(
+        &self,
+        session: &str,
+        writes: &HashMap<String, Value>,
+    ) -> Result<(), StoreError> {
         let mut sessions = self
             .sessions
             .lock()
@@ -47,22 +54,24 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    #[test]
-    fn sessions_keep_their_own_values_merged_by_key() {
+    #[tokio::test]
+    async fn sessions_keep_their_own_values_merged_by_key() {
         let store = MemoryStore::new();
         store
             .commit(
                 "a",
                 &HashMap::from([("k".to_owned(), json!(1)), ("j".to_owned(), json!(2))]),
             )
+            .await
             .unwrap();
         store
             .commit("a", &HashMap::from([("k".to_owned(), json!(3))]))
+            .await
             .unwrap();
         assert_eq!(
-            store.load("a").unwrap(),
+            store.load("a").await.unwrap(),
             HashMap::from([("k".to_owned(), json!(3)), ("j".to_owned(), json!(2))])
         );
-        assert!(store.load("b").unwrap().is_empty());
+        assert!(store.load("b").await.unwrap().is_empty());
     }
 }

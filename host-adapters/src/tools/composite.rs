@@ -4,17 +4,16 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+use async_trait::async_trait;
 use codemode_protocol::ToolDefinition;
 use codemode_session::{ToolInvocation, ToolListError, ToolProvider};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use super::DynToolProvider;
-
 /// Several providers as one. Calls are routed by the tool's global name.
 #[derive(Default)]
 pub struct CompositeTools {
-    providers: Vec<Arc<dyn DynToolProvider>>,
+    providers: Vec<Arc<dyn ToolProvider>>,
     /// Global name to provider index, as of the last listing.
     routes: Mutex<HashMap<String, usize>>,
 }
@@ -28,6 +27,7 @@ impl std::fmt::Debug for CompositeTools {
 }
 
 impl CompositeTools {
+    /// A composite of no providers yet.
     pub fn new() -> Self {
         CompositeTools::default()
     }
@@ -39,32 +39,31 @@ impl CompositeTools {
     }
 
     /// Adds a provider already shared elsewhere.
-    pub fn with_shared(mut self, provider: Arc<dyn DynToolProvider>) -> Self {
+    pub fn with_shared(mut self, provider: Arc<dyn ToolProvider>) -> Self {
         self.providers.push(provider);
         self
     }
 }
 
+#[async_trait]
 impl ToolProvider for CompositeTools {
     async fn list_tools(&self) -> Result<Vec<ToolDefinition>, ToolListError> {
         let mut tools = Vec::new();
         let mut routes: HashMap<String, usize> = HashMap::new();
         let mut owners: HashMap<String, ToolDefinition> = HashMap::new();
         for (index, provider) in self.providers.iter().enumerate() {
-            for tool in provider.list_tools_boxed().await? {
+            for tool in provider.list_tools().await? {
                 let global_name = tool.global_name();
                 if let Some(first) = owners.get(&global_name) {
-                    return Err(ToolListError {
-                        message: format!(
-                            "two tools would both be tools.{global_name}: {} from provider {} and {} \
+                    return Err(ToolListError::new(format!(
+                        "two tools would both be tools.{global_name}: {} from provider {} and {} \
                              from provider {}; give one of their servers another namespace, or \
                              rename one of the tools",
-                            describe(first),
-                            routes[&global_name] + 1,
-                            describe(&tool),
-                            index + 1,
-                        ),
-                    });
+                        describe(first),
+                        routes[&global_name] + 1,
+                        describe(&tool),
+                        index + 1,
+                    )));
                 }
                 routes.insert(global_name.clone(), index);
                 owners.insert(global_name, tool.clone());
@@ -93,7 +92,7 @@ impl ToolProvider for CompositeTools {
         let provider = route
             .and_then(|index| self.providers.get(index))
             .ok_or_else(|| format!("no tool is named tools.{global_name}"))?;
-        provider.call_tool_boxed(call, cancellation).await
+        provider.call_tool(call, cancellation).await
     }
 }
 

@@ -18,17 +18,22 @@
 
 use std::collections::HashSet;
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+
+use async_trait::async_trait;
 
 use codemode_protocol::{ToolDefinition, ToolName};
 use codemode_session::{ToolInvocation, ToolListError, ToolProvider};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use super::BoxFuture;
-
+/// A registered tool's handler, with its future boxed so tools of different types fit in one list.
 type Handler = Arc<
-    dyn Fn(Option<Value>, CancellationToken) -> BoxFuture<'static, Result<Value, String>>
+    dyn Fn(
+            Option<Value>,
+            CancellationToken,
+        ) -> Pin<Box<dyn Future<Output = Result<Value, String>> + Send>>
         + Send
         + Sync,
 >;
@@ -52,6 +57,7 @@ impl std::fmt::Debug for InProcessTools {
 }
 
 impl InProcessTools {
+    /// A registry with no tools yet.
     pub fn new() -> Self {
         InProcessTools::default()
     }
@@ -89,17 +95,16 @@ impl InProcessTools {
     }
 }
 
+#[async_trait]
 impl ToolProvider for InProcessTools {
     async fn list_tools(&self) -> Result<Vec<ToolDefinition>, ToolListError> {
         let mut seen = HashSet::new();
         for (definition, _) in &self.tools {
             let global_name = definition.global_name();
             if !seen.insert(global_name.clone()) {
-                return Err(ToolListError {
-                    message: format!(
-                        "two in-process tools are both named tools.{global_name}; rename one of them"
-                    ),
-                });
+                return Err(ToolListError::new(format!(
+                    "two in-process tools are both named tools.{global_name}; rename one of them"
+                )));
             }
         }
         Ok(self

@@ -1,5 +1,5 @@
 //! Tools of a downstream MCP server, through `rmcp`: reached as a stdio child process or over
-//! streamable HTTP (the client half of S7.8).
+//! streamable HTTP (the client half of code mode for any agent).
 //!
 //! Each server's tools become tool definitions under the server's namespace (`tools.<ns>__<name>`
 //! in a cell), with their descriptions and input and output schemas. The connection is made on
@@ -195,22 +195,18 @@ impl McpTools {
     }
 }
 
+#[async_trait::async_trait]
 impl ToolProvider for McpTools {
     async fn list_tools(&self) -> Result<Vec<ToolDefinition>, ToolListError> {
-        let (peer, generation) = self
-            .client()
-            .await
-            .map_err(|message| ToolListError { message })?;
+        let (peer, generation) = self.client().await.map_err(ToolListError::new)?;
         let tools = match peer.list_all_tools().await {
             Ok(tools) => tools,
             Err(error) => {
                 self.forget(generation).await;
-                return Err(ToolListError {
-                    message: format!(
-                        "cannot list the tools of the MCP server \"{}\": {error}",
-                        self.config.namespace
-                    ),
-                });
+                return Err(ToolListError::new(format!(
+                    "cannot list the tools of the MCP server \"{}\": {error}",
+                    self.config.namespace
+                )));
             }
         };
         Ok(tools

@@ -107,10 +107,9 @@ pub fn start_with(source: &str, options: Options) -> Cell {
                 source: source.into(),
                 enabled_tools: options.tools,
                 stored_values: options.stored_values,
-                limits: CellLimits {
-                    heap_limit_bytes: options.heap_limit_bytes,
-                    cpu_time_limit: options.cpu_time_limit,
-                },
+                limits: CellLimits::default()
+                    .with_heap_limit_bytes(options.heap_limit_bytes)
+                    .with_cpu_time_limit(options.cpu_time_limit),
                 pending_mode: options.pending_mode,
             },
             sender,

@@ -25,15 +25,21 @@ pub async fn within<T>(what: &str, future: impl std::future::Future<Output = T>)
         .unwrap_or_else(|_| panic!("hung: {what}"))
 }
 
-/// Stored values per session, in memory; `fail_commits` makes every commit fail.
+/// Stored values per session, in memory; `fail_commits` makes every commit fail, and
+/// `hold_commits` makes every commit wait until `release_commits` (a slow or remote store).
 #[derive(Default)]
 pub struct MemoryStore {
     pub sessions: Mutex<HashMap<String, HashMap<String, Value>>>,
     pub fail_commits: AtomicBool,
+    pub hold_commits: AtomicBool,
+    /// Cancelled when a commit begins.
+    pub commit_started: CancellationToken,
+    pub release_commits: CancellationToken,
 }
 
+#[async_trait::async_trait]
 impl Store for MemoryStore {
-    fn load(&self, session: &str) -> Result<HashMap<String, Value>, StoreError> {
+    async fn load(&self, session: &str) -> Result<HashMap<String, Value>, StoreError> {
         Ok(self
             .sessions
             .lock()
@@ -43,7 +49,15 @@ impl Store for MemoryStore {
             .unwrap_or_default())
     }
 
-    fn commit(&self, session: &str, writes: &HashMap<String, Value>) -> Result<(), StoreError> {
+    async fn commit(
+        &self,
+        session: &str,
+        writes: &HashMap<String, Value>,
+    ) -> Result<(), StoreError> {
+        self.commit_started.cancel();
+        if self.hold_commits.load(Ordering::SeqCst) {
+            self.release_commits.cancelled().await;
+        }
         if self.fail_commits.load(Ordering::SeqCst) {
             return Err(StoreError::new("the disk is full"));
         }
@@ -72,6 +86,7 @@ impl TestTools {
     }
 }
 
+#[async_trait::async_trait]
 impl ToolProvider for TestTools {
     async fn list_tools(&self) -> Result<Vec<ToolDefinition>, ToolListError> {
         Ok(vec![
@@ -104,7 +119,7 @@ impl ToolProvider for TestTools {
     }
 }
 
-pub type TestSession = Session<MemoryStore, TestTools>;
+pub type TestSession = Session;
 
 pub async fn open(
     id: &str,
@@ -115,8 +130,8 @@ pub async fn open(
     let session = Session::open(
         id,
         Arc::new(V8Engine::new()),
-        Arc::clone(store),
-        Arc::clone(&tools),
+        Arc::clone(store) as Arc<dyn Store>,
+        Arc::clone(&tools) as Arc<dyn ToolProvider>,
         config,
     )
     .await
