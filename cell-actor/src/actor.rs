@@ -39,7 +39,9 @@ pub const RUNTIME_ENDED_UNEXPECTEDLY: &str = "exec runtime ended unexpectedly";
 /// How a cell's actor is set up.
 #[derive(Clone)]
 pub struct CellConfig {
+    /// How output is collected.
     pub output_mode: OutputMode,
+    /// Told when the runtime fails (beyond the cell's own error).
     pub failure_handler: Option<FailureHandler>,
 }
 
@@ -69,8 +71,11 @@ pub type CellTask = Pin<Box<dyn Future<Output = ()> + Send>>;
 
 /// A cell whose engine is running and whose actor is ready to be spawned.
 pub struct StartedCell {
+    /// Observes and terminates the cell.
     pub handle: CellHandle,
+    /// The answer to the first observation.
     pub first_observation: ObservationFuture,
+    /// The actor: spawn it.
     pub task: CellTask,
 }
 

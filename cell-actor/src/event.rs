@@ -13,30 +13,41 @@ use crate::output::CollectedOutput;
 pub enum CellEvent {
     /// The time budget ran out, or the cell called `yield_control()`, or the observer's yield signal
     /// fired; the cell keeps running. The output is what was produced since the last observation.
-    Yielded { output: CollectedOutput },
+    Yielded {
+        /// Output since the previous observation.
+        output: CollectedOutput,
+    },
     /// (Pending-frontier observation only.) The cell can make no progress until tool calls are
     /// answered, and is frozen until observed again. `pending_tool_call_ids` lists the tool calls it
     /// made since the previous frontier was delivered, in call order.
     Pending {
+        /// Output since the previous observation.
         output: CollectedOutput,
+        /// The tool calls the cell waits on.
         pending_tool_call_ids: Vec<String>,
     },
     /// The cell finished: successfully, or with the text of its error. `result_buffered_for` is
     /// how long the finished result waited for an observer.
     Completed {
+        /// Output since the previous observation.
         output: CollectedOutput,
+        /// The error text of a failed cell.
         error_text: Option<String>,
+        /// How long the result waited for an observer.
         result_buffered_for: Duration,
     },
     /// The cell was terminated. The output is everything produced before the kill and not yet
     /// observed; `tool_calls` is the kill ledger (kill ledger), in call order.
     Terminated {
+        /// Output produced before the kill and not yet observed.
         output: CollectedOutput,
+        /// The kill ledger.
         tool_calls: Vec<ToolCallRecord>,
     },
 }
 
 impl CellEvent {
+    /// The output the event carries.
     pub fn output(&self) -> &CollectedOutput {
         match self {
             CellEvent::Yielded { output }
@@ -68,8 +79,11 @@ impl CellEvent {
 /// One tool call of a terminated cell, and what became of it.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct ToolCallRecord {
+    /// The call's id (`tool-N`).
     pub id: String,
+    /// The tool called.
     pub name: ToolName,
+    /// What became of it.
     pub fate: ToolCallFate,
 }
 
@@ -92,10 +106,13 @@ pub enum CellError {
         "the cell is already being observed; only one observer at a time, so wait for the current \
          observation to return"
     )]
+    /// Another observer is watching the cell.
     Busy,
     #[error("the cell is already being terminated; its result goes to whoever terminated it first")]
+    /// Another termination already claimed the outcome.
     AlreadyTerminating,
     #[error("the cell has ended and its result was already delivered")]
+    /// The cell has ended (or its termination began) and its outcome went elsewhere.
     Closed,
 }
 
@@ -113,11 +130,14 @@ pub enum ObserveMode {
 /// (with `Yielded`) without cancelling the cell.
 #[derive(Debug, Clone)]
 pub struct Observation {
+    /// How the observer watches.
     pub mode: ObserveMode,
+    /// Ends a time-budget observation early when cancelled.
     pub yield_signal: Option<CancellationToken>,
 }
 
 impl Observation {
+    /// Observe for `budget`, then yield.
     pub fn yield_after(budget: Duration) -> Self {
         Observation {
             mode: ObserveMode::YieldAfter(budget),
@@ -125,6 +145,7 @@ impl Observation {
         }
     }
 
+    /// Observe until the pending frontier.
     pub fn pending_frontier() -> Self {
         Observation {
             mode: ObserveMode::PendingFrontier,

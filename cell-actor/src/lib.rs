@@ -4,13 +4,14 @@
 //! the answer to the first observation, and the actor's task. Through the handle an owner observes
 //! the cell (with a time budget, optionally ended early by a yield signal, or to its pending
 //! frontier) and terminates it. The actor calls back into its owner through [`CellHost`]: tools,
-//! notifications, the completion commit, and `closed`. [`CellState`] is the single place where the
+//! notifications, the completion commit, and `closed`. `CellState` (private) is the single place where the
 //! terminal outcome is decided. Output is collected in client or server mode ([`OutputMode`]).
 //!
 //! This crate never sees V8 or any other engine's types, nor sessions, stores or tool providers:
 //! it knows the engine channels and the `CellHost` trait, nothing more.
 
 #![forbid(unsafe_code)]
+#![deny(missing_docs)]
 
 mod actor;
 mod event;
@@ -26,5 +27,5 @@ pub use actor::{
 pub use event::{CellError, CellEvent, Observation, ObserveMode, ToolCallFate, ToolCallRecord};
 pub use handle::CellHandle;
 pub use host::{CellHost, ToolInvocation};
-pub use output::{CollectedOutput, OutputCollector, OutputEntry, OutputMode, omission_notice};
+pub use output::{CollectedOutput, OutputEntry, OutputMode};
 pub use state::{CompletionClaim, CompletionCommit};

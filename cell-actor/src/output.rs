@@ -46,7 +46,9 @@ impl OutputMode {
 /// One entry of collected output: an item, or a run of images dropped for the budget.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum OutputEntry {
+    /// An item the cell emitted.
     Item(OutputItem),
+    /// This many images, dropped for the image budget.
     ImagesOmitted(usize),
 }
 
@@ -59,15 +61,17 @@ pub struct CollectedOutput {
 }
 
 /// The text that stands where images were omitted.
-pub fn omission_notice(images: usize) -> String {
+fn omission_notice(images: usize) -> String {
     format!("[{images} images omitted: image output budget exceeded]")
 }
 
 impl CollectedOutput {
+    /// The entries, in production order.
     pub fn entries(&self) -> &[OutputEntry] {
         &self.entries
     }
 
+    /// Whether there is nothing.
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }
@@ -104,7 +108,7 @@ impl CollectedOutput {
 
 /// What the actor buffers between two observations.
 #[derive(Debug)]
-pub struct OutputCollector {
+pub(crate) struct OutputCollector {
     mode: OutputMode,
     buffered: CollectedOutput,
 }
@@ -159,10 +163,6 @@ impl OutputCollector {
         undelivered.entries.extend(later_entries);
         undelivered.image_bytes += later.image_bytes;
         self.buffered = undelivered;
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.buffered.is_empty()
     }
 }
 
@@ -238,7 +238,7 @@ mod tests {
                 OutputItem::text("after"),
             ]
         );
-        assert!(output.is_empty());
+        assert!(output.take().is_empty());
     }
 
     #[test]

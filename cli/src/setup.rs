@@ -31,7 +31,7 @@ pub struct SessionArgs {
     #[arg(long, value_name = "NAME", default_value = "default")]
     pub session: String,
     /// A downstream MCP server over stdio, as 'COMMAND ARGS' or 'NAME=COMMAND ARGS'; its tools
-    /// join the cell's tools as tools.<NAME>__<tool> (NAME defaults to the program's name).
+    /// join the cell's tools as tools.NAME__TOOL (NAME defaults to the program's name).
     /// Repeatable.
     #[arg(long = "mcp", value_name = "COMMAND")]
     pub mcp: Vec<String>,

@@ -27,13 +27,20 @@ pub enum RuntimeEvent {
     ToolCall {
         /// `tool-1`, `tool-2`, … in call order, per cell.
         id: String,
+        /// The tool called.
         name: ToolName,
+        /// Its kind.
         kind: ToolKind,
         /// The JSON-serialised argument; `None` when the tool was called without one.
         input: Option<Value>,
     },
     /// The cell called `notify`; delivered to the host at once, not into the output.
-    Notify { call_id: String, text: String },
+    Notify {
+        /// The id of the request that started the cell.
+        call_id: String,
+        /// The message.
+        text: String,
+    },
     /// The cell called `yield_control()`.
     YieldRequested,
     /// Nothing is runnable: the cell waits on tool results or timers. In
@@ -41,7 +48,9 @@ pub enum RuntimeEvent {
     Pending,
     /// The cell finished: successfully (`error_text` is `None`) or with the text of its error.
     Result {
+        /// What the cell stored, by key: committed only if the cell completes.
         stored_value_writes: HashMap<String, Value>,
+        /// The error text of a failed cell.
         error_text: Option<String>,
     },
     /// The runtime thread panicked; it ends without a result.
@@ -52,12 +61,25 @@ pub enum RuntimeEvent {
 #[derive(Debug, Clone, PartialEq)]
 pub enum RuntimeCommand {
     /// A tool call succeeded: its promise resolves with `result`.
-    ToolResponse { id: String, result: Value },
+    ToolResponse {
+        /// The tool call's id.
+        id: String,
+        /// Its JSON result.
+        result: Value,
+    },
     /// A tool call failed: its promise rejects with an `Error` whose message is `error_text`.
-    ToolError { id: String, error_text: String },
+    ToolError {
+        /// The tool call's id.
+        id: String,
+        /// What the promise is rejected with.
+        error_text: String,
+    },
     /// The timer `id` is due: its callback runs. The runtime's own timer table produces these; a
     /// host may send them too, to fire a timer early.
-    TimeoutFired { id: u64 },
+    TimeoutFired {
+        /// The timer's id.
+        id: u64,
+    },
     /// Turn pausing back on: pause at the next pending frontier (emitting
     /// [`RuntimeEvent::Pending`]), at once if the cell is idle now. Does nothing when pausing is
     /// already on. Only meaningful in [`crate::PendingMode::PauseUntilResumed`].
@@ -89,7 +111,9 @@ pub enum EventSender {
 /// The actor's end of the event channel.
 #[derive(Debug)]
 pub enum EventReceiver {
+    /// Client mode: the sender never waits.
     Unbounded(mpsc::UnboundedReceiver<RuntimeEvent>),
+    /// Server mode: the sender waits while the queue is full.
     Bounded(mpsc::Receiver<RuntimeEvent>),
 }
 

@@ -23,6 +23,7 @@ use crate::RuntimeEvent;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{message}")]
 pub struct Refusal {
+    /// The message the cell's `Error` carries.
     pub message: String,
 }
 
@@ -48,11 +49,14 @@ pub struct CellGlobals {
 /// A name and description as `ALL_TOOLS` lists them.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct ToolListing {
+    /// The tool's global name (`tools.<name>`).
     pub name: String,
+    /// What it does.
     pub description: String,
 }
 
 impl CellGlobals {
+    /// The globals' state for one cell: its call id, tools and stored-value snapshot.
     pub fn new(
         call_id: String,
         tools: Vec<ToolDefinition>,

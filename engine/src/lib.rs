@@ -10,6 +10,7 @@
 //! This crate names no concrete engine and holds no engine types: it must not know about V8.
 
 #![forbid(unsafe_code)]
+#![deny(missing_docs)]
 
 mod channel;
 pub mod globals;

@@ -72,6 +72,7 @@ impl Timers {
         self.deadlines.len()
     }
 
+    /// Whether no timer is live.
     pub fn is_empty(&self) -> bool {
         self.deadlines.is_empty()
     }

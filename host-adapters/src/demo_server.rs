@@ -48,6 +48,7 @@ impl Default for DemoServer {
 
 #[tool_router]
 impl DemoServer {
+    /// The server, with its tools.
     pub fn new() -> Self {
         DemoServer {
             tool_router: Self::tool_router(),

@@ -7,6 +7,7 @@
 //! session itself: it knows no engine and no cell.
 
 #![forbid(unsafe_code)]
+#![deny(missing_docs)]
 
 #[cfg(feature = "demo-server")]
 pub mod demo_server;

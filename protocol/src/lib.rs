@@ -7,6 +7,7 @@
 //! embedder, can hold and exchange it.
 
 #![forbid(unsafe_code)]
+#![deny(missing_docs)]
 
 pub mod limits;
 mod output;

@@ -15,7 +15,10 @@ use serde::{Deserialize, Serialize};
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum OutputItem {
     /// Text from `text(...)`, or a notice the runtime inserted (such as an omission notice).
-    Text { text: String },
+    Text {
+        /// The text.
+        text: String,
+    },
     /// An image from `image(...)`.
     Image(ImageItem),
     /// Audio from `audio(...)`.
@@ -58,10 +61,14 @@ pub struct AudioItem {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ImageDetail {
+    /// The model chooses.
     Auto,
+    /// A low-resolution view.
     Low,
     #[default]
+    /// A high-resolution view (the default).
     High,
+    /// The image as it is.
     Original,
 }
 

@@ -20,7 +20,9 @@ pub const MAX_SAFE_INTEGER: u64 = (1 << 53) - 1;
 pub struct ExecInput {
     /// The source with any pragma line blanked out.
     pub source: String,
+    /// The pragma's `yield_time_ms`, if it set one.
     pub yield_time_ms: Option<u64>,
+    /// The pragma's `max_output_tokens`, if it set one.
     pub max_output_tokens: Option<u64>,
 }
 
@@ -31,26 +33,36 @@ pub enum ExecInputError {
         "exec received no code: send JavaScript source, optionally after a pragma line such as \
          // @exec: {{\"yield_time_ms\": 10000}}"
     )]
+    /// There is no source at all.
     Empty,
     #[error(
         "exec received a pragma line but no code after it: put the JavaScript on the lines below"
     )]
+    /// A pragma line with no code after it.
     PragmaWithoutCode,
     #[error(
         "invalid @exec pragma: expected a JSON object after `// @exec:`, as in \
          // @exec: {{\"yield_time_ms\": 10000, \"max_output_tokens\": 1000}} ({0})"
     )]
+    /// The pragma is not a JSON object (the text says what it is).
     NotAnObject(String),
     #[error(
         "invalid @exec pragma: unknown key \"{0}\"; only yield_time_ms and max_output_tokens are \
          allowed"
     )]
+    /// The pragma has a key other than `yield_time_ms` and `max_output_tokens`.
     UnknownKey(String),
     #[error(
         "invalid @exec pragma: {key} must be a non-negative integer no larger than \
          9007199254740991, got {value}"
     )]
-    BadValue { key: &'static str, value: String },
+    /// A key's value is not a non-negative safe integer.
+    BadValue {
+        /// The key.
+        key: &'static str,
+        /// Its value, as JSON.
+        value: String,
+    },
 }
 
 /// The marker that starts a pragma line (after optional whitespace).

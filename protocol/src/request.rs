@@ -16,19 +16,25 @@ pub struct ExecuteRequest {
     /// The JavaScript source, after any pragma line has been taken off.
     pub source: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// How long to observe the new cell; the default when `None`.
     pub yield_time_ms: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// The output budget of the rendering; the default when `None`.
     pub max_output_tokens: Option<u64>,
 }
 
 /// Observe a running cell again, or terminate it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WaitRequest {
+    /// The cell to observe or terminate.
     pub cell_id: String,
+    /// How long to observe it; the default when `None`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub yield_time_ms: Option<u64>,
+    /// The output budget of the rendering; the default when `None`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_tokens: Option<u64>,
+    /// Terminate the cell instead of observing it.
     #[serde(default)]
     pub terminate: bool,
 }

@@ -12,8 +12,10 @@ use serde_json::Value;
 /// server it comes from).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct ToolName {
+    /// The tool's own name.
     pub name: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// The namespace it belongs to (a downstream server's name), if any.
     pub namespace: Option<String>,
 }
 
@@ -62,9 +64,12 @@ pub enum ToolKind {
 /// One tool the host offers to cells.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ToolDefinition {
+    /// Its name and namespace.
     pub name: ToolName,
+    /// What it does, for the model.
     pub description: String,
     #[serde(default)]
+    /// What kind of tool it is.
     pub kind: ToolKind,
     /// The JSON Schema of the tool's input, when the tool publishes one.
     #[serde(default, skip_serializing_if = "Option::is_none")]

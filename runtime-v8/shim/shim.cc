@@ -513,7 +513,6 @@ int32_t cm_runtime_run_microtasks(cm_runtime* rt) {
   CM_GUARD_BEGIN
   Entered entered(rt);
   Isolate* isolate = entered.isolate;
-  Local<Context> context = entered.context;
   while (platform::PumpMessageLoop(g_platform, isolate)) {
   }
   isolate->PerformMicrotaskCheckpoint();

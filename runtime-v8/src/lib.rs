@@ -1,13 +1,15 @@
 //! The V8 engine of codemode: runs each cell in its own V8 isolate on its own OS thread.
 //!
 //! V8 is the system's (Debian's libnode108, V8 10.2), reached through a narrow C++ shim
-//! (`shim/shim.cc`) whose safe face is [`ffi`]: all `unsafe` code of the project lives there. The
+//! (`shim/shim.cc`) whose safe face is `ffi`: all `unsafe` code of the project lives there. The
 //! globals are installed by a JavaScript bootstrap (`js/bootstrap.js`) that calls back into
-//! Rust through one host-call entry point ([`host`]); the runtime thread ([`thread`]) drives the
+//! Rust through one host-call entry point (`host`); the runtime thread (`thread`) drives the
 //! module, microtasks, timers, tool results and the pending frontier.
 //!
 //! This crate knows nothing of cell actors, sessions or tools beyond their definitions: it speaks
 //! only the channels of `codemode_engine`.
+
+#![deny(missing_docs)]
 
 mod ffi;
 mod host;

@@ -10,6 +10,7 @@
 //! This crate knows no concrete engine, store, tool source or transport (no V8, no files, no MCP).
 
 #![forbid(unsafe_code)]
+#![deny(missing_docs)]
 
 mod config;
 mod hints;

@@ -13,6 +13,7 @@ use crate::typescript::tools_declaration;
 /// What a model-facing tool call returns.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ToolResult {
+    /// The content items for the model.
     pub items: Vec<OutputItem>,
     /// The call itself failed (bad input, unknown cell, a limit): the model should change what it
     /// sends. A script that failed is not an error of the call.

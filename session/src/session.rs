@@ -33,7 +33,9 @@ const EVENT_BUFFER: usize = 1024;
 /// What an observation of a cell returned.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CellReport {
+    /// The cell observed.
     pub cell_id: String,
+    /// What the observation returned.
     pub event: CellEvent,
     /// How long the observation took.
     pub wall_time: Duration,
@@ -44,9 +46,11 @@ pub struct CellReport {
 /// The result of `wait`: an observation, or no such cell (distinct from any error).
 #[derive(Debug, Clone, PartialEq)]
 pub enum WaitOutcome {
+    /// The cell was observed (or terminated).
     Observed(CellReport),
     /// No cell with this id: never started, or its result was already delivered.
     NotFound {
+        /// The id asked for.
         cell_id: String,
     },
 }
@@ -56,13 +60,18 @@ pub enum WaitOutcome {
 pub enum SessionEvent {
     /// A cell finished while nobody was observing it (completion push); `wait` returns its result.
     CellFinished {
+        /// The cell.
         cell_id: String,
+        /// Its error text, if it failed.
         error_text: Option<String>,
     },
     /// A cell called `notify`.
     Notification {
+        /// The cell.
         cell_id: String,
+        /// The request that started it.
         call_id: String,
+        /// The message.
         text: String,
     },
 }
@@ -72,14 +81,21 @@ pub enum SessionEvent {
 #[non_exhaustive]
 pub enum SessionError {
     #[error("the session is shut down and starts no more cells")]
+    /// `shutdown` was called.
     ShutDown,
     #[error(
         "too many active cells: this session already has {limit} cells running or waiting to be \
          observed (the max_active_cells limit); wait for or terminate one before starting another"
     )]
-    TooManyCells { limit: usize },
+    /// The active-cell limit is reached.
+    TooManyCells {
+        /// The limit.
+        limit: usize,
+    },
     #[error("this session has used every cell id and can start no more cells; open a new session")]
+    /// Every cell id was used.
     CellIdsExhausted,
+    /// An observation or termination of a cell got no event.
     #[error("cell {cell_id}: {error}")]
     Cell {
         /// The cell's id.
@@ -88,10 +104,13 @@ pub enum SessionError {
         error: CellError,
     },
     #[error(transparent)]
+    /// The engine could not start the cell.
     Engine(#[from] EngineError),
     #[error("failed to load the session's stored values: {0}")]
+    /// The store could not load the values.
     Store(StoreError),
     #[error("failed to list the session's tools: {0}")]
+    /// The provider could not list its tools.
     Tools(ToolListError),
 }
 
@@ -184,10 +203,12 @@ impl Session {
         })
     }
 
+    /// The session's id, under which its values are stored.
     pub fn id(&self) -> &str {
         &self.shared.id
     }
 
+    /// Its configuration.
     pub fn config(&self) -> &SessionConfig {
         &self.shared.config
     }

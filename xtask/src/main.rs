@@ -3,7 +3,8 @@
 //! - `setup-v8`: unpack Debian's V8 (inside `libnode108`, V8 10.2) and its headers into the
 //!   git-ignored `.v8/` folder at the workspace root, touching nothing system-wide. The
 //!   `runtime-v8` build finds it there (or wherever `CODEMODE_V8_PREFIX` points).
-//! - `ci`: what `.ci/run` runs: setup-v8, `cargo fmt --check`, clippy with warnings denied, tests.
+//! - `ci`: what `.ci/run` runs: setup-v8, `cargo fmt --check`, clippy with warnings denied,
+//!   `cargo doc` with warnings denied, tests.
 
 #![forbid(unsafe_code)]
 
@@ -26,7 +27,7 @@ fn main() -> ExitCode {
             eprintln!(
                 "usage: cargo xtask <task>\n\n\
                  tasks:\n  setup-v8   unpack the system V8 into .v8/ (needed before building)\n  \
-                 ci         setup-v8, fmt --check, clippy -D warnings, tests"
+                 ci         setup-v8, fmt --check, clippy -D warnings, docs, tests"
             );
             return ExitCode::from(2);
         }
@@ -165,6 +166,10 @@ fn ci() -> Result<(), String> {
             "-D",
             "warnings",
         ])
+        .current_dir(&root))?;
+    run(Command::new(&cargo)
+        .args(["doc", "--no-deps", "--workspace"])
+        .env("RUSTDOCFLAGS", "-D warnings")
         .current_dir(&root))?;
     run(Command::new(&cargo)
         .args(["test", "--workspace"])

@@ -49,6 +49,7 @@ impl FileStore {
         Ok(FileStore { directory })
     }
 
+    /// The directory the documents are in.
     pub fn directory(&self) -> &Path {
         &self.directory
     }

@@ -31,9 +31,17 @@ use tokio_util::sync::CancellationToken;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum McpTransport {
     /// A child process speaking MCP on its stdin and stdout.
-    Stdio { program: String, args: Vec<String> },
+    Stdio {
+        /// The program to run.
+        program: String,
+        /// Its arguments.
+        args: Vec<String>,
+    },
     /// A streamable HTTP endpoint, such as `http://127.0.0.1:8080/mcp`.
-    Http { url: String },
+    Http {
+        /// The server's URL (`http://host:port/mcp`).
+        url: String,
+    },
 }
 
 impl McpTransport {
@@ -54,6 +62,7 @@ impl McpTransport {
 pub struct McpServerConfig {
     /// The namespace of its tools: `tools.<namespace>__<tool>`.
     pub namespace: String,
+    /// How to reach the server.
     pub transport: McpTransport,
     /// How long one call may take before it fails.
     pub call_timeout: Duration,
@@ -62,6 +71,7 @@ pub struct McpServerConfig {
 }
 
 impl McpServerConfig {
+    /// A server whose tools appear under `namespace`, reached through `transport`.
     pub fn new(namespace: impl Into<String>, transport: McpTransport) -> Self {
         McpServerConfig {
             namespace: namespace.into(),
@@ -71,6 +81,7 @@ impl McpServerConfig {
         }
     }
 
+    /// This configuration with another per-call timeout.
     pub fn with_call_timeout(mut self, timeout: Duration) -> Self {
         self.call_timeout = timeout;
         self
@@ -104,6 +115,7 @@ impl std::fmt::Debug for McpTools {
 }
 
 impl McpTools {
+    /// A provider for this server; it connects on first use.
     pub fn new(config: McpServerConfig) -> Self {
         McpTools {
             config,
@@ -112,6 +124,7 @@ impl McpTools {
         }
     }
 
+    /// The server's configuration.
     pub fn config(&self) -> &McpServerConfig {
         &self.config
     }
