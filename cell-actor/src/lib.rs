@@ -9,6 +9,14 @@
 //!
 //! This crate never sees V8 or any other engine's types, nor sessions, stores or tool providers:
 //! it knows the engine channels and the `CellHost` trait, nothing more.
+//!
+//! # Recipe: the actor alone
+//!
+//! `examples/custom_host.rs` runs a cell with a custom [`CellHost`] (tools, notifications, a
+//! commit into a map) on a scripted engine, with no V8 and no session:
+//! `cargo run -p codemode-cell-actor --example custom_host`. The host's `commit_completion` gets
+//! a [`CompletionClaim`] (the cell has already claimed its outcome), saves its writes, and returns
+//! [`CompletionClaim::publish`].
 
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]

@@ -8,6 +8,12 @@
 //! live in [`globals`] and [`timers`], so that every engine behaves the same.
 //!
 //! This crate names no concrete engine and holds no engine types: it must not know about V8.
+//!
+//! # Recipe: an engine of your own
+//!
+//! `examples/toy_engine.rs` implements [`Engine`] for a toy line-by-line language: a thread per
+//! cell, `Started` first, `Result` last unless terminated, tool answers read from the command
+//! channel, and a [`TerminateHandle`]: `cargo run -p codemode-engine --example toy_engine`.
 
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]

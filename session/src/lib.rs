@@ -8,6 +8,13 @@
 //! descriptions) parses pragmas and renders reports as the output contract says, with error hints (actionable errors).
 //!
 //! This crate knows no concrete engine, store, tool source or transport (no V8, no files, no MCP).
+//!
+//! # Recipes
+//!
+//! - A custom [`Store`]: `examples/custom_store.rs` keeps values in a map and logs each commit
+//!   (`cargo run -p codemode-session --example custom_store`).
+//! - A custom [`ToolProvider`]: `examples/custom_tool_provider.rs` offers two namespaced tools
+//!   (`cargo run -p codemode-session --example custom_tool_provider`).
 
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
