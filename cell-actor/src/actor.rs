@@ -323,9 +323,8 @@ impl<H: CellHost> CellActor<H> {
             _ = state.termination_signal(), if !terminating => Wake::TerminationRequested,
             _ = sleep_until(deadline), if deadline.is_some() => Wake::YieldDue,
             _ = cancelled(yield_signal.as_ref()), if yield_signal.is_some() => Wake::YieldDue,
-            command = recv_command(commands), if commands.is_some() && !terminating => {
-                Wake::Command(command)
-            }
+            // While terminating, an observation is still dequeued: it is answered `Closed` at once.
+            command = recv_command(commands), if commands.is_some() => Wake::Command(command),
             event = events.recv(), if receive_events => Wake::Event(event),
             joined = self.tool_tasks.join_next_with_id(), if !self.tool_tasks.is_empty() => {
                 Wake::ToolJoined(joined.expect("the set is not empty"))

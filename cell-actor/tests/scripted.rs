@@ -28,6 +28,13 @@ fn texts(items: &[&str]) -> CollectedOutput {
     CollectedOutput::from_items(items.iter().map(|text| OutputItem::text(*text)))
 }
 
+fn image(url: &str) -> OutputItem {
+    OutputItem::Image(ImageItem {
+        image_url: url.into(),
+        detail: ImageDetail::High,
+    })
+}
+
 fn tool_call(id: &str, name: &str) -> RuntimeEvent {
     RuntimeEvent::ToolCall {
         id: id.into(),
@@ -78,6 +85,26 @@ async fn barrier(host: &TestHost, sender: &EventSender) {
     )
     .await;
     host.wait_for_notifications(count + 1).await;
+}
+
+/// The end of the seed's dropped-observer tests: nothing is left over, so a termination gets an
+/// empty `Terminated`, and the actor closes.
+async fn terminate_expecting_nothing_left(
+    handle: &codemode_cell_actor::CellHandle,
+    events: EventSender,
+    actor: tokio::task::JoinHandle<()>,
+    tool_calls: Vec<ToolCallRecord>,
+) {
+    let termination = handle.terminate();
+    drop(events);
+    assert_eq!(
+        within("termination", termination).await,
+        Ok(CellEvent::Terminated {
+            output: CollectedOutput::default(),
+            tool_calls,
+        })
+    );
+    within("actor close", actor).await.unwrap();
 }
 
 #[tokio::test]
@@ -281,6 +308,7 @@ async fn an_observation_dropped_before_it_is_dequeued_takes_no_output() {
             output: texts(&["survives pre-dequeue cancellation"])
         })
     );
+    terminate_expecting_nothing_left(&cell.handle, cell.runtime.events, cell.actor, vec![]).await;
 }
 
 #[tokio::test]
@@ -320,6 +348,7 @@ async fn a_dropped_yield_observer_loses_no_output() {
             output: texts(&["survives active cancellation"])
         })
     );
+    terminate_expecting_nothing_left(&cell.handle, cell.runtime.events, cell.actor, vec![]).await;
 }
 
 #[tokio::test]
@@ -356,6 +385,18 @@ async fn a_dropped_frontier_observer_leaves_the_frontier_ready_for_the_next() {
     );
     // The engine stays paused: the frontier was delivered from the buffer, with no control sent.
     assert!(cell.runtime.control.try_recv().is_err());
+    let gate_cancelled = ToolCallRecord {
+        id: "tool-1".into(),
+        name: ToolName::plain("gate"),
+        fate: ToolCallFate::Cancelled,
+    };
+    terminate_expecting_nothing_left(
+        &cell.handle,
+        cell.runtime.events,
+        cell.actor,
+        vec![gate_cancelled],
+    )
+    .await;
 }
 
 /// Waits (off the async runtime) for the next control message the actor sends the engine.
@@ -638,25 +679,104 @@ async fn termination_drains_a_send_already_blocked_by_backpressure() {
         failure_handler: None,
     };
     let cell = scripted_cell(Arc::clone(&host), config, Observation::yield_after(LONG));
-    let events = cell.runtime.events.clone();
-    // The engine thread's side: it blocks once the queue is full.
-    let producer = tokio::task::spawn_blocking(move || {
-        for index in 0..5 {
-            events
-                .send_blocking(text(&format!("item {index}")))
-                .unwrap();
+    // This test plays the engine. The actor runs on this same thread and cannot take anything off
+    // the queue before the first await, so the queue fills exactly to its capacity.
+    let mut queued = Vec::new();
+    let mut blocked = loop {
+        let name = format!("item {}", queued.len());
+        let mut send = Box::pin(cell.runtime.events.send(text(&name)));
+        match futures_poll_once(send.as_mut()) {
+            Some(sent) => {
+                sent.unwrap();
+                queued.push(name);
+            }
+            None => break send,
         }
-    });
-    let terminated = cell.handle.terminate();
-    within("blocked producer released", producer).await.unwrap();
+        assert!(queued.len() <= 2, "the queue holds more than its capacity");
+    };
+    assert_eq!(queued.len(), 2);
+    // The next send is blocked; terminate() takes effect at once, and the actor must drain the
+    // queue while terminating, which releases the blocked send.
+    assert!(futures_poll_once(blocked.as_mut()).is_none());
+    let termination = cell.handle.terminate();
+    within("blocked send released", blocked).await.unwrap();
+    queued.push(format!("item {}", queued.len()));
     drop(cell.runtime.events);
+    let names: Vec<&str> = queued.iter().map(String::as_str).collect();
+    let expected = CellEvent::Terminated {
+        output: texts(&names),
+        tool_calls: vec![],
+    };
     assert_eq!(
-        within("termination", terminated).await,
-        Ok(CellEvent::Terminated {
-            output: texts(&["item 0", "item 1", "item 2", "item 3", "item 4"]),
-            tool_calls: vec![]
-        })
+        within("termination", termination).await,
+        Ok(expected.clone())
     );
+    assert_eq!(
+        within("first observer", cell.first_observation).await,
+        Ok(expected)
+    );
+    within("actor close", cell.actor).await.unwrap();
+}
+
+/// The seed's image restore, through the actor: a yield whose observer went away puts the output
+/// back exactly (the same image allocation, the omission where it stood, the budget still used).
+#[tokio::test]
+async fn a_failed_yield_restores_the_image_allocation_and_the_omission_order() {
+    let host = Arc::new(TestHost::default());
+    let budget = 64;
+    let config = CellConfig {
+        output_mode: OutputMode::Server {
+            event_queue_capacity: 16,
+            image_budget_bytes: budget,
+        },
+        failure_handler: None,
+    };
+    let cell = scripted_cell(Arc::clone(&host), config, Observation::yield_after(LONG));
+    send(&cell.runtime.events, [RuntimeEvent::YieldRequested]).await;
+    assert!(within("first yield", cell.first_observation).await.is_ok());
+    let observer = cell.handle.observe(Observation::yield_after(LONG));
+    barrier(&host, &cell.runtime.events).await;
+    drop(observer);
+    let image_url = format!("data:image/png;base64,{}", "i".repeat(budget - 22));
+    assert_eq!(image_url.len(), budget);
+    let pointer = image_url.as_ptr();
+    send(
+        &cell.runtime.events,
+        [
+            RuntimeEvent::ContentItem(OutputItem::Image(ImageItem {
+                image_url,
+                detail: ImageDetail::High,
+            })),
+            RuntimeEvent::ContentItem(image("excess")),
+            // Delivered to the observer that went away: the delivery fails and is restored.
+            RuntimeEvent::YieldRequested,
+            text("after"),
+        ],
+    )
+    .await;
+    barrier(&host, &cell.runtime.events).await;
+    let Ok(CellEvent::Yielded { output }) = within(
+        "observe",
+        cell.handle
+            .observe(Observation::yield_after(Duration::ZERO)),
+    )
+    .await
+    else {
+        panic!("expected a yield");
+    };
+    let items = output.into_items();
+    let [
+        OutputItem::Image(ImageItem { image_url, .. }),
+        OutputItem::Text { text: notice },
+        OutputItem::Text { text: after },
+    ] = items.as_slice()
+    else {
+        panic!("expected the image, the omission notice and the text after: {items:?}");
+    };
+    assert_eq!(image_url.as_ptr(), pointer, "the image was copied");
+    assert_eq!(notice, "[1 images omitted: image output budget exceeded]");
+    assert_eq!(after, "after");
+    terminate_expecting_nothing_left(&cell.handle, cell.runtime.events, cell.actor, vec![]).await;
 }
 
 #[tokio::test]
@@ -670,12 +790,6 @@ async fn server_mode_omits_images_past_the_budget_in_order() {
         failure_handler: None,
     };
     let cell = scripted_cell(host, config, Observation::yield_after(LONG));
-    let image = |url: &str| {
-        OutputItem::Image(ImageItem {
-            image_url: url.into(),
-            detail: ImageDetail::High,
-        })
-    };
     send(
         &cell.runtime.events,
         [
@@ -914,6 +1028,15 @@ async fn observing_a_cell_being_terminated_says_so() {
     assert_eq!(
         within("second terminate", cell.handle.terminate()).await,
         Err(CellError::AlreadyTerminating)
+    );
+    // An observer that arrives once termination has begun is told at once that the cell is gone.
+    assert_eq!(
+        within(
+            "late observer",
+            cell.handle.observe(Observation::yield_after(LONG))
+        )
+        .await,
+        Err(CellError::Closed)
     );
     drop(cell.runtime.events);
     assert!(matches!(
