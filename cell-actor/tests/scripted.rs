@@ -72,6 +72,24 @@ async fn send(sender: &EventSender, events: impl IntoIterator<Item = RuntimeEven
     }
 }
 
+/// Observes with a zero budget: what the cell has buffered now.
+async fn observe_now(
+    handle: &codemode_cell_actor::CellHandle,
+    what: &str,
+) -> Result<CellEvent, CellError> {
+    within(
+        what,
+        handle.observe(Observation::yield_after(Duration::ZERO)),
+    )
+    .await
+}
+
+/// Ends the first observation with a yield request, so the test can observe afresh.
+async fn first_yield(events: &EventSender, first: codemode_cell_actor::ObservationFuture) {
+    send(events, [RuntimeEvent::YieldRequested]).await;
+    assert!(within("first yield", first).await.is_ok());
+}
+
 /// Sends a notification and waits until the host has it: after this, the actor has handled
 /// every event sent before it.
 async fn barrier(host: &TestHost, sender: &EventSender) {
@@ -285,8 +303,7 @@ async fn a_queued_termination_preempts_an_unobserved_completion() {
 #[tokio::test]
 async fn an_observation_dropped_before_it_is_dequeued_takes_no_output() {
     let (host, cell) = cell(Observation::yield_after(LONG));
-    send(&cell.runtime.events, [RuntimeEvent::YieldRequested]).await;
-    assert!(within("first yield", cell.first_observation).await.is_ok());
+    first_yield(&cell.runtime.events, cell.first_observation).await;
     drop(cell.handle.observe(Observation::yield_after(LONG)));
     send(
         &cell.runtime.events,
@@ -298,12 +315,7 @@ async fn an_observation_dropped_before_it_is_dequeued_takes_no_output() {
     .await;
     barrier(&host, &cell.runtime.events).await;
     assert_eq!(
-        within(
-            "observe",
-            cell.handle
-                .observe(Observation::yield_after(Duration::ZERO))
-        )
-        .await,
+        observe_now(&cell.handle, "observe").await,
         Ok(CellEvent::Yielded {
             output: texts(&["survives pre-dequeue cancellation"])
         })
@@ -314,16 +326,10 @@ async fn an_observation_dropped_before_it_is_dequeued_takes_no_output() {
 #[tokio::test]
 async fn a_dropped_yield_observer_loses_no_output() {
     let (host, cell) = cell(Observation::yield_after(LONG));
-    send(&cell.runtime.events, [RuntimeEvent::YieldRequested]).await;
-    assert!(within("first yield", cell.first_observation).await.is_ok());
+    first_yield(&cell.runtime.events, cell.first_observation).await;
     let dropped = cell.handle.observe(Observation::yield_after(LONG));
     assert_eq!(
-        within(
-            "busy",
-            cell.handle
-                .observe(Observation::yield_after(Duration::ZERO))
-        )
-        .await,
+        observe_now(&cell.handle, "busy").await,
         Err(CellError::Busy)
     );
     drop(dropped);
@@ -338,12 +344,7 @@ async fn a_dropped_yield_observer_loses_no_output() {
     .await;
     barrier(&host, &cell.runtime.events).await;
     assert_eq!(
-        within(
-            "observe",
-            cell.handle
-                .observe(Observation::yield_after(Duration::ZERO))
-        )
-        .await,
+        observe_now(&cell.handle, "observe").await,
         Ok(CellEvent::Yielded {
             output: texts(&["survives active cancellation"])
         })
@@ -354,8 +355,7 @@ async fn a_dropped_yield_observer_loses_no_output() {
 #[tokio::test]
 async fn a_dropped_frontier_observer_leaves_the_frontier_ready_for_the_next() {
     let (host, cell) = cell(Observation::yield_after(LONG));
-    send(&cell.runtime.events, [RuntimeEvent::YieldRequested]).await;
-    assert!(within("first yield", cell.first_observation).await.is_ok());
+    first_yield(&cell.runtime.events, cell.first_observation).await;
     let dropped = cell.handle.observe(Observation::pending_frontier());
     assert_eq!(
         within("busy", cell.handle.observe(Observation::pending_frontier())).await,
@@ -732,8 +732,7 @@ async fn a_failed_yield_restores_the_image_allocation_and_the_omission_order() {
         failure_handler: None,
     };
     let cell = scripted_cell(Arc::clone(&host), config, Observation::yield_after(LONG));
-    send(&cell.runtime.events, [RuntimeEvent::YieldRequested]).await;
-    assert!(within("first yield", cell.first_observation).await.is_ok());
+    first_yield(&cell.runtime.events, cell.first_observation).await;
     let observer = cell.handle.observe(Observation::yield_after(LONG));
     barrier(&host, &cell.runtime.events).await;
     drop(observer);
@@ -755,13 +754,7 @@ async fn a_failed_yield_restores_the_image_allocation_and_the_omission_order() {
     )
     .await;
     barrier(&host, &cell.runtime.events).await;
-    let Ok(CellEvent::Yielded { output }) = within(
-        "observe",
-        cell.handle
-            .observe(Observation::yield_after(Duration::ZERO)),
-    )
-    .await
-    else {
+    let Ok(CellEvent::Yielded { output }) = observe_now(&cell.handle, "observe").await else {
         panic!("expected a yield");
     };
     let items = output.into_items();

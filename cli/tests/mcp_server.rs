@@ -15,13 +15,7 @@ use rmcp::{ClientHandler, RoleClient, ServiceError, ServiceExt};
 use serde_json::{Value, json};
 
 const CODEMODE: &str = env!("CARGO_BIN_EXE_codemode");
-const HANG_GUARD: Duration = Duration::from_secs(60);
-
-async fn within<T>(what: &str, future: impl std::future::Future<Output = T>) -> T {
-    tokio::time::timeout(HANG_GUARD, future)
-        .await
-        .unwrap_or_else(|_| panic!("hung: {what}"))
-}
+use codemode_test_support::within;
 
 /// A client that records the notifications it receives.
 #[derive(Clone, Default)]
@@ -315,22 +309,10 @@ async fn the_server_bounds_image_output_per_observation() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_server_also_speaks_streamable_http() {
-    use std::io::BufRead;
-    let mut server = std::process::Command::new(CODEMODE)
-        .args(["mcp", "--http", "127.0.0.1:0"])
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut first_line = String::new();
-    std::io::BufReader::new(server.stdout.take().unwrap())
-        .read_line(&mut first_line)
-        .unwrap();
-    let url = first_line
-        .trim()
-        .strip_prefix("listening on ")
-        .expect("the server says where it listens")
-        .to_owned();
-    let transport = rmcp::transport::StreamableHttpClientTransport::from_uri(url.as_str());
+    let mut command = std::process::Command::new(CODEMODE);
+    command.args(["mcp", "--http", "127.0.0.1:0"]);
+    let server = codemode_test_support::ListeningServer::spawn(command);
+    let transport = rmcp::transport::StreamableHttpClientTransport::from_uri(server.url());
     let client = within("connect", ().serve(transport)).await.unwrap();
     let tools = within("list", client.list_all_tools()).await.unwrap();
     assert_eq!(
@@ -349,6 +331,5 @@ async fn the_server_also_speaks_streamable_http() {
     let result = within("exec", client.call_tool(params)).await.unwrap();
     assert_eq!(text_of(&result).lines().last(), Some("over http"));
     client.cancel().await.unwrap();
-    server.kill().unwrap();
-    server.wait().unwrap();
+    drop(server);
 }

@@ -1,7 +1,6 @@
 //! MCP tools from JavaScript cells, against a real MCP server child process speaking the real
 //! protocol (`codemode-test-mcp-server`), over stdio and over streamable HTTP.
 
-use std::io::BufRead;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,13 +15,7 @@ use codemode_session::{
 use serde_json::json;
 
 const SERVER: &str = env!("CARGO_BIN_EXE_codemode-test-mcp-server");
-const HANG_GUARD: Duration = Duration::from_secs(60);
-
-async fn within<T>(what: &str, future: impl std::future::Future<Output = T>) -> T {
-    tokio::time::timeout(HANG_GUARD, future)
-        .await
-        .unwrap_or_else(|_| panic!("hung: {what}"))
-}
+use codemode_test_support::{ListeningServer, within};
 
 fn stdio_server(namespace: &str) -> McpTools {
     McpTools::new(McpServerConfig::new(
@@ -238,20 +231,10 @@ async fn a_call_past_its_timeout_fails_clearly() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_over_streamable_http_serves_cells_too() {
-    let mut server = std::process::Command::new(SERVER)
-        .args(["--http", "127.0.0.1:0"])
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut first_line = String::new();
-    std::io::BufReader::new(server.stdout.take().unwrap())
-        .read_line(&mut first_line)
-        .unwrap();
-    let url = first_line
-        .trim()
-        .strip_prefix("listening on ")
-        .expect("the server says where it listens")
-        .to_owned();
+    let mut command = std::process::Command::new(SERVER);
+    command.args(["--http", "127.0.0.1:0"]);
+    let server = ListeningServer::spawn(command);
+    let url = server.url().to_owned();
     let tools = McpTools::new(McpServerConfig::new("remote", McpTransport::Http { url }));
     let session = session(tools).await;
     let (items, error) = run(
@@ -262,8 +245,7 @@ async fn a_server_over_streamable_http_serves_cells_too() {
     assert_eq!(error, None);
     assert_eq!(items, [OutputItem::text("3.5")]);
     drop(session);
-    server.kill().unwrap();
-    server.wait().unwrap();
+    drop(server);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

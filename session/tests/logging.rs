@@ -7,7 +7,7 @@ use std::io::Write;
 use std::sync::{Arc, Mutex};
 
 use codemode_session::SessionConfig;
-use common::{MemoryStore, open, request, within};
+use common::{MemoryStore, execute, open, request};
 use tracing_subscriber::fmt::MakeWriter;
 
 /// Collects everything logged while it is the thread's default subscriber.
@@ -45,12 +45,7 @@ async fn log_of_a_cell(log_content: bool) -> String {
     let store = Arc::new(MemoryStore::default());
     let config = SessionConfig::default().with_log_content(log_content);
     let (session, _) = open("logged", &store, config).await;
-    let report = within(
-        "cell",
-        session.execute(request(r#"const r = await tools.echo({ password: "hunter2-argument" }); text("secret-output-text");"#)),
-    )
-    .await
-    .unwrap();
+    let report = execute(&session, "cell", request(r#"const r = await tools.echo({ password: "hunter2-argument" }); text("secret-output-text");"#)).await;
     assert!(report.event.is_terminal());
     let bytes = captured.0.lock().unwrap().clone();
     String::from_utf8(bytes).unwrap()

@@ -12,7 +12,7 @@ use codemode_session::{
     CellReport, Session, SessionConfig, ToolInvocation, ToolListError, ToolProvider, render_report,
     render_text,
 };
-use common::{MemoryStore, observed, open, request, within};
+use common::{MemoryStore, execute, observed, open, request, within};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
@@ -202,31 +202,25 @@ fn rendered(mut report: CellReport, max_output_tokens: u64) -> String {
 async fn renderings_of_each_status() {
     let store = Arc::new(MemoryStore::default());
     let (session, tools) = open("renderings", &store, SessionConfig::default()).await;
-    let completed = within("completed", session.execute(request(
+    let completed = execute(&session, "completed", request(
         r#"text("found 2 results"); text({ first: "a", second: "b" }); image("data:image/png;base64,iVBORw0KGgo=", "low");"#,
-    )))
-    .await
-    .unwrap();
+    )).await;
     insta::assert_snapshot!("completed", rendered(completed, 10_000));
 
-    let failed = within(
+    let failed = execute(
+        &session,
         "failed",
-        session.execute(request(
-            "text(\"step 1\");\nconst rows = null;\nrows.map((row) => row.id);",
-        )),
+        request("text(\"step 1\");\nconst rows = null;\nrows.map((row) => row.id);"),
     )
-    .await
-    .unwrap();
+    .await;
     insta::assert_snapshot!("failed", rendered(failed, 10_000));
 
-    let running = within(
+    let running = execute(
+        &session,
         "running",
-        session.execute(request(
-            r#"text("started"); yield_control(); await tools.gate();"#,
-        )),
+        request(r#"text("started"); yield_control(); await tools.gate();"#),
     )
-    .await
-    .unwrap();
+    .await;
     let cell_id = running.cell_id.clone();
     insta::assert_snapshot!("running", rendered(running, 10_000));
     // Terminate once the tool call is running, so the kill ledger shows it cancelled.
@@ -252,14 +246,12 @@ async fn renderings_of_each_status() {
     );
     insta::assert_snapshot!("terminated", rendered(terminated, 10_000));
 
-    let truncated = within(
+    let truncated = execute(
+        &session,
         "truncated",
-        session.execute(request(
-            r#"for (let i = 0; i < 200; i++) text(`line ${i}: ${"x".repeat(40)}`);"#,
-        )),
+        request(r#"for (let i = 0; i < 200; i++) text(`line ${i}: ${"x".repeat(40)}`);"#),
     )
-    .await
-    .unwrap();
+    .await;
     insta::assert_snapshot!("truncated", rendered(truncated, 200));
     tools.release();
 }
@@ -275,9 +267,7 @@ async fn error_hints_point_at_the_source_and_the_closest_tools() {
         "text(1);\nif (true) {\n  text(2);\n",
         "text(\"a\");\n\tconst value = undefinedThing + 1;",
     ] {
-        let report = within("cell", session.execute(request(source)))
-            .await
-            .unwrap();
+        let report = execute(&session, "cell", request(source)).await;
         hints.push(rendered(report, 10_000));
     }
     insta::assert_snapshot!("error_hints", hints.join("\n\n==========\n\n"));

@@ -10,7 +10,7 @@ use codemode_protocol::{OutputItem, WaitRequest};
 use codemode_session::{
     CellError, CellEvent, SessionConfig, SessionError, SessionEvent, WaitOutcome,
 };
-use common::{MemoryStore, background, observed, open, request, within};
+use common::{MemoryStore, background, execute, observed, open, request, terminate, within};
 use serde_json::json;
 
 fn texts(event: &CellEvent) -> Vec<String> {
@@ -40,12 +40,12 @@ async fn stored_values_are_shared_by_the_cells_of_a_session_and_never_across_ses
     let store = Arc::new(MemoryStore::default());
     let (first, _) = open("first", &store, SessionConfig::default()).await;
     let (second, _) = open("second", &store, SessionConfig::default()).await;
-    let stored = within(
+    let stored = execute(
+        &first,
         "store",
-        first.execute(request(r#"store("count", 1); text("stored");"#)),
+        request(r#"store("count", 1); text("stored");"#),
     )
-    .await
-    .unwrap();
+    .await;
     assert!(matches!(
         stored.event,
         CellEvent::Completed {
@@ -53,16 +53,14 @@ async fn stored_values_are_shared_by_the_cells_of_a_session_and_never_across_ses
             ..
         }
     ));
-    let same = within("load", first.execute(request(r#"text(load("count"));"#)))
-        .await
-        .unwrap();
+    let same = execute(&first, "load", request(r#"text(load("count"));"#)).await;
     assert_eq!(texts(&same.event), ["1"]);
-    let other = within(
+    let other = execute(
+        &second,
         "load elsewhere",
-        second.execute(request(r#"text(load("count"));"#)),
+        request(r#"text(load("count"));"#),
     )
-    .await
-    .unwrap();
+    .await;
     assert_eq!(texts(&other.event), ["undefined"]);
     assert_eq!(store.sessions.lock().unwrap()["first"]["count"], json!(1));
     assert!(!store.sessions.lock().unwrap().contains_key("second"));
@@ -73,17 +71,15 @@ async fn a_reopened_session_sees_its_stored_values() {
     let store = Arc::new(MemoryStore::default());
     {
         let (session, _) = open("durable", &store, SessionConfig::default()).await;
-        within(
+        execute(
+            &session,
             "store",
-            session.execute(request(r#"store("kept", {deep: [1, 2]});"#)),
+            request(r#"store("kept", {deep: [1, 2]});"#),
         )
-        .await
-        .unwrap();
+        .await;
     }
     let (reopened, _) = open("durable", &store, SessionConfig::default()).await;
-    let report = within("load", reopened.execute(request(r#"text(load("kept"));"#)))
-        .await
-        .unwrap();
+    let report = execute(&reopened, "load", request(r#"text(load("kept"));"#)).await;
     assert_eq!(texts(&report.event), [r#"{"deep":[1,2]}"#]);
 }
 
@@ -92,22 +88,18 @@ async fn writes_of_two_concurrent_cells_are_merged_by_key() {
     let store = Arc::new(MemoryStore::default());
     let (session, tools) = open("merge", &store, SessionConfig::default()).await;
     // Both cells start from the same (empty) snapshot and finish after the gate opens.
-    let a = within(
+    let a = execute(
+        &session,
         "a",
-        session.execute(background(
-            r#"store("a", 1); store("shared", "a"); await tools.gate();"#,
-        )),
+        background(r#"store("a", 1); store("shared", "a"); await tools.gate();"#),
     )
-    .await
-    .unwrap();
-    let b = within(
+    .await;
+    let b = execute(
+        &session,
         "b",
-        session.execute(background(
-            r#"store("b", 2); await tools.gate(); store("shared", "b");"#,
-        )),
+        background(r#"store("b", 2); await tools.gate(); store("shared", "b");"#),
     )
-    .await
-    .unwrap();
+    .await;
     assert!(
         matches!(a.event, CellEvent::Yielded { .. })
             && matches!(b.event, CellEvent::Yielded { .. })
@@ -130,14 +122,12 @@ async fn writes_of_two_concurrent_cells_are_merged_by_key() {
 async fn an_error_completed_cell_commits_and_a_terminated_one_does_not() {
     let store = Arc::new(MemoryStore::default());
     let (session, _) = open("commit", &store, SessionConfig::default()).await;
-    let failed = within(
+    let failed = execute(
+        &session,
         "failed",
-        session.execute(request(
-            r#"store("from_failed", 1); throw new Error("no");"#,
-        )),
+        request(r#"store("from_failed", 1); throw new Error("no");"#),
     )
-    .await
-    .unwrap();
+    .await;
     assert!(matches!(
         failed.event,
         CellEvent::Completed {
@@ -145,19 +135,13 @@ async fn an_error_completed_cell_commits_and_a_terminated_one_does_not() {
             ..
         }
     ));
-    let running = within(
+    let running = execute(
+        &session,
         "running",
-        session.execute(background(
-            r#"store("from_terminated", 1); while (true) {}"#,
-        )),
+        background(r#"store("from_terminated", 1); while (true) {}"#),
     )
-    .await
-    .unwrap();
-    let terminated = observed(
-        within("terminate", session.terminate(&running.cell_id))
-            .await
-            .unwrap(),
-    );
+    .await;
+    let terminated = terminate(&session, "terminate", &running.cell_id).await;
     assert!(matches!(terminated.event, CellEvent::Terminated { .. }));
     let values = session.stored_values();
     assert_eq!(values.get("from_failed"), Some(&json!(1)));
@@ -168,14 +152,12 @@ async fn an_error_completed_cell_commits_and_a_terminated_one_does_not() {
 async fn a_busy_observer_is_refused_without_displacing_the_first() {
     let store = Arc::new(MemoryStore::default());
     let (session, tools) = open("busy", &store, SessionConfig::default()).await;
-    let started = within(
+    let started = execute(
+        &session,
         "start",
-        session.execute(background(
-            r#"const r = await tools.gate(); text(r.released);"#,
-        )),
+        background(r#"const r = await tools.gate(); text(r.released);"#),
     )
-    .await
-    .unwrap();
+    .await;
     // Poll the first wait once: that queues its observation, and the actor takes observations in
     // order, so the second is refused whatever the scheduling.
     let mut first = Box::pin(session.wait(wait(&started.cell_id)));
@@ -214,9 +196,7 @@ async fn waiting_on_an_unknown_or_finished_cell_is_not_found() {
             cell_id: "42".into()
         }
     );
-    let done = within("done", session.execute(request("text(1)")))
-        .await
-        .unwrap();
+    let done = execute(&session, "done", request("text(1)")).await;
     assert_eq!(
         within("wait again", session.wait(wait(&done.cell_id)))
             .await
@@ -233,9 +213,7 @@ async fn shutdown_interrupts_spinning_cells_and_refuses_new_ones() {
     let store = Arc::new(MemoryStore::default());
     let (session, _) = open("shutdown", &store, SessionConfig::default()).await;
     for _ in 0..3 {
-        let report = within("spin", session.execute(background("while (true) {}")))
-            .await
-            .unwrap();
+        let report = execute(&session, "spin", background("while (true) {}")).await;
         assert!(matches!(report.event, CellEvent::Yielded { .. }));
     }
     assert_eq!(session.active_cells(), 3);
@@ -252,9 +230,7 @@ async fn the_cell_past_the_active_limit_is_refused_with_a_clear_error() {
     let store = Arc::new(MemoryStore::default());
     let (session, tools) = open("limit", &store, SessionConfig::default()).await;
     for _ in 0..128 {
-        let report = within("start", session.execute(background("await tools.gate();")))
-            .await
-            .unwrap();
+        let report = execute(&session, "start", background("await tools.gate();")).await;
         assert!(matches!(report.event, CellEvent::Yielded { .. }));
     }
     let refused = session.execute(background("text(1)")).await.unwrap_err();
@@ -294,12 +270,12 @@ async fn the_cpu_budget_ends_a_spin_loop_with_an_error_naming_it() {
     let store = Arc::new(MemoryStore::default());
     let config = SessionConfig::default().with_cpu_time_limit(Some(Duration::from_millis(250)));
     let (session, _) = open("cpu", &store, config).await;
-    let report = within(
+    let report = execute(
+        &session,
         "spin",
-        session.execute(request(r#"text("spinning"); for (;;) {}"#)),
+        request(r#"text("spinning"); for (;;) {}"#),
     )
-    .await
-    .unwrap();
+    .await;
     let CellEvent::Completed {
         error_text: Some(error),
         ..
@@ -320,14 +296,12 @@ async fn a_cell_that_finishes_unobserved_is_pushed_to_subscribers() {
     let store = Arc::new(MemoryStore::default());
     let (session, tools) = open("push", &store, SessionConfig::default()).await;
     let mut events = session.subscribe();
-    let started = within(
+    let started = execute(
+        &session,
         "start",
-        session.execute(background(
-            r#"notify("half way"); await tools.gate(); text("finished");"#,
-        )),
+        background(r#"notify("half way"); await tools.gate(); text("finished");"#),
     )
-    .await
-    .unwrap();
+    .await;
     assert!(matches!(started.event, CellEvent::Yielded { .. }));
     tools.release();
     let mut seen = Vec::new();
@@ -373,14 +347,12 @@ async fn wait_holds_for_at_least_its_minimum_yield() {
     let store = Arc::new(MemoryStore::default());
     let config = SessionConfig::default().with_min_wait_yield_time(Duration::from_secs(20));
     let (session, _) = open("min-wait", &store, config).await;
-    let started = within(
+    let started = execute(
+        &session,
         "start",
-        session.execute(background(
-            r#"await new Promise((r) => setTimeout(r, 100)); text("done");"#,
-        )),
+        background(r#"await new Promise((r) => setTimeout(r, 100)); text("done");"#),
     )
-    .await
-    .unwrap();
+    .await;
     // Asked to return at once, wait still holds long enough for the cell to finish.
     let report = observed(
         within(
@@ -436,12 +408,7 @@ async fn a_store_that_fails_to_commit_is_reported_in_the_cells_error() {
     let store = Arc::new(MemoryStore::default());
     store.fail_commits.store(true, Ordering::SeqCst);
     let (session, _) = open("full-disk", &store, SessionConfig::default()).await;
-    let report = within(
-        "run",
-        session.execute(request(r#"store("k", 1); text("ran");"#)),
-    )
-    .await
-    .unwrap();
+    let report = execute(&session, "run", request(r#"store("k", 1); text("ran");"#)).await;
     let CellEvent::Completed {
         error_text: Some(error),
         ..
@@ -461,12 +428,8 @@ async fn a_store_that_fails_to_commit_is_reported_in_the_cells_error() {
 async fn dropping_a_session_terminates_its_cells() {
     let store = Arc::new(MemoryStore::default());
     let (session, tools) = open("dropped", &store, SessionConfig::default()).await;
-    within("spin", session.execute(background("while (true) {}")))
-        .await
-        .unwrap();
-    within("tool", session.execute(background("await tools.gate();")))
-        .await
-        .unwrap();
+    execute(&session, "spin", background("while (true) {}")).await;
+    execute(&session, "tool", background("await tools.gate();")).await;
     let token = within("the gated call", async {
         loop {
             if let Some(token) = tools.tokens.lock().unwrap().first() {
@@ -496,20 +459,15 @@ async fn a_slow_store_commit_blocks_neither_terminate_nor_other_sessions() {
         store.hold_commits.store(true, Ordering::SeqCst);
         store.fail_commits.store(commit_fails, Ordering::SeqCst);
         let (session, _) = open("slow-store", &store, SessionConfig::default()).await;
-        let committing = within(
+        let committing = execute(
+            &session,
             "a cell that stores",
-            session.execute(background(r#"text("stored"); store("k", 1);"#)),
+            background(r#"text("stored"); store("k", 1);"#),
         )
-        .await
-        .unwrap();
+        .await;
         within("the commit to begin", store.commit_started.cancelled()).await;
 
-        let spinning = within(
-            "a second cell",
-            session.execute(background("while (true) {}")),
-        )
-        .await
-        .unwrap();
+        let spinning = execute(&session, "a second cell", background("while (true) {}")).await;
         let terminated = within(
             "terminating the second cell during the commit",
             session.terminate(&spinning.cell_id),
@@ -526,12 +484,7 @@ async fn a_slow_store_commit_blocks_neither_terminate_nor_other_sessions() {
             open("another", &other_store, SessionConfig::default()),
         )
         .await;
-        let report = within(
-            "another session's cell",
-            other.execute(request(r#"text("hi")"#)),
-        )
-        .await
-        .unwrap();
+        let report = execute(&other, "another session's cell", request(r#"text("hi")"#)).await;
         assert_eq!(texts(&report.event), ["hi"]);
 
         // The committing cell has claimed its outcome: terminating it now gets its completion,

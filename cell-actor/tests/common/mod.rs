@@ -6,7 +6,6 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use codemode_cell_actor::{
     CellConfig, CellHost, CompletionClaim, CompletionCommit, Observation, StartedCell,
@@ -21,25 +20,8 @@ use serde_json::{Value, json};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-/// A hang guard: generous, and only ever the reason for a failure named "hung".
-pub const HANG_GUARD: Duration = Duration::from_secs(30);
-
-pub async fn within<T>(what: &str, future: impl std::future::Future<Output = T>) -> T {
-    tokio::time::timeout(HANG_GUARD, future)
-        .await
-        .unwrap_or_else(|_| panic!("hung: {what}"))
-}
-
-/// Waits until `condition` holds, checking every millisecond (so that paused test time still
-/// advances towards the hang guard).
-pub async fn wait_until(what: &str, condition: impl Fn() -> bool) {
-    within(what, async {
-        while !condition() {
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        }
-    })
-    .await
-}
+#[allow(unused_imports)] // Not every test binary that includes this module uses both.
+pub use codemode_test_support::{wait_until, within};
 
 /// The runtime end of a scripted cell: the test sends events and reads what the actor tells the
 /// engine.

@@ -16,7 +16,7 @@ use codemode_protocol::{OutputItem, ToolDefinition, ToolName};
 use codemode_runtime_v8::V8Engine;
 use serde_json::{Value, json};
 
-pub const HANG_GUARD: Duration = Duration::from_secs(30);
+pub use codemode_test_support::HANG_GUARD;
 
 /// Options of a test cell; `Default` is a client-mode cell with the `echo`, `fail` and `web.search`
 /// tools, no stored values and the default limits.

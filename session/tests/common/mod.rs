@@ -6,7 +6,6 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use codemode_protocol::{ExecuteRequest, ToolDefinition, ToolName};
 use codemode_runtime_v8::V8Engine;
@@ -17,13 +16,7 @@ use codemode_session::{
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-pub const HANG_GUARD: Duration = Duration::from_secs(60);
-
-pub async fn within<T>(what: &str, future: impl std::future::Future<Output = T>) -> T {
-    tokio::time::timeout(HANG_GUARD, future)
-        .await
-        .unwrap_or_else(|_| panic!("hung: {what}"))
-}
+pub use codemode_test_support::within;
 
 /// Stored values per session, in memory; `fail_commits` makes every commit fail, and
 /// `hold_commits` makes every commit wait until `release_commits` (a slow or remote store).
@@ -137,6 +130,22 @@ pub async fn open(
     .await
     .expect("the session opens");
     (session, tools)
+}
+
+/// Starts a cell and returns the report of its first observation; `what` names it in a failure.
+pub async fn execute(session: &Session, what: &str, request: ExecuteRequest) -> CellReport {
+    within(what, session.execute(request))
+        .await
+        .unwrap_or_else(|error| panic!("{what}: {error}"))
+}
+
+/// Terminates a cell that must exist, and returns its report.
+pub async fn terminate(session: &Session, what: &str, cell_id: &str) -> CellReport {
+    observed(
+        within(what, session.terminate(cell_id))
+            .await
+            .unwrap_or_else(|error| panic!("{what}: {error}")),
+    )
 }
 
 pub fn request(source: &str) -> ExecuteRequest {
