@@ -1,10 +1,9 @@
-//! Puts the system V8 that `codemode-runtime-v8` links on the `codemode` binary's run path, so
-//! the binary runs outside cargo too. That crate exports its library folder as `links` metadata.
+//! Gives `codemode-v8` a run path relative to itself (`$ORIGIN/../lib` and `$ORIGIN/lib`, where a
+//! release tarball puts V8), and no absolute one: the launcher `codemode` finds V8 everywhere
+//! else. The launcher gets no run path at all.
 
 fn main() {
-    println!("cargo:rerun-if-env-changed=DEP_NODE_LIB_DIR");
-    if let Ok(lib_dir) = std::env::var("DEP_NODE_LIB_DIR") {
-        // Old-style RPATH, so libnode's own dependencies beside it are found too.
-        println!("cargo:rustc-link-arg=-Wl,--disable-new-dtags,-rpath,{lib_dir}");
-    }
+    println!(
+        "cargo:rustc-link-arg-bin=codemode-v8=-Wl,--disable-new-dtags,-rpath,$ORIGIN/../lib:$ORIGIN/lib"
+    );
 }

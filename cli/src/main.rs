@@ -5,6 +5,7 @@
 
 #![forbid(unsafe_code)]
 
+mod config;
 mod run;
 mod serve;
 mod setup;
@@ -14,6 +15,8 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 /// Run model-written JavaScript that orchestrates tools, in V8 cells.
+///
+/// This is `codemode-v8`, the program the `codemode` launcher runs once it has found V8.
 #[derive(Debug, Parser)]
 #[command(name = "codemode", version, about)]
 struct Cli {

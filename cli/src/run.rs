@@ -14,7 +14,7 @@ use codemode_session::{
 use serde_json::json;
 
 use crate::exit;
-use crate::setup::{SessionArgs, SetupError};
+use crate::setup::{DemoTools, SessionArgs, SetupError};
 
 #[derive(Debug, Clone, Args)]
 pub struct RunArgs {
@@ -33,6 +33,9 @@ pub struct RunArgs {
     /// Terminate the cell after this much wall time; its status is then "terminated".
     #[arg(long, value_name = "N")]
     pub timeout_ms: Option<u64>,
+    /// Leave out the demo tools echo and sleep (offered by default, for the examples).
+    #[arg(long)]
+    pub no_demo_tools: bool,
     #[command(flatten)]
     pub session: SessionArgs,
 }
@@ -79,7 +82,12 @@ pub async fn run(args: RunArgs) -> ExitCode {
         .unwrap_or(config.default_max_output_tokens);
     let setup = async {
         let store = args.session.store()?;
-        let tools = args.session.tools()?;
+        let demo = if args.no_demo_tools {
+            DemoTools::LeftOut
+        } else {
+            DemoTools::Offered
+        };
+        let tools = args.session.tools(demo)?;
         args.session
             .open(&args.session.session, store, tools, config)
             .await

@@ -25,7 +25,7 @@ use serde_json::{Map, Value, json};
 use tokio::sync::OnceCell;
 
 use crate::exit;
-use crate::setup::{SessionArgs, SetupError};
+use crate::setup::{DemoTools, SessionArgs, SetupError};
 
 /// How often a waiting call reports progress.
 const PROGRESS_INTERVAL: Duration = Duration::from_secs(1);
@@ -36,6 +36,14 @@ pub struct McpArgs {
     /// stdio.
     #[arg(long, value_name = "ADDR")]
     pub http: Option<String>,
+    /// Offer the demo tools echo and sleep too (left out by default: the model sees only the
+    /// tools of the servers you configure).
+    #[arg(long)]
+    pub demo_tools: bool,
+    /// Print the description of `exec` the model would be given (with every tool declared), and
+    /// exit: a way to check a configuration.
+    #[arg(long)]
+    pub print_exec_description: bool,
     #[command(flatten)]
     pub session: SessionArgs,
 }
@@ -49,7 +57,12 @@ struct Shared {
 }
 
 pub async fn serve(args: McpArgs) -> ExitCode {
-    let setup = (|| Ok::<_, SetupError>((args.session.store()?, args.session.tools()?)))();
+    let demo = if args.demo_tools {
+        DemoTools::Offered
+    } else {
+        DemoTools::LeftOut
+    };
+    let setup = (|| Ok::<_, SetupError>((args.session.store()?, args.session.tools(demo)?)))();
     let (store, tools) = match setup {
         Ok(parts) => parts,
         Err(SetupError { message, usage }) => {
@@ -63,6 +76,9 @@ pub async fn serve(args: McpArgs) -> ExitCode {
         tools,
         sessions_opened: AtomicU64::new(0),
     });
+    if args.print_exec_description {
+        return print_exec_description(&shared).await;
+    }
     let served = match &args.http {
         None => serve_stdio(shared).await,
         Some(address) => serve_http(shared, address).await,
@@ -74,6 +90,37 @@ pub async fn serve(args: McpArgs) -> ExitCode {
             ExitCode::from(exit::FAILED)
         }
     }
+}
+
+async fn print_exec_description(shared: &Shared) -> ExitCode {
+    let opened = shared
+        .args
+        .open(
+            &shared.args.session,
+            Arc::clone(&shared.store),
+            Arc::clone(&shared.tools),
+            shared.args.config(),
+        )
+        .await;
+    match opened {
+        Ok(session) => {
+            println!("{}", exec_tool_description(&session));
+            session.shutdown().await;
+            ExitCode::SUCCESS
+        }
+        Err(SetupError { message, .. }) => {
+            eprintln!("error: {message}");
+            ExitCode::from(exit::FAILED)
+        }
+    }
+}
+
+/// The description of `exec` as this server offers it.
+fn exec_tool_description(session: &Session) -> String {
+    format!(
+        "{}\n\nPass the source in the `code` argument.",
+        session.exec_description()
+    )
 }
 
 async fn serve_stdio(shared: Arc<Shared>) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
@@ -255,14 +302,7 @@ impl ServerHandler for CodemodeServer {
             "required": ["code"],
             "additionalProperties": false
         });
-        let exec = Tool::new(
-            "exec",
-            format!(
-                "{}\n\nPass the source in the `code` argument.",
-                session.exec_description()
-            ),
-            object(exec_schema),
-        );
+        let exec = Tool::new("exec", exec_tool_description(&session), object(exec_schema));
         let wait = Tool::new(
             "wait",
             session.wait_description(),

@@ -35,10 +35,25 @@ pub struct SessionArgs {
     /// Repeatable.
     #[arg(long = "mcp", value_name = "COMMAND")]
     pub mcp: Vec<String>,
-    /// Leave out the built-in demo tools echo and sleep.
-    #[arg(long)]
-    pub no_demo_tools: bool,
+    /// Downstream MCP servers from a JSON file in the `mcpServers` form MCP clients use
+    /// (`command`, `args`, `env`, `cwd`; or `url`, `headers`); each server's tools join the cell's
+    /// tools as tools.NAME__TOOL.
+    #[arg(long = "config", value_name = "FILE")]
+    pub config: Option<PathBuf>,
 }
+
+/// Whether the demo tools `echo` and `sleep` are offered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DemoTools {
+    /// Offered (what `codemode run` does, for the examples).
+    Offered,
+    /// Left out (what `codemode mcp` does unless asked): the model sees only real tools.
+    LeftOut,
+}
+
+/// Set by the launcher when it put V8's folder on the library path: the user's own value, which
+/// the processes codemode starts get back.
+const ORIGINAL_LIBRARY_PATH: &str = "CODEMODE_ORIGINAL_LD_LIBRARY_PATH";
 
 /// What setting up went wrong with, and whether it is the user's input (exit status 2).
 pub struct SetupError {
@@ -68,14 +83,30 @@ impl SessionArgs {
         })
     }
 
-    /// The demo tools (unless left out) and the downstream MCP servers, merged.
-    pub fn tools(&self) -> Result<Arc<CompositeTools>, SetupError> {
+    /// The demo tools (if offered) and the downstream MCP servers (`--mcp`, then `--config`),
+    /// merged. Warnings about the configuration file go to stderr.
+    pub fn tools(&self, demo: DemoTools) -> Result<Arc<CompositeTools>, SetupError> {
         let mut tools = CompositeTools::new();
-        if !self.no_demo_tools {
+        if demo == DemoTools::Offered {
             tools = tools.with(demo_tools());
         }
+        let mut servers = Vec::new();
         for spec in &self.mcp {
-            tools = tools.with(McpTools::new(mcp_server(spec)?));
+            servers.push(mcp_server(spec)?);
+        }
+        if let Some(path) = &self.config {
+            let configured = crate::config::read(path).map_err(|message| SetupError {
+                message,
+                usage: true,
+            })?;
+            for warning in &configured.warnings {
+                eprintln!("warning: {warning}");
+            }
+            servers.extend(configured.servers);
+        }
+        for mut server in servers {
+            restore_library_path(&mut server.transport);
+            tools = tools.with(McpTools::new(server));
         }
         Ok(Arc::new(tools))
     }
@@ -130,6 +161,18 @@ pub fn demo_tools() -> InProcessTools {
         )
 }
 
+/// A stdio server started by codemode gets the user's `LD_LIBRARY_PATH`, not the one the
+/// launcher gave codemode to find V8 (which could hand the server the wrong libraries).
+fn restore_library_path(transport: &mut McpTransport) {
+    let Some(original) = std::env::var_os(ORIGINAL_LIBRARY_PATH) else {
+        return;
+    };
+    if let McpTransport::Stdio { env, .. } = transport {
+        env.entry("LD_LIBRARY_PATH".to_owned())
+            .or_insert_with(|| original.to_string_lossy().into_owned());
+    }
+}
+
 /// `'COMMAND ARGS'` or `'NAME=COMMAND ARGS'` as a downstream server.
 fn mcp_server(spec: &str) -> Result<McpServerConfig, SetupError> {
     let usage = |message: String| SetupError {
@@ -142,8 +185,11 @@ fn mcp_server(spec: &str) -> Result<McpServerConfig, SetupError> {
         }
         _ => (None, spec),
     };
-    let transport = McpTransport::stdio_command(command)
-        .ok_or_else(|| usage(format!("--mcp '{spec}' names no command")))?;
+    let transport = McpTransport::stdio_command(command).ok_or_else(|| {
+        usage(format!(
+            "--mcp '{spec}' names no command (or a quote in it does not close)"
+        ))
+    })?;
     let McpTransport::Stdio { program, .. } = &transport else {
         unreachable!("stdio_command makes a stdio transport")
     };

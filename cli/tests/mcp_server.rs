@@ -47,10 +47,18 @@ impl ClientHandler for Recorder {
 
 type Client = RunningService<RoleClient, Recorder>;
 
+/// `codemode mcp --demo-tools EXTRA…`: the demo tools echo and sleep are what most tests call.
 async fn connect(extra: &[String]) -> (Client, Recorder) {
+    let mut args = vec!["--demo-tools".to_owned()];
+    args.extend_from_slice(extra);
+    connect_with(&args).await
+}
+
+/// `codemode mcp ARGS…`.
+async fn connect_with(args: &[String]) -> (Client, Recorder) {
     let recorder = Recorder::default();
     let command = tokio::process::Command::new(CODEMODE).configure(|command| {
-        command.arg("mcp").args(extra);
+        command.arg("mcp").args(args);
     });
     let client = within(
         "connect",
@@ -310,7 +318,7 @@ async fn the_server_bounds_image_output_per_observation() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_server_also_speaks_streamable_http() {
     let mut command = std::process::Command::new(CODEMODE);
-    command.args(["mcp", "--http", "127.0.0.1:0"]);
+    command.args(["mcp", "--demo-tools", "--http", "127.0.0.1:0"]);
     let server = codemode_test_support::ListeningServer::spawn(command);
     let transport = rmcp::transport::StreamableHttpClientTransport::from_uri(server.url());
     let client = within("connect", ().serve(transport)).await.unwrap();

@@ -20,10 +20,7 @@ use codemode_test_support::{ListeningServer, within};
 fn stdio_server(namespace: &str) -> McpTools {
     McpTools::new(McpServerConfig::new(
         namespace,
-        McpTransport::Stdio {
-            program: SERVER.into(),
-            args: Vec::new(),
-        },
+        McpTransport::stdio(SERVER, Vec::new()),
     ))
 }
 
@@ -204,14 +201,8 @@ async fn a_server_killed_between_two_calls_is_started_again_for_the_next() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_past_its_timeout_fails_clearly() {
     let tools = McpTools::new(
-        McpServerConfig::new(
-            "test",
-            McpTransport::Stdio {
-                program: SERVER.into(),
-                args: Vec::new(),
-            },
-        )
-        .with_call_timeout(Duration::from_millis(300)),
+        McpServerConfig::new("test", McpTransport::stdio(SERVER, Vec::new()))
+            .with_call_timeout(Duration::from_millis(300)),
     );
     let session = session(tools).await;
     let (items, _) = run(
@@ -235,7 +226,7 @@ async fn a_server_over_streamable_http_serves_cells_too() {
     command.args(["--http", "127.0.0.1:0"]);
     let server = ListeningServer::spawn(command);
     let url = server.url().to_owned();
-    let tools = McpTools::new(McpServerConfig::new("remote", McpTransport::Http { url }));
+    let tools = McpTools::new(McpServerConfig::new("remote", McpTransport::http(url)));
     let session = session(tools).await;
     let (items, error) = run(
         &session,
@@ -290,10 +281,7 @@ async fn a_composite_merges_providers_and_refuses_duplicate_names() {
 async fn a_server_that_cannot_start_is_a_clear_error() {
     let tools = McpTools::new(McpServerConfig::new(
         "missing",
-        McpTransport::Stdio {
-            program: "/nonexistent/mcp-server".into(),
-            args: Vec::new(),
-        },
+        McpTransport::stdio("/nonexistent/mcp-server", Vec::new()),
     ));
     let error = within("list", tools.list_tools()).await.unwrap_err();
     assert!(

@@ -2,11 +2,20 @@
 //!
 //! - `setup-v8`: unpack Debian's V8 (inside `libnode108`, V8 10.2) and its headers into the
 //!   git-ignored `.v8/` folder at the workspace root, touching nothing system-wide. The
-//!   `runtime-v8` build finds it there (or wherever `CODEMODE_V8_PREFIX` points).
+//!   `runtime-v8` build finds it there (or wherever `CODEMODE_V8_PREFIX` points). It also copies
+//!   the run-time libraries to the per-user location the `codemode` launcher searches
+//!   (`${XDG_DATA_HOME:-$HOME/.local/share}/codemode/v8/lib`), so that an installed binary keeps
+//!   working once the checkout is gone.
+//! - `dist`: a release tarball, `target/dist/codemode-<version>-x86_64-linux-gnu.tar.gz`, with
+//!   V8 and the libraries it needs beyond a base system, and their licences.
+//! - `dist-check`: unpacks that tarball elsewhere and runs a cell and an MCP round trip with it,
+//!   with the repository's V8 out of sight.
 //! - `ci`: what `.ci/run` runs: setup-v8, `cargo fmt --check`, clippy with warnings denied,
 //!   `cargo doc` with warnings denied, tests.
 
 #![forbid(unsafe_code)]
+
+mod dist;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
@@ -23,11 +32,15 @@ fn main() -> ExitCode {
     let result = match args.first().map(String::as_str) {
         Some("setup-v8") => setup_v8(),
         Some("ci") => ci(),
+        Some("dist") => dist::dist().map(|tarball| println!("{}", tarball.display())),
+        Some("dist-check") => dist::check(),
         _ => {
             eprintln!(
                 "usage: cargo xtask <task>\n\n\
                  tasks:\n  setup-v8   unpack the system V8 into .v8/ (needed before building)\n  \
-                 ci         setup-v8, fmt --check, clippy -D warnings, docs, tests"
+                 ci         setup-v8, fmt --check, clippy -D warnings, docs, tests, dist-check\n  \
+                 dist       build the release tarball in target/dist/\n  \
+                 dist-check build it, unpack it elsewhere, run a cell and an MCP round trip"
             );
             return ExitCode::from(2);
         }
@@ -55,9 +68,26 @@ fn v8_prefix() -> PathBuf {
         .unwrap_or_else(|| workspace_root().join(".v8"))
 }
 
+/// The folder of the unpacked libraries inside a V8 prefix.
+const PREFIX_LIB: &str = "usr/lib/x86_64-linux-gnu";
+
+/// The run-time libraries of V8 that a base system lacks, as their sonames, with the Debian
+/// package each comes from.
+const V8_RUNTIME_LIBRARIES: [(&str, &str); 3] = [
+    ("libnode.so.108", "libnode108"),
+    ("libuv.so.1", "libuv1"),
+    ("libcares.so.2", "libc-ares2"),
+];
+
 fn setup_v8() -> Result<(), String> {
     let prefix = v8_prefix();
-    let library = prefix.join("usr/lib/x86_64-linux-gnu/libnode.so.108");
+    unpack_v8(&prefix)?;
+    install_for_user(&prefix)
+}
+
+fn unpack_v8(prefix: &Path) -> Result<(), String> {
+    let prefix = prefix.to_path_buf();
+    let library = prefix.join(PREFIX_LIB).join("libnode.so.108");
     let version_header = prefix.join("usr/include/node/v8-version.h");
     if library.exists() && version_header.exists() {
         println!(
@@ -131,6 +161,75 @@ fn setup_v8() -> Result<(), String> {
     Ok(())
 }
 
+/// The per-user location the `codemode` launcher searches for V8.
+fn user_v8_folder() -> Result<PathBuf, String> {
+    let data_home = match (std::env::var_os("XDG_DATA_HOME"), std::env::var_os("HOME")) {
+        (Some(data_home), _) if Path::new(&data_home).is_absolute() => PathBuf::from(data_home),
+        (_, Some(home)) => PathBuf::from(home).join(".local/share"),
+        _ => return Err("neither XDG_DATA_HOME nor HOME is set: no per-user location".to_owned()),
+    };
+    Ok(data_home.join("codemode/v8"))
+}
+
+/// Copies V8's run-time libraries (and their licences) to the per-user location, atomically;
+/// nothing to do when the same libnode is there already.
+fn install_for_user(prefix: &Path) -> Result<(), String> {
+    let destination = user_v8_folder()?;
+    let source_lib = prefix.join(PREFIX_LIB);
+    let installed = destination.join("lib/libnode.so.108");
+    let same_size = |a: &Path, b: &Path| match (std::fs::metadata(a), std::fs::metadata(b)) {
+        (Ok(a), Ok(b)) => a.len() == b.len(),
+        _ => false,
+    };
+    if same_size(&installed, &source_lib.join("libnode.so.108")) {
+        println!(
+            "V8's libraries are already installed for this user in {}",
+            destination.display()
+        );
+        return Ok(());
+    }
+    let staging = destination.with_extension("partial");
+    let _ = std::fs::remove_dir_all(&staging);
+    for folder in ["lib", "licenses"] {
+        std::fs::create_dir_all(staging.join(folder))
+            .map_err(|error| format!("cannot create {}: {error}", staging.display()))?;
+    }
+    for (soname, package) in V8_RUNTIME_LIBRARIES {
+        copy(&source_lib.join(soname), &staging.join("lib").join(soname))?;
+        let copyright = prefix.join("usr/share/doc").join(package).join("copyright");
+        copy(
+            &copyright,
+            &staging
+                .join("licenses")
+                .join(format!("{package}.copyright")),
+        )?;
+    }
+    let _ = std::fs::remove_dir_all(&destination);
+    std::fs::rename(&staging, &destination).map_err(|error| {
+        format!(
+            "cannot move {} to {}: {error}",
+            staging.display(),
+            destination.display()
+        )
+    })?;
+    println!(
+        "V8's libraries installed for this user in {}",
+        destination.display()
+    );
+    Ok(())
+}
+
+/// Copies the file `from` (following links) to `to`.
+fn copy(from: &Path, to: &Path) -> Result<(), String> {
+    std::fs::copy(from, to).map(|_| ()).map_err(|error| {
+        format!(
+            "cannot copy {} to {}: {error}",
+            from.display(),
+            to.display()
+        )
+    })
+}
+
 /// Reads `major.minor.build.patch` out of `v8-version.h`.
 fn header_version(header: &Path) -> Result<String, String> {
     let text = std::fs::read_to_string(header)
@@ -174,7 +273,7 @@ fn ci() -> Result<(), String> {
     run(Command::new(&cargo)
         .args(["test", "--workspace"])
         .current_dir(&root))?;
-    Ok(())
+    dist::check()
 }
 
 fn run(command: &mut Command) -> Result<(), String> {

@@ -15,6 +15,8 @@
 //! - a protocol failure, a dead server or a call past its timeout: the promise rejects with an
 //!   error that says which.
 
+use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use codemode_protocol::{ToolDefinition, ToolKind, ToolName};
@@ -29,6 +31,7 @@ use tokio_util::sync::CancellationToken;
 
 /// How the server is reached.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum McpTransport {
     /// A child process speaking MCP on its stdin and stdout.
     Stdio {
@@ -36,24 +39,46 @@ pub enum McpTransport {
         program: String,
         /// Its arguments.
         args: Vec<String>,
+        /// Environment variables set for it, on top of the inherited environment.
+        env: BTreeMap<String, String>,
+        /// Its working directory; the current one when `None`.
+        cwd: Option<PathBuf>,
     },
     /// A streamable HTTP endpoint, such as `http://127.0.0.1:8080/mcp`.
     Http {
         /// The server's URL (`http://host:port/mcp`).
         url: String,
+        /// Headers sent with every request (an `Authorization` header, for instance).
+        headers: BTreeMap<String, String>,
     },
 }
 
 impl McpTransport {
-    /// A stdio server from a command line such as `node server.js --flag` (split on whitespace;
-    /// quote nothing).
+    /// A stdio server: `program` with `args`, in the inherited environment.
+    pub fn stdio(program: impl Into<String>, args: Vec<String>) -> Self {
+        McpTransport::Stdio {
+            program: program.into(),
+            args,
+            env: BTreeMap::new(),
+            cwd: None,
+        }
+    }
+
+    /// A stdio server from a command line such as `node "my server.js" --flag`, split into words
+    /// as a POSIX shell would (quotes and backslashes), without running a shell. `None` when the
+    /// line names no program or its quotes do not close.
     pub fn stdio_command(command_line: &str) -> Option<Self> {
-        let mut words = command_line.split_whitespace().map(str::to_owned);
+        let mut words = shlex::split(command_line)?.into_iter();
         let program = words.next()?;
-        Some(McpTransport::Stdio {
-            program,
-            args: words.collect(),
-        })
+        Some(McpTransport::stdio(program, words.collect()))
+    }
+
+    /// A streamable HTTP server at `url`, with no extra headers.
+    pub fn http(url: impl Into<String>) -> Self {
+        McpTransport::Http {
+            url: url.into(),
+            headers: BTreeMap::new(),
+        }
     }
 }
 
@@ -169,9 +194,17 @@ impl McpTools {
     async fn connect(&self) -> Result<(Client, Option<u32>), String> {
         let namespace = &self.config.namespace;
         match &self.config.transport {
-            McpTransport::Stdio { program, args } => {
+            McpTransport::Stdio {
+                program,
+                args,
+                env,
+                cwd,
+            } => {
                 let command = tokio::process::Command::new(program).configure(|command| {
-                    command.args(args);
+                    command.args(args).envs(env);
+                    if let Some(cwd) = cwd {
+                        command.current_dir(cwd);
+                    }
                 });
                 let transport = TokioChildProcess::new(command).map_err(|error| {
                     format!("cannot start the MCP server \"{namespace}\" ({program}): {error}")
@@ -184,8 +217,23 @@ impl McpTools {
                 })?;
                 Ok((client, pid))
             }
-            McpTransport::Http { url } => {
-                let transport = StreamableHttpClientTransport::from_uri(url.as_str());
+            McpTransport::Http { url, headers } => {
+                let mut config =
+                    rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig::with_uri(
+                        url.as_str(),
+                    );
+                for (name, value) in headers {
+                    let name = http::HeaderName::try_from(name.as_str()).map_err(|error| {
+                        format!(
+                            "the MCP server \"{namespace}\" has a bad header name {name:?}: {error}"
+                        )
+                    })?;
+                    let value = http::HeaderValue::try_from(value.as_str()).map_err(|error| {
+                        format!("the MCP server \"{namespace}\" has a bad value for header {name}: {error}")
+                    })?;
+                    config.custom_headers.insert(name, value);
+                }
+                let transport = StreamableHttpClientTransport::from_config(config);
                 let client = ().serve(transport).await.map_err(|error| {
                     format!("cannot connect to the MCP server \"{namespace}\" at {url}: {error}")
                 })?;
@@ -391,14 +439,22 @@ mod tests {
     }
 
     #[test]
-    fn command_lines_split_into_program_and_arguments() {
+    fn command_lines_split_into_program_and_arguments_as_a_shell_would() {
         assert_eq!(
             McpTransport::stdio_command("node  server.js --port 1"),
-            Some(McpTransport::Stdio {
-                program: "node".into(),
-                args: vec!["server.js".into(), "--port".into(), "1".into()]
-            })
+            Some(McpTransport::stdio(
+                "node",
+                vec!["server.js".into(), "--port".into(), "1".into()]
+            ))
+        );
+        assert_eq!(
+            McpTransport::stdio_command(r#""/opt/my tools/server" --name 'a b' c\ d"#),
+            Some(McpTransport::stdio(
+                "/opt/my tools/server",
+                vec!["--name".into(), "a b".into(), "c d".into()]
+            ))
         );
         assert_eq!(McpTransport::stdio_command("   "), None);
+        assert_eq!(McpTransport::stdio_command("node 'unclosed"), None);
     }
 }

@@ -1,0 +1,326 @@
+//! `--config FILE`: the `mcpServers` JSON that MCP clients already use, read into downstream
+//! servers.
+//!
+//! ```json
+//! { "mcpServers": {
+//!     "fs":     { "command": "npx", "args": ["-y", "@modelcontextprotocol/server-filesystem", "/tmp"],
+//!                 "env": { "DEBUG": "1" }, "cwd": "/tmp" },
+//!     "remote": { "url": "http://127.0.0.1:8080/mcp", "headers": { "Authorization": "Bearer …" } }
+//! } }
+//! ```
+//!
+//! Each entry's tools appear in cells as `tools.<entry name>__<tool>`. A top-level `servers`
+//! object (VS Code's spelling) is read the same way. Keys clients commonly add are understood
+//! (`type`, `disabled`: the entry is skipped, `timeout`: seconds per call) or ignored
+//! (`autoApprove`, `alwaysAllow`, `description`, `transportType`, `name`); any other key is a
+//! warning naming the entry and the key, so that a typo like `argz` never passes silently. An
+//! entry that cannot be started (neither `command` nor `url`, values of the wrong type) is an
+//! error naming the entry.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use codemode_host_adapters::{McpServerConfig, McpTransport};
+use codemode_protocol::normalize_identifier;
+use serde_json::{Map, Value};
+
+/// Keys that clients add and that codemode has no use for.
+const IGNORED_KEYS: [&str; 5] = [
+    "autoApprove",
+    "alwaysAllow",
+    "description",
+    "transportType",
+    "name",
+];
+
+/// The servers of a configuration file, and what was odd about it.
+#[derive(Debug)]
+pub struct ConfigServers {
+    /// The servers to use, in the file's order.
+    pub servers: Vec<McpServerConfig>,
+    /// One line per unknown key (`warning: …` is the caller's to add).
+    pub warnings: Vec<String>,
+}
+
+/// Reads and checks `path`. The error says what is wrong and where.
+pub fn read(path: &Path) -> Result<ConfigServers, String> {
+    let text = std::fs::read_to_string(path).map_err(|error| {
+        format!(
+            "cannot read the MCP configuration {}: {error}",
+            path.display()
+        )
+    })?;
+    parse(&text).map_err(|error| format!("{}: {error}", path.display()))
+}
+
+/// Checks the text of a configuration file.
+pub fn parse(text: &str) -> Result<ConfigServers, String> {
+    let document: Value = serde_json::from_str(text).map_err(|error| {
+        format!("not valid JSON ({error}); expected {{\"mcpServers\": {{\"name\": {{...}}}}}}")
+    })?;
+    let Value::Object(document) = document else {
+        return Err("expected a JSON object with an \"mcpServers\" object".to_owned());
+    };
+    let entries = match (document.get("mcpServers"), document.get("servers")) {
+        (Some(Value::Object(entries)), _) | (None, Some(Value::Object(entries))) => entries,
+        (Some(_), _) | (None, Some(_)) => {
+            return Err("\"mcpServers\" must be an object of named servers".to_owned());
+        }
+        (None, None) => {
+            return Err("no \"mcpServers\" object: there are no servers to use".to_owned());
+        }
+    };
+    let mut servers = Vec::new();
+    let mut warnings = Vec::new();
+    for (name, entry) in entries {
+        let Value::Object(entry) = entry else {
+            return Err(format!("server \"{name}\" must be an object"));
+        };
+        if let Some(server) = server(name, entry, &mut warnings)? {
+            servers.push(server);
+        }
+    }
+    Ok(ConfigServers { servers, warnings })
+}
+
+/// One entry, or `None` when it is disabled.
+fn server(
+    name: &str,
+    entry: &Map<String, Value>,
+    warnings: &mut Vec<String>,
+) -> Result<Option<McpServerConfig>, String> {
+    let wrong =
+        |key: &str, expected: &str| format!("server \"{name}\": \"{key}\" must be {expected}");
+    let string = |key: &str| -> Result<Option<String>, String> {
+        match entry.get(key) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(value)) => Ok(Some(value.clone())),
+            Some(_) => Err(wrong(key, "a string")),
+        }
+    };
+    let strings = |key: &str| -> Result<Vec<String>, String> {
+        match entry.get(key) {
+            None | Some(Value::Null) => Ok(Vec::new()),
+            Some(Value::Array(values)) => values
+                .iter()
+                .map(|value| value.as_str().map(str::to_owned))
+                .collect::<Option<Vec<_>>>()
+                .ok_or_else(|| wrong(key, "an array of strings")),
+            Some(_) => Err(wrong(key, "an array of strings")),
+        }
+    };
+    let string_map = |key: &str| -> Result<BTreeMap<String, String>, String> {
+        match entry.get(key) {
+            None | Some(Value::Null) => Ok(BTreeMap::new()),
+            Some(Value::Object(values)) => values
+                .iter()
+                .map(|(name, value)| value.as_str().map(|value| (name.clone(), value.to_owned())))
+                .collect::<Option<BTreeMap<_, _>>>()
+                .ok_or_else(|| wrong(key, "an object of strings")),
+            Some(_) => Err(wrong(key, "an object of strings")),
+        }
+    };
+    for key in entry.keys() {
+        let known = matches!(
+            key.as_str(),
+            "command"
+                | "args"
+                | "env"
+                | "cwd"
+                | "url"
+                | "headers"
+                | "type"
+                | "disabled"
+                | "timeout"
+        ) || IGNORED_KEYS.contains(&key.as_str());
+        if !known {
+            warnings.push(format!(
+                "server \"{name}\" in the MCP configuration has an unknown key \"{key}\"; it is \
+                 ignored (known keys: command, args, env, cwd, url, headers, type, disabled, \
+                 timeout)"
+            ));
+        }
+    }
+    match entry.get("disabled") {
+        None | Some(Value::Null) | Some(Value::Bool(false)) => {}
+        Some(Value::Bool(true)) => return Ok(None),
+        Some(_) => return Err(wrong("disabled", "true or false")),
+    }
+    let kind = string("type")?;
+    let command = string("command")?;
+    let url = string("url")?;
+    let transport = match (command, url) {
+        (Some(command), None) => {
+            if let Some(kind) = kind.as_deref().filter(|kind| *kind != "stdio") {
+                return Err(format!(
+                    "server \"{name}\" has a \"command\" but \"type\": \"{kind}\"; a command is a \
+                     stdio server"
+                ));
+            }
+            if command.trim().is_empty() {
+                return Err(wrong("command", "a program to run"));
+            }
+            McpTransport::Stdio {
+                program: command,
+                args: strings("args")?,
+                env: string_map("env")?,
+                cwd: string("cwd")?.map(PathBuf::from),
+            }
+        }
+        (None, Some(url)) => {
+            match kind.as_deref() {
+                None | Some("http") | Some("streamable-http") | Some("streamableHttp") => {}
+                Some("sse") => {
+                    return Err(format!(
+                        "server \"{name}\" uses the legacy SSE transport, which codemode does not \
+                         speak; give the URL of its streamable HTTP endpoint instead"
+                    ));
+                }
+                Some(kind) => {
+                    return Err(format!(
+                        "server \"{name}\" has a \"url\" but \"type\": \"{kind}\"; use \"http\""
+                    ));
+                }
+            }
+            if !(url.starts_with("http://") || url.starts_with("https://")) {
+                return Err(wrong("url", "an http:// or https:// URL"));
+            }
+            McpTransport::Http {
+                url,
+                headers: string_map("headers")?,
+            }
+        }
+        (Some(_), Some(_)) => {
+            return Err(format!(
+                "server \"{name}\" has both \"command\" and \"url\"; give one: a command for a \
+                 stdio server, a url for a streamable HTTP one"
+            ));
+        }
+        (None, None) => {
+            return Err(format!(
+                "server \"{name}\" cannot be started: it has neither \"command\" (a stdio server) \
+                 nor \"url\" (a streamable HTTP server)"
+            ));
+        }
+    };
+    let mut config = McpServerConfig::new(normalize_identifier(name), transport);
+    match entry.get("timeout") {
+        None | Some(Value::Null) => {}
+        Some(Value::Number(seconds)) => match seconds.as_f64() {
+            Some(seconds) if seconds > 0.0 && seconds.is_finite() => {
+                config = config.with_call_timeout(Duration::from_secs_f64(seconds));
+            }
+            _ => return Err(wrong("timeout", "a positive number of seconds")),
+        },
+        Some(_) => return Err(wrong("timeout", "a positive number of seconds")),
+    }
+    Ok(Some(config))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stdio_and_http_entries_become_servers_and_disabled_ones_are_skipped() {
+        let parsed = parse(
+            r#"{"mcpServers": {
+                "my-fs": {"command": "npx", "args": ["-y", "server"], "env": {"A": "1"}, "cwd": "/tmp", "type": "stdio"},
+                "remote": {"url": "http://127.0.0.1:1/mcp", "headers": {"Authorization": "Bearer x"}, "timeout": 5},
+                "off": {"command": "nothing", "disabled": true},
+                "quiet": {"command": "x", "autoApprove": ["a"], "description": "d"}
+            }}"#,
+        )
+        .unwrap();
+        assert!(parsed.warnings.is_empty(), "{:?}", parsed.warnings);
+        let names: Vec<&str> = parsed
+            .servers
+            .iter()
+            .map(|server| server.namespace.as_str())
+            .collect();
+        assert_eq!(names, ["my_fs", "remote", "quiet"]);
+        assert_eq!(
+            parsed.servers[0].transport,
+            McpTransport::Stdio {
+                program: "npx".into(),
+                args: vec!["-y".into(), "server".into()],
+                env: BTreeMap::from([("A".into(), "1".into())]),
+                cwd: Some("/tmp".into()),
+            }
+        );
+        assert_eq!(parsed.servers[1].call_timeout, Duration::from_secs(5));
+        assert!(matches!(
+            &parsed.servers[1].transport,
+            McpTransport::Http { headers, .. } if headers["Authorization"] == "Bearer x"
+        ));
+    }
+
+    #[test]
+    fn an_unknown_key_is_a_warning_naming_the_entry_and_the_key() {
+        let parsed = parse(r#"{"mcpServers": {"fs": {"command": "npx", "argz": ["x"]}}}"#).unwrap();
+        assert_eq!(parsed.servers.len(), 1);
+        assert_eq!(parsed.warnings.len(), 1);
+        assert!(
+            parsed.warnings[0].contains("server \"fs\""),
+            "{:?}",
+            parsed.warnings
+        );
+        assert!(
+            parsed.warnings[0].contains("\"argz\""),
+            "{:?}",
+            parsed.warnings
+        );
+    }
+
+    #[test]
+    fn entries_that_cannot_start_are_errors_naming_the_entry() {
+        for (text, expected) in [
+            (
+                r#"{"mcpServers": {"a": {}}}"#,
+                "server \"a\" cannot be started",
+            ),
+            (
+                r#"{"mcpServers": {"b": {"command": 3}}}"#,
+                "server \"b\": \"command\" must be a string",
+            ),
+            (
+                r#"{"mcpServers": {"c": {"command": "x", "args": "y"}}}"#,
+                "server \"c\": \"args\" must be an array",
+            ),
+            (
+                r#"{"mcpServers": {"d": {"command": "x", "url": "http://h/mcp"}}}"#,
+                "server \"d\" has both",
+            ),
+            (
+                r#"{"mcpServers": {"e": {"url": "http://h/sse", "type": "sse"}}}"#,
+                "server \"e\" uses the legacy SSE",
+            ),
+            (
+                r#"{"mcpServers": {"f": {"command": "x", "env": {"A": 1}}}}"#,
+                "server \"f\": \"env\" must be an object of strings",
+            ),
+            (
+                r#"{"mcpServers": {"g": "npx"}}"#,
+                "server \"g\" must be an object",
+            ),
+        ] {
+            let error = parse(text).unwrap_err();
+            assert!(error.contains(expected), "{text}: {error}");
+        }
+    }
+
+    #[test]
+    fn a_malformed_file_says_what_was_expected() {
+        assert!(parse("{not json").unwrap_err().contains("not valid JSON"));
+        assert!(parse("[]").unwrap_err().contains("\"mcpServers\""));
+        assert!(parse("{}").unwrap_err().contains("no \"mcpServers\""));
+        assert_eq!(
+            parse(r#"{"servers": {"x": {"command": "y"}}}"#)
+                .unwrap()
+                .servers
+                .len(),
+            1
+        );
+    }
+}

@@ -1,0 +1,212 @@
+//! `--config` against the repository's own demo MCP server (over stdio and over streamable HTTP),
+//! its errors and warnings, and the launcher's search for V8, through the built binaries.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use codemode_test_support::ListeningServer;
+use serde_json::{Value, json};
+
+const CODEMODE: &str = env!("CARGO_BIN_EXE_codemode");
+
+fn scratch(name: &str) -> PathBuf {
+    let folder =
+        std::env::temp_dir().join(format!("codemode-config-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&folder);
+    std::fs::create_dir_all(&folder).unwrap();
+    folder
+}
+
+fn write_config(name: &str, servers: Value) -> PathBuf {
+    let path = scratch(name).join("mcp.json");
+    std::fs::write(
+        &path,
+        serde_json::to_vec_pretty(&json!({ "mcpServers": servers })).unwrap(),
+    )
+    .unwrap();
+    path
+}
+
+/// `codemode run --json --no-demo-tools --config PATH -` with `source` on standard input.
+fn run_with_config(config: &Path, source: &str) -> Output {
+    let mut child = Command::new(CODEMODE)
+        .args(["run", "--json", "--no-demo-tools", "--config"])
+        .arg(config)
+        .arg("-")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(source.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
+fn texts(output: &Output) -> Vec<String> {
+    let json: Value = serde_json::from_slice(&output.stdout).unwrap_or_else(|error| {
+        panic!(
+            "not one JSON object ({error}): {}\nstderr: {}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        )
+    });
+    json["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|item| item["text"].as_str().map(str::to_owned))
+        .collect()
+}
+
+#[test]
+fn a_stdio_server_from_the_config_is_callable_under_its_name() {
+    let config = write_config(
+        "stdio",
+        json!({
+            "demo": {"command": CODEMODE, "args": ["demo-mcp-server"], "env": {"UNUSED": "1"}},
+            "off": {"command": "/nonexistent", "disabled": true}
+        }),
+    );
+    let output = run_with_config(
+        &config,
+        r#"const sum = await tools.demo__add({a: 2, b: 3}); text(sum.structuredContent.sum);
+           text(ALL_TOOLS.map((tool) => tool.name).filter((name) => !name.startsWith("demo__")).length);"#,
+    );
+    assert_eq!(output.status.code(), Some(0), "{output:?}");
+    assert_eq!(texts(&output), ["5", "0"]);
+}
+
+#[test]
+fn an_http_server_from_the_config_is_callable_with_its_headers() {
+    let mut command = Command::new(CODEMODE);
+    command.args(["demo-mcp-server", "--http", "127.0.0.1:0"]);
+    let server = ListeningServer::spawn(command);
+    let config = write_config(
+        "http",
+        json!({"remote": {"type": "http", "url": server.url(), "headers": {"X-Test": "yes"}}}),
+    );
+    let output = run_with_config(
+        &config,
+        r#"text((await tools.remote__add({a: 1.5, b: 2})).structuredContent.sum);"#,
+    );
+    assert_eq!(output.status.code(), Some(0), "{output:?}");
+    assert_eq!(texts(&output), ["3.5"]);
+}
+
+#[test]
+fn an_unknown_key_is_warned_about_naming_the_entry_and_the_key() {
+    let config = write_config(
+        "typo",
+        json!({"demo": {"command": CODEMODE, "args": ["demo-mcp-server"], "argz": ["x"]}}),
+    );
+    let output = run_with_config(&config, "text(1)");
+    assert_eq!(output.status.code(), Some(0), "{output:?}");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains(
+            "warning: server \"demo\" in the MCP configuration has an unknown key \"argz\""
+        ),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_malformed_config_or_an_entry_that_cannot_start_is_a_usage_error_naming_it() {
+    let folder = scratch("malformed");
+    let malformed = folder.join("broken.json");
+    std::fs::write(&malformed, "{\"mcpServers\": {").unwrap();
+    let output = run_with_config(&malformed, "text(1)");
+    assert_eq!(output.status.code(), Some(2), "{output:?}");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("broken.json: not valid JSON"), "{stderr}");
+
+    let unstartable = write_config("unstartable", json!({"nothing": {"args": ["x"]}}));
+    let output = run_with_config(&unstartable, "text(1)");
+    assert_eq!(output.status.code(), Some(2), "{output:?}");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("server \"nothing\" cannot be started: it has neither \"command\""),
+        "{stderr}"
+    );
+
+    let missing = folder.join("missing.json");
+    let output = run_with_config(&missing, "text(1)");
+    assert_eq!(output.status.code(), Some(2), "{output:?}");
+    assert!(String::from_utf8_lossy(&output.stderr).contains("cannot read the MCP configuration"));
+}
+
+#[test]
+fn mcp_offers_no_demo_tools_unless_asked() {
+    let description = |extra: &[&str]| {
+        let output = Command::new(CODEMODE)
+            .arg("mcp")
+            .args(extra)
+            .arg("--print-exec-description")
+            .output()
+            .unwrap();
+        assert_eq!(output.status.code(), Some(0), "{output:?}");
+        String::from_utf8(output.stdout).unwrap()
+    };
+    let plain = description(&[]);
+    assert!(!plain.contains("echo("), "{plain}");
+    assert!(!plain.contains("sleep("), "{plain}");
+    let with_demo = description(&["--demo-tools"]);
+    assert!(with_demo.contains("sleep(args: {"), "{with_demo}");
+}
+
+/// The launcher, run with an environment where V8 can be found nowhere.
+fn launcher_in_empty_environment(extra_env: &[(&str, &Path)]) -> Output {
+    let home = scratch("home");
+    let mut command = Command::new(CODEMODE);
+    command
+        .args(["run", "-"])
+        .env_clear()
+        .env("HOME", &home)
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .current_dir(&home)
+        .stdin(Stdio::null());
+    for (name, value) in extra_env {
+        command.env(name, value);
+    }
+    command.output().unwrap()
+}
+
+#[test]
+fn without_v8_anywhere_the_launcher_says_where_it_looked_and_how_to_fix_it() {
+    if Path::new("/usr/lib/x86_64-linux-gnu/libnode.so.108").exists() {
+        // This machine has V8 installed system-wide, so the launcher rightly finds it.
+        return;
+    }
+    let output = launcher_in_empty_environment(&[]);
+    assert_eq!(output.status.code(), Some(1), "{output:?}");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.starts_with("error: codemode cannot find V8 (libnode.so.108). It looked in:"),
+        "{stderr}"
+    );
+    assert!(stderr.contains(".local/share/codemode/v8/lib"), "{stderr}");
+    assert!(stderr.contains("cargo xtask setup-v8"), "{stderr}");
+    assert!(
+        !stderr.contains("error while loading shared libraries"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn the_launcher_finds_v8_through_codemode_v8_prefix() {
+    let prefix = std::env::var_os("CODEMODE_V8_PREFIX")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../.v8"));
+    let output = launcher_in_empty_environment(&[("CODEMODE_V8_PREFIX", &prefix)]);
+    // The source is empty (standard input is closed): a usage error from codemode-v8 itself,
+    // which proves it started and found V8.
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(!stderr.contains("cannot find V8"), "{stderr}");
+}

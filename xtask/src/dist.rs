@@ -1,0 +1,407 @@
+//! `cargo xtask dist` and `cargo xtask dist-check`: the release tarball, and the proof that it
+//! runs where it is unpacked.
+//!
+//! The tarball holds `bin/codemode` (the launcher), `bin/codemode-v8` (run path `$ORIGIN/../lib`
+//! only), `lib/` with V8 and every library it needs that a base Debian or Ubuntu system lacks (as
+//! `ldd` reports them; the C and C++ runtimes and zlib are the system's), `licenses/` with the
+//! Debian copyright file of each bundled library, and a README.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use crate::{PREFIX_LIB, V8_RUNTIME_LIBRARIES, copy, run, v8_prefix, workspace_root};
+
+/// Libraries every Debian and Ubuntu system has: never bundled.
+const BASE_SYSTEM: [&str; 10] = [
+    "linux-vdso.so.1",
+    "libc.so.6",
+    "libm.so.6",
+    "libpthread.so.0",
+    "libdl.so.2",
+    "librt.so.1",
+    "libgcc_s.so.1",
+    "libstdc++.so.6",
+    "libz.so.1",
+    "ld-linux-x86-64.so.2",
+];
+
+const TARGET: &str = "x86_64-linux-gnu";
+
+fn version() -> &'static str {
+    env!("CARGO_PKG_VERSION")
+}
+
+fn package_name() -> String {
+    format!("codemode-{}-{TARGET}", version())
+}
+
+/// Builds the tarball and returns its path.
+pub fn dist() -> Result<PathBuf, String> {
+    crate::setup_v8()?;
+    let root = workspace_root();
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    run(Command::new(&cargo)
+        .args(["build", "--release", "-p", "codemode-cli"])
+        .current_dir(&root))?;
+    let release = root.join("target/release");
+    let dist = root.join("target/dist");
+    let staging = dist.join(package_name());
+    let _ = std::fs::remove_dir_all(&staging);
+    for folder in ["bin", "lib", "licenses"] {
+        std::fs::create_dir_all(staging.join(folder))
+            .map_err(|error| format!("cannot create {}: {error}", staging.display()))?;
+    }
+    for program in ["codemode", "codemode-v8"] {
+        let shipped = staging.join("bin").join(program);
+        copy(&release.join(program), &shipped)?;
+        // Symbols are for debugging a build, not for running it; keep going without `strip`.
+        let _ = Command::new("strip").arg(&shipped).status();
+    }
+    let v8_lib = v8_prefix().join(PREFIX_LIB);
+    let bundled = libraries_to_bundle(&staging.join("bin/codemode-v8"), &v8_lib)?;
+    for (soname, path) in &bundled {
+        copy(path, &staging.join("lib").join(soname))?;
+        let (package, copyright) = copyright_of(soname, path)?;
+        copy(
+            &copyright,
+            &staging
+                .join("licenses")
+                .join(format!("{package}.copyright")),
+        )?;
+    }
+    std::fs::write(staging.join("README.md"), readme(&bundled))
+        .map_err(|error| format!("cannot write the README: {error}"))?;
+    let tarball = dist.join(format!("{}.tar.gz", package_name()));
+    let partial = tarball.with_extension("partial");
+    run(Command::new("tar")
+        .arg("-czf")
+        .arg(&partial)
+        .arg("-C")
+        .arg(&dist)
+        .arg(package_name()))?;
+    std::fs::rename(&partial, &tarball)
+        .map_err(|error| format!("cannot move {} into place: {error}", partial.display()))?;
+    Ok(tarball)
+}
+
+/// Every library `program` loads (with V8's folder on the library path) that a base system
+/// lacks, by soname, with where it is now.
+fn libraries_to_bundle(program: &Path, v8_lib: &Path) -> Result<BTreeMap<String, PathBuf>, String> {
+    let output = Command::new("ldd")
+        .arg(program)
+        .env("LD_LIBRARY_PATH", v8_lib)
+        .output()
+        .map_err(|error| format!("cannot run ldd: {error}"))?;
+    let text = String::from_utf8_lossy(&output.stdout);
+    let mut libraries = BTreeMap::new();
+    for line in text.lines() {
+        let line = line.trim();
+        let Some((soname, rest)) = line.split_once(" => ") else {
+            continue;
+        };
+        if BASE_SYSTEM.contains(&soname) {
+            continue;
+        }
+        let path = rest.split(" (").next().unwrap_or_default().trim();
+        if path == "not found" || path.is_empty() {
+            return Err(format!(
+                "{} needs {soname}, which ldd cannot find",
+                program.display()
+            ));
+        }
+        libraries.insert(soname.to_owned(), PathBuf::from(path));
+    }
+    if !libraries.contains_key("libnode.so.108") {
+        return Err(format!(
+            "ldd does not list libnode.so.108 for {}:\n{text}",
+            program.display()
+        ));
+    }
+    Ok(libraries)
+}
+
+/// The Debian package a library comes from, and its copyright file.
+fn copyright_of(soname: &str, path: &Path) -> Result<(String, PathBuf), String> {
+    if let Some((_, package)) = V8_RUNTIME_LIBRARIES
+        .iter()
+        .find(|(name, _)| *name == soname)
+    {
+        let copyright = v8_prefix()
+            .join("usr/share/doc")
+            .join(package)
+            .join("copyright");
+        return Ok(((*package).to_owned(), copyright));
+    }
+    // With merged /usr, dpkg may know the file under /usr/lib or under /lib.
+    let mut candidates = vec![path.to_path_buf()];
+    if let Ok(stripped) = path.strip_prefix("/lib") {
+        candidates.push(Path::new("/usr/lib").join(stripped));
+    }
+    if let Ok(stripped) = path.strip_prefix("/usr/lib") {
+        candidates.push(Path::new("/lib").join(stripped));
+    }
+    for candidate in candidates {
+        let Ok(output) = Command::new("dpkg").arg("-S").arg(&candidate).output() else {
+            continue;
+        };
+        if !output.status.success() {
+            continue;
+        }
+        let text = String::from_utf8_lossy(&output.stdout);
+        if let Some(package) = text.lines().next().and_then(|line| line.split(':').next()) {
+            let copyright = Path::new("/usr/share/doc").join(package).join("copyright");
+            if copyright.exists() {
+                return Ok((package.to_owned(), copyright));
+            }
+        }
+    }
+    Err(format!(
+        "cannot tell which package {} comes from, for its licence",
+        path.display()
+    ))
+}
+
+fn readme(bundled: &BTreeMap<String, PathBuf>) -> String {
+    let libraries: Vec<&str> = bundled.keys().map(String::as_str).collect();
+    format!(
+        "# codemode {version} ({TARGET})\n\n\
+         Run model-written JavaScript that orchestrates tools, in V8 cells.\n\n\
+         - `bin/codemode run script.js`: run a cell from the shell.\n\
+         - `bin/codemode mcp --config ~/.config/mcp.json`: serve `exec` and `wait` to any MCP client, with \
+         the tools of the servers in an `mcpServers` file.\n\n\
+         Unpack anywhere; `bin/codemode` finds V8 in `lib/` beside it. Nothing else is needed on a \
+         Debian 12 or Ubuntu 22.04+ system (x86-64).\n\n\
+         `lib/` carries V8 (Debian's libnode108, V8 10.2) and the libraries it needs that a base \
+         system lacks: {}. Their licences are in `licenses/`. These copies get no security updates \
+         from your system: unpack a newer release to update them.\n",
+        libraries.join(", "),
+        version = version(),
+    )
+}
+
+/// Builds the tarball, unpacks it into a fresh folder and, from another working directory, with
+/// the repository's V8 renamed out of sight and an empty environment, runs a cell and an MCP
+/// `initialize` + `tools/list` + `exec` round trip with it.
+pub fn check() -> Result<(), String> {
+    let tarball = dist()?;
+    let scratch = std::env::temp_dir().join(format!("codemode-dist-check-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&scratch);
+    let unpacked = scratch.join("unpacked");
+    let elsewhere = scratch.join("elsewhere");
+    for folder in [&unpacked, &elsewhere] {
+        std::fs::create_dir_all(folder)
+            .map_err(|error| format!("cannot create {}: {error}", folder.display()))?;
+    }
+    run(Command::new("tar")
+        .arg("-xzf")
+        .arg(&tarball)
+        .arg("-C")
+        .arg(&unpacked))?;
+    let bin = unpacked.join(package_name()).join("bin");
+    for program in ["codemode", "codemode-v8"] {
+        check_no_absolute_run_path(&bin.join(program))?;
+    }
+    let _hidden = HiddenFolder::hide(&v8_prefix())?;
+    let codemode = bin.join("codemode");
+    let clean = |command: &mut Command| {
+        command
+            .env_clear()
+            .env("PATH", "/usr/bin:/bin")
+            .env("HOME", &elsewhere)
+            .current_dir(&elsewhere);
+    };
+    // A cell.
+    let mut cell = Command::new(&codemode);
+    cell.args(["run", "--json", "-"]);
+    clean(&mut cell);
+    let output = run_with_input(&mut cell, "text(`relocated ${1 + 1}`)")?;
+    if !output.contains("relocated 2") {
+        return Err(format!("the unpacked codemode ran no cell: {output}"));
+    }
+    // An MCP round trip over stdio.
+    let mut server = Command::new(&codemode);
+    server.args(["mcp", "--demo-tools"]);
+    clean(&mut server);
+    mcp_round_trip(&mut server)?;
+    let _ = std::fs::remove_dir_all(&scratch);
+    println!(
+        "dist-check: {} runs a cell and serves MCP from {}",
+        tarball.display(),
+        bin.display()
+    );
+    Ok(())
+}
+
+fn check_no_absolute_run_path(program: &Path) -> Result<(), String> {
+    let output = Command::new("readelf")
+        .arg("-d")
+        .arg(program)
+        .output()
+        .map_err(|error| format!("cannot run readelf: {error}"))?;
+    let text = String::from_utf8_lossy(&output.stdout);
+    for line in text
+        .lines()
+        .filter(|line| line.contains("RPATH") || line.contains("RUNPATH"))
+    {
+        let paths = line
+            .rsplit('[')
+            .next()
+            .unwrap_or_default()
+            .trim_end_matches(']');
+        if paths.split(':').any(|path| !path.starts_with("$ORIGIN")) {
+            return Err(format!(
+                "{} has an absolute run path: {line}",
+                program.display()
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Renames a folder out of sight for as long as it lives.
+struct HiddenFolder {
+    original: PathBuf,
+    hidden: PathBuf,
+}
+
+impl HiddenFolder {
+    fn hide(folder: &Path) -> Result<Option<Self>, String> {
+        if !folder.exists() {
+            return Ok(None);
+        }
+        let hidden = folder.with_extension(format!("hidden-{}", std::process::id()));
+        std::fs::rename(folder, &hidden)
+            .map_err(|error| format!("cannot hide {}: {error}", folder.display()))?;
+        Ok(Some(HiddenFolder {
+            original: folder.to_path_buf(),
+            hidden,
+        }))
+    }
+}
+
+impl Drop for HiddenFolder {
+    fn drop(&mut self) {
+        if let Err(error) = std::fs::rename(&self.hidden, &self.original) {
+            eprintln!(
+                "error: cannot move {} back to {}: {error}",
+                self.hidden.display(),
+                self.original.display()
+            );
+        }
+    }
+}
+
+/// How long the unpacked program may take to answer anything.
+const ANSWER_TIMEOUT: Duration = Duration::from_secs(60);
+
+fn run_with_input(command: &mut Command, input: &str) -> Result<String, String> {
+    let mut child = command
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|error| format!("cannot start {command:?}: {error}"))?;
+    child
+        .stdin
+        .take()
+        .expect("piped")
+        .write_all(input.as_bytes())
+        .map_err(|error| format!("cannot write to {command:?}: {error}"))?;
+    let output = child
+        .wait_with_output()
+        .map_err(|error| format!("{command:?} failed: {error}"))?;
+    if !output.status.success() {
+        return Err(format!(
+            "{command:?} exited with {}: {}{}",
+            output.status,
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        ));
+    }
+    Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+}
+
+/// `initialize`, `notifications/initialized`, `tools/list` and a `tools/call` of `exec`, as
+/// newline-delimited JSON-RPC over the server's stdin and stdout.
+fn mcp_round_trip(command: &mut Command) -> Result<(), String> {
+    let mut child = command
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .map_err(|error| format!("cannot start {command:?}: {error}"))?;
+    let mut stdin = child.stdin.take().expect("piped");
+    let stdout = child.stdout.take().expect("piped");
+    let (lines, answers) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if lines.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut exchange = |request: serde_json::Value| -> Result<serde_json::Value, String> {
+        writeln!(stdin, "{request}")
+            .map_err(|error| format!("cannot write to the server: {error}"))?;
+        let Some(id) = request.get("id") else {
+            return Ok(serde_json::Value::Null);
+        };
+        loop {
+            let line = answers
+                .recv_timeout(ANSWER_TIMEOUT)
+                .map_err(|_| format!("no answer to {request}"))?;
+            let message: serde_json::Value = serde_json::from_str(&line).map_err(|error| {
+                format!("the server wrote a line that is not JSON ({error}): {line}")
+            })?;
+            if message.get("id") == Some(id) {
+                return match message.get("error") {
+                    Some(error) => Err(format!("{request} failed: {error}")),
+                    None => Ok(message["result"].clone()),
+                };
+            }
+        }
+    };
+    let outcome = (|| {
+        let initialized = exchange(serde_json::json!({
+            "jsonrpc": "2.0", "id": 1, "method": "initialize",
+            "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                       "clientInfo": {"name": "dist-check", "version": "1"}}
+        }))?;
+        if initialized["serverInfo"].is_null() {
+            return Err(format!(
+                "initialize answered without serverInfo: {initialized}"
+            ));
+        }
+        exchange(serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))?;
+        let listed =
+            exchange(serde_json::json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}))?;
+        let names: Vec<&str> = listed["tools"]
+            .as_array()
+            .map(|tools| {
+                tools
+                    .iter()
+                    .filter_map(|tool| tool["name"].as_str())
+                    .collect()
+            })
+            .unwrap_or_default();
+        if names != ["exec", "wait"] {
+            return Err(format!("tools/list gave {names:?}, not exec and wait"));
+        }
+        let called = exchange(serde_json::json!({
+            "jsonrpc": "2.0", "id": 3, "method": "tools/call",
+            "params": {"name": "exec", "arguments": {"code": "text(await tools.echo(\"over mcp\"))"}}
+        }))?;
+        if !called.to_string().contains("over mcp") {
+            return Err(format!("exec did not run the cell: {called}"));
+        }
+        Ok(())
+    })();
+    let _ = child.kill();
+    let _ = child.wait();
+    outcome
+}
