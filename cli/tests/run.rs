@@ -315,3 +315,21 @@ fn notifications_are_shown_on_stderr() {
             .contains("[notify] halfway there")
     );
 }
+
+#[test]
+fn a_typescript_cell_runs_from_the_command_line() {
+    let (json, code) = run_json(
+        &[],
+        "interface Point { x: number; y: number }\nconst p: Point = { x: 1, y: 2 };\nconst sum = <T extends number>(a: T, b: T): number => a + b;\ntext(sum(p.x, p.y) satisfies number);",
+    );
+    assert_eq!(code, 0, "{json}");
+    assert_eq!(texts(&json), ["3"]);
+}
+
+#[test]
+fn a_typescript_enum_fails_with_what_to_write_instead() {
+    let (json, code) = run_json(&[], "enum Mode { A }\ntext(Mode.A);");
+    assert_eq!(code, 1, "{json}");
+    let error = json["error_text"].as_str().unwrap();
+    assert!(error.contains("TypeScript `enum`"), "{error}");
+}

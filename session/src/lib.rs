@@ -26,6 +26,7 @@ mod model;
 mod ports;
 mod render;
 mod session;
+mod strip;
 mod typescript;
 
 pub use codemode_cell_actor::{

@@ -26,6 +26,7 @@ use crate::config::SessionConfig;
 use crate::hints::error_hint;
 use crate::ids::CellIds;
 use crate::ports::{Store, StoreError, ToolListError, ToolProvider};
+use crate::strip::{StrippedSource, strip_types};
 
 /// How many session events a slow subscriber may fall behind before it misses some.
 const EVENT_BUFFER: usize = 1024;
@@ -315,6 +316,9 @@ impl Session {
     ) -> Result<CellReport, SessionError> {
         let shared = &self.shared;
         let began = Instant::now();
+        // TypeScript is erased before the engine sees the source (positions kept), outside any
+        // lock. Hints read the source as the model wrote it.
+        let stripped = strip_types(&request.source);
         let (cell_id, source, first_observation) = {
             let mut registry = lock(&shared.registry);
             if registry.shut_down {
@@ -330,9 +334,29 @@ impl Session {
                 .allocate()
                 .ok_or(SessionError::CellIdsExhausted)?;
             let source: Arc<str> = Arc::from(request.source.as_str());
+            let runnable = match stripped {
+                Ok(StrippedSource::Stripped(code)) => code,
+                Ok(StrippedSource::AsWritten) => request.source,
+                Err(unsupported) => {
+                    drop(registry);
+                    // The cell fails as a syntax error would, without running.
+                    let event = CellEvent::Completed {
+                        output: Default::default(),
+                        error_text: Some(unsupported.error_text),
+                        result_buffered_for: Duration::ZERO,
+                    };
+                    return match self.conclude(&cell_id, &source, Ok(event), began)? {
+                        WaitOutcome::Observed(report) => Ok(report),
+                        WaitOutcome::NotFound { cell_id } => Err(SessionError::Cell {
+                            cell_id,
+                            error: CellError::Closed,
+                        }),
+                    };
+                }
+            };
             let cell = CellStart {
                 call_id: request.call_id,
-                source: request.source,
+                source: runnable,
                 enabled_tools: shared.tools.clone(),
                 stored_values: lock(&shared.values).clone(),
                 limits: CellLimits::default()
