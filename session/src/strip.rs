@@ -95,8 +95,11 @@ fn explain(message: &str) -> String {
     format!("{advice} ({message})")
 }
 
-/// Collects each diagnostic's message and where it points.
-struct Collect(Arc<Mutex<Vec<(String, Option<BytePos>)>>>);
+/// A diagnostic's message and where it points.
+type Diagnostic = (String, Option<BytePos>);
+
+/// Collects each diagnostic.
+struct Collect(Arc<Mutex<Vec<Diagnostic>>>);
 
 impl Emitter for Collect {
     fn emit(&mut self, diagnostic: &mut DiagnosticBuilder<'_>) {
