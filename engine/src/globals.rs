@@ -53,6 +53,8 @@ pub struct ToolListing {
     pub name: String,
     /// What it does.
     pub description: String,
+    /// Its TypeScript declaration, for a model that looks the tool up from inside a cell.
+    pub declaration: String,
 }
 
 impl CellGlobals {
@@ -79,6 +81,7 @@ impl CellGlobals {
             .map(|tool| ToolListing {
                 name: tool.global_name(),
                 description: tool.description.clone(),
+                declaration: codemode_protocol::tool_declaration(tool),
             })
             .collect()
     }

@@ -14,8 +14,10 @@ mod output;
 mod pragma;
 mod request;
 mod tool;
+mod typescript;
 
 pub use output::{AudioItem, ImageDetail, ImageItem, OutputItem, ParseImageDetailError};
 pub use pragma::{ExecInput, ExecInputError, MAX_SAFE_INTEGER, parse_exec_input};
 pub use request::{ExecuteRequest, WaitRequest};
 pub use tool::{ToolDefinition, ToolKind, ToolName, normalize_identifier};
+pub use typescript::{tool_declaration, tools_declaration};

@@ -12,6 +12,10 @@ pub const DEFAULT_WAIT_YIELD_TIME_MS: u64 = 10_000;
 /// The output budget of one rendering for the model, in tokens, when the request does not say (output and rendering).
 pub const DEFAULT_MAX_OUTPUT_TOKENS: u64 = 10_000;
 
+/// The budget of the tool part of the `exec` description, in tokens: hundreds of tools degrade to
+/// leaner forms instead of thousands of tokens on every request.
+pub const DEFAULT_TOOL_DESCRIPTION_BUDGET_TOKENS: u64 = 2_000;
+
 /// The rough size of one token when budgeting output: tokens ≈ bytes / 4 (output and rendering).
 pub const BYTES_PER_TOKEN: u64 = 4;
 

@@ -55,6 +55,12 @@
   const arrayPush = uncurry(Array.prototype.push);
   const arraySort = uncurry(Array.prototype.sort);
   const arraySplice = uncurry(Array.prototype.splice);
+  const arrayFilter = uncurry(Array.prototype.filter);
+  const arrayEvery = uncurry(Array.prototype.every);
+  const stringToLowerCase = uncurry(String.prototype.toLowerCase);
+  const stringIncludes = uncurry(String.prototype.includes);
+  const stringSplit = uncurry(String.prototype.split);
+  const stringTrim = uncurry(String.prototype.trim);
   const promiseReject = $Promise.reject.bind($Promise);
 
   const config = jsonParse(configJson);
@@ -179,12 +185,26 @@
       };
       defineProperty(call, 'name', { value: name });
       defineProperty(tools, name, { value: call, enumerable: true });
-      arrayPush(allTools, freeze({ name, description: tool.description }));
+      arrayPush(
+        allTools,
+        freeze({ name, description: tool.description, declaration: tool.declaration }),
+      );
     });
     freeze(tools);
     freeze(allTools);
     defineGlobal('tools', tools);
     defineGlobal('ALL_TOOLS', allTools);
+    defineGlobal('search_tools', function search_tools(query) {
+      // Every word of the query, case-insensitively, in the tool's name or description.
+      const words = arrayFilter(
+        stringSplit(stringToLowerCase(stringTrim($String(query === undefined ? '' : query))), ' '),
+        (word) => word !== '',
+      );
+      return arrayFilter(allTools, (tool) => {
+        const haystack = stringToLowerCase(tool.name + ' ' + tool.description);
+        return arrayEvery(words, (word) => stringIncludes(haystack, word));
+      });
+    });
   }
   let toolsInstalled = false;
 

@@ -306,13 +306,32 @@ fn forbidden_globals_are_absent() {
 }
 
 #[test]
-fn all_tools_lists_the_enabled_tools_by_global_name() {
+fn all_tools_lists_the_enabled_tools_by_global_name_with_their_declarations() {
     assert_eq!(
-        texts_of("text(ALL_TOOLS); text(Object.keys(tools));"),
+        texts_of(
+            "text(ALL_TOOLS.map(({ name, description }) => ({ name, description }))); text(Object.keys(tools));"
+        ),
         [
             r#"[{"name":"echo","description":"Resolves with its argument."},{"name":"fail","description":"Always fails."},{"name":"web__search","description":"Searches the web."}]"#,
             r#"["echo","fail","web__search"]"#,
         ]
+    );
+    assert_eq!(
+        texts_of("text(ALL_TOOLS[2].declaration);"),
+        ["/** Searches the web. */\nweb__search(args?: unknown): Promise<unknown>;"]
+    );
+}
+
+#[test]
+fn search_tools_finds_tools_by_every_word_of_the_query() {
+    assert_eq!(
+        texts_of(
+            r#"text(search_tools("WEB search").map((tool) => tool.name));
+               text(search_tools("always").map((tool) => tool.name));
+               text(search_tools("nothing matches").length);
+               text(search_tools().length);"#
+        ),
+        [r#"["web__search"]"#, r#"["fail"]"#, "0", "3"]
     );
 }
 

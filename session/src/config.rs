@@ -6,7 +6,8 @@ use codemode_cell_actor::{FailureHandler, OutputMode};
 use codemode_protocol::limits::{
     DEFAULT_CPU_TIME_LIMIT, DEFAULT_EXEC_YIELD_TIME_MS, DEFAULT_HEAP_LIMIT_BYTES,
     DEFAULT_MAX_ACTIVE_CELLS, DEFAULT_MAX_OUTPUT_TOKENS, DEFAULT_MIN_WAIT_YIELD_TIME,
-    DEFAULT_WAIT_YIELD_TIME_MS, YIELD_GRACE, YIELD_GRACE_THRESHOLD,
+    DEFAULT_TOOL_DESCRIPTION_BUDGET_TOKENS, DEFAULT_WAIT_YIELD_TIME_MS, YIELD_GRACE,
+    YIELD_GRACE_THRESHOLD,
 };
 
 /// How a session runs its cells. Start from [`SessionConfig::default`] and set what differs
@@ -31,6 +32,9 @@ pub struct SessionConfig {
     pub heap_limit_bytes: usize,
     /// The CPU time of each cell (CPU budget). `None`: no limit.
     pub cpu_time_limit: Option<Duration>,
+    /// The budget of the tool part of the `exec` description, in tokens (about 4 bytes each): the
+    /// richest form that fits is shown (declarations, summaries, names, namespaces).
+    pub tool_description_budget_tokens: u64,
     /// Client (keep everything) or server (bounded buffers) output collection.
     pub output_mode: OutputMode,
     /// Log output content and tool arguments and results. Off by default: logs then carry only
@@ -53,6 +57,10 @@ impl std::fmt::Debug for SessionConfig {
             .field("cpu_time_limit", &self.cpu_time_limit)
             .field("output_mode", &self.output_mode)
             .field("log_content", &self.log_content)
+            .field(
+                "tool_description_budget_tokens",
+                &self.tool_description_budget_tokens,
+            )
             .finish_non_exhaustive()
     }
 }
@@ -68,6 +76,7 @@ impl Default for SessionConfig {
             default_max_output_tokens: DEFAULT_MAX_OUTPUT_TOKENS,
             heap_limit_bytes: DEFAULT_HEAP_LIMIT_BYTES,
             cpu_time_limit: Some(DEFAULT_CPU_TIME_LIMIT),
+            tool_description_budget_tokens: DEFAULT_TOOL_DESCRIPTION_BUDGET_TOKENS,
             output_mode: OutputMode::Client,
             log_content: false,
             on_runtime_failure: None,
@@ -133,6 +142,12 @@ impl SessionConfig {
     /// This configuration with another value for whether content is logged.
     pub fn with_log_content(mut self, log_content: bool) -> Self {
         self.log_content = log_content;
+        self
+    }
+
+    /// This configuration with another budget for the tool part of the `exec` description.
+    pub fn with_tool_description_budget_tokens(mut self, budget: u64) -> Self {
+        self.tool_description_budget_tokens = budget;
         self
     }
 

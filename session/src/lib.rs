@@ -20,6 +20,7 @@
 #![deny(missing_docs)]
 
 mod config;
+mod discovery;
 mod hints;
 mod ids;
 mod model;
@@ -27,15 +28,15 @@ mod ports;
 mod render;
 mod session;
 mod strip;
-mod typescript;
 
 pub use codemode_cell_actor::{
     CellError, CellEvent, CollectedOutput, OutputMode, ToolCallFate, ToolCallRecord, ToolInvocation,
 };
+pub use codemode_protocol::tools_declaration;
 pub use config::SessionConfig;
+pub use discovery::{ToolsShown, tools_section};
 pub use hints::error_hint;
 pub use model::ToolResult;
 pub use ports::{Store, StoreError, ToolListError, ToolProvider};
 pub use render::{render_report, render_text, truncate};
 pub use session::{CellReport, Session, SessionError, SessionEvent, WaitOutcome};
-pub use typescript::tools_declaration;

@@ -6,9 +6,9 @@
 use codemode_protocol::{ExecuteRequest, OutputItem, WaitRequest, parse_exec_input};
 use serde_json::{Value, json};
 
+use crate::discovery::tools_section;
 use crate::render::render_report;
 use crate::session::{Session, WaitOutcome};
-use crate::typescript::tools_declaration;
 
 /// What a model-facing tool call returns.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -80,6 +80,8 @@ impl Session {
 
 The source runs as an ES module in a fresh V8 isolate, so top-level `await` works. There is no `import`, no `console`, no file system, network or Node API: reach the outside world only through `tools`, and report with `text(...)`.
 
+TypeScript is accepted too: types are erased before the script runs (annotations, interfaces, type aliases, generics, `as`, `satisfies`, `!`), and error positions point at what you wrote. `enum`, `namespace` and parameter properties are not supported: use plain objects and fields.
+
 Optionally start the source with a pragma line:
 // @exec: {{"yield_time_ms": {yield_ms}, "max_output_tokens": {tokens}}}
 - yield_time_ms: how long to wait for the script before returning (default {yield_ms}). A script still running then keeps running in the background; the result says "Script running with cell ID <id>", and `wait` picks it up.
@@ -87,7 +89,7 @@ Optionally start the source with a pragma line:
 
 Globals:
 - tools.<name>(args): call a tool; returns a Promise of its JSON result. A failed tool rejects with an Error whose message is the failure. Calls run in parallel with Promise.all.
-- ALL_TOOLS: [{{ name, description }}] of the tools below.
+- ALL_TOOLS: [{{ name, description, declaration }}] of every tool; search_tools("words") returns the tools whose name or description has every word.
 - text(value): add text to the output; objects and arrays are JSON-encoded.
 - image(urlOrItem, detail?): add an image from a base64 data: URL, {{ image_url, detail }}, or an MCP image block {{ type: "image", data, mimeType }}. detail: "auto" | "low" | "high" (default) | "original". Remote URLs are not fetched.
 - audio(urlOrItem): add audio from a base64 data: URL or an MCP audio block.
@@ -100,12 +102,10 @@ Globals:
 Modern built-ins are available, including Array.prototype.toSorted/toReversed/with, Object.groupBy, Map.groupBy, Promise.withResolvers and Array.fromAsync.
 
 Tools:
-```ts
-{declaration}
-```"#,
+{tools}"#,
             yield_ms = config.default_exec_yield_time.as_millis(),
             tokens = config.default_max_output_tokens,
-            declaration = tools_declaration(self.tools()),
+            tools = tools_section(self.tools(), config.tool_description_budget_tokens).0,
         )
     }
 

@@ -304,3 +304,94 @@ async fn exec_and_wait_tools_refuse_bad_input_with_errors_the_model_can_act_on()
     assert!(!result.is_error);
     assert!(render_text(&result.items).contains("output truncated: 100 bytes"));
 }
+
+/// Tools as a big MCP server lists them: a namespace, a description, an input schema.
+struct GeneratedTools(usize);
+
+#[async_trait::async_trait]
+impl ToolProvider for GeneratedTools {
+    async fn list_tools(&self) -> Result<Vec<ToolDefinition>, ToolListError> {
+        let verbs = ["create", "get", "list", "update", "delete", "search"];
+        let nouns = [
+            "issue",
+            "pull_request",
+            "branch",
+            "release",
+            "comment",
+            "label",
+            "milestone",
+            "workflow",
+            "gist",
+            "team",
+        ];
+        Ok((0..self.0)
+            .map(|index| {
+                let verb = verbs[index % verbs.len()];
+                let noun = nouns[(index / verbs.len()) % nouns.len()];
+                tool(
+                    ToolName::namespaced("github", format!("{verb}_{noun}_{index}")),
+                    &format!("{verb} a {noun} in a repository (variant {index}).\nReturns the {noun} as the API gives it."),
+                    Some(json!({
+                        "type": "object",
+                        "properties": {
+                            "owner": {"type": "string", "description": "The repository's owner."},
+                            "repo": {"type": "string", "description": "The repository's name."},
+                            "number": {"type": "integer", "description": "Which one."},
+                            "body": {"type": "string"}
+                        },
+                        "required": ["owner", "repo"]
+                    })),
+                    None,
+                )
+            })
+            .collect())
+    }
+
+    async fn call_tool(
+        &self,
+        call: ToolInvocation,
+        _cancellation: CancellationToken,
+    ) -> Result<Value, String> {
+        Ok(json!({"called": call.name.global_name()}))
+    }
+}
+
+async fn description_for(count: usize) -> String {
+    let session = Session::open(
+        "generated",
+        Arc::new(V8Engine::new()),
+        Arc::new(MemoryStore::default()),
+        Arc::new(GeneratedTools(count)),
+        SessionConfig::default(),
+    )
+    .await
+    .unwrap();
+    session.exec_description()
+}
+
+#[tokio::test]
+async fn five_tools_are_declared_in_full() {
+    let description = description_for(5).await;
+    assert!(
+        description.contains("```ts\ndeclare const tools: {"),
+        "{description}"
+    );
+    insta::assert_snapshot!("exec_description_5_tools", description);
+}
+
+#[tokio::test]
+async fn three_hundred_tools_degrade_to_fit_the_budget_and_say_how_to_find_the_rest() {
+    let description = description_for(300).await;
+    let tools_part = description.split("Tools:\n").nth(1).unwrap();
+    let budget_bytes = 2_000 * 4;
+    assert!(
+        tools_part.len() <= budget_bytes,
+        "the tools part is {} bytes",
+        tools_part.len()
+    );
+    assert!(
+        description.contains("search_tools(\"words\")"),
+        "{description}"
+    );
+    insta::assert_snapshot!("exec_description_300_tools", description);
+}

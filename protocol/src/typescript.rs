@@ -1,6 +1,7 @@
-//! TypeScript declarations of the enabled tools, generated from their JSON Schemas, for the `exec`
-//! description (the model-facing tools): `declare const tools: { name(args: {...}): Promise<...>; ... }`, grouped by
-//! namespace.
+//! TypeScript declarations of tools, generated from their JSON Schemas: the whole
+//! `declare const tools: { name(args: {...}): Promise<...>; ... }` block, grouped by namespace,
+//! for the `exec` description, and one tool's declaration, which `ALL_TOOLS` carries so that a
+//! cell can look up the tools the description leaves out.
 //!
 //! Supported: objects (properties, required and optional, nested, `additionalProperties` as an
 //! index signature), arrays and tuples, `enum` and `const` as literal types, `anyOf`/`oneOf` and
@@ -9,7 +10,7 @@
 
 use std::fmt::Write;
 
-use codemode_protocol::{ToolDefinition, ToolKind};
+use crate::{ToolDefinition, ToolKind};
 use serde_json::{Map, Value};
 
 /// Past this nesting depth a schema is `unknown`, to keep declarations readable.
@@ -41,6 +42,17 @@ pub fn tools_declaration(tools: &[ToolDefinition]) -> String {
     }
     out.push_str("};");
     out
+}
+
+/// One tool's declaration, as a member of `tools`: its doc comment, then
+/// `name(args: {...}): Promise<...>;`.
+pub fn tool_declaration(tool: &ToolDefinition) -> String {
+    let mut out = String::new();
+    write_tool(&mut out, tool);
+    out.lines()
+        .map(|line| line.strip_prefix("  ").unwrap_or(line))
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 fn write_tool(out: &mut String, tool: &ToolDefinition) {
