@@ -195,6 +195,7 @@ fn finish(
             "status": status,
             "cell_id": finished.cell_id,
             "error_text": error_text,
+            "error_hints": finished.error_hints,
             "items": items,
             "wall_time_ms": wall_time.as_millis() as u64,
         });

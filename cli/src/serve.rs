@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 use codemode_protocol::{OutputItem, WaitRequest};
-use codemode_session::{OutputMode, Session, SessionEvent, Store, ToolResult};
+use codemode_session::{ExecOptions, OutputMode, Session, SessionEvent, Store, ToolResult};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ListToolsResult,
     PaginatedRequestParams, ProgressNotificationParam, ServerCapabilities, ServerConfig, Tool,
@@ -118,9 +118,65 @@ async fn print_exec_description(shared: &Shared) -> ExitCode {
 /// The description of `exec` as this server offers it.
 fn exec_tool_description(session: &Session) -> String {
     format!(
-        "{}\n\nPass the source in the `code` argument.",
+        "{}\n\nPass the source in the `code` argument. `yield_time_ms` and `max_output_tokens` may \
+         also be given as arguments; they win over the pragma line.",
         session.exec_description()
     )
+}
+
+/// The arguments `exec` takes.
+const EXEC_ARGUMENTS: &[&str] = &["code", "yield_time_ms", "max_output_tokens"];
+
+/// The arguments `wait` takes.
+const WAIT_ARGUMENTS: &[&str] = &["cell_id", "yield_time_ms", "max_tokens", "terminate"];
+
+/// An error naming every argument `tool` does not take, rather than ignoring them silently.
+fn refuse_unknown_arguments(
+    tool: &str,
+    arguments: &Map<String, Value>,
+    known: &[&str],
+) -> Result<(), ErrorData> {
+    let unknown: Vec<&str> = arguments
+        .keys()
+        .map(String::as_str)
+        .filter(|name| !known.contains(name))
+        .collect();
+    if unknown.is_empty() {
+        return Ok(());
+    }
+    Err(ErrorData::invalid_params(
+        format!(
+            "{tool} does not take {}: its arguments are {}",
+            unknown
+                .iter()
+                .map(|name| format!("\"{name}\""))
+                .collect::<Vec<_>>()
+                .join(", "),
+            known.join(", ")
+        ),
+        None,
+    ))
+}
+
+/// An optional non-negative integer argument.
+fn count_argument(
+    tool: &str,
+    arguments: &Map<String, Value>,
+    name: &str,
+) -> Result<Option<u64>, ErrorData> {
+    match arguments.get(name) {
+        None | Some(Value::Null) => Ok(None),
+        Some(value) => value
+            .as_u64()
+            .filter(|count| *count <= codemode_protocol::MAX_SAFE_INTEGER)
+            .map(Some)
+            .ok_or_else(|| {
+                ErrorData::invalid_params(
+                    format!("{tool}: \"{name}\" must be a non-negative integer, not {value}"),
+                    None,
+                )
+            }),
+    }
 }
 
 async fn serve_stdio(shared: Arc<Shared>) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
@@ -206,16 +262,20 @@ impl CodemodeServer {
         arguments: Map<String, Value>,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, ErrorData> {
+        refuse_unknown_arguments("exec", &arguments, EXEC_ARGUMENTS)?;
         let Some(Value::String(code)) = arguments.get("code") else {
             return Err(ErrorData::invalid_params(
                 "exec takes {\"code\": \"<JavaScript source>\"}: the code argument is missing or not a string",
                 None,
             ));
         };
+        let options = ExecOptions::default()
+            .with_yield_time_ms(count_argument("exec", &arguments, "yield_time_ms")?)
+            .with_max_output_tokens(count_argument("exec", &arguments, "max_output_tokens")?);
         let session = self.session().await?;
         let call_id = format!("mcp-{}", request_id_text(&context));
         let progress = Progress::start(&context, &session, Watched::Call(call_id.clone()));
-        let result = session.exec_tool(&call_id, code).await;
+        let result = session.exec_tool_with(&call_id, code, options).await;
         progress.stop();
         Ok(to_call_tool_result(result))
     }
@@ -225,6 +285,7 @@ impl CodemodeServer {
         arguments: Map<String, Value>,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, ErrorData> {
+        refuse_unknown_arguments("wait", &arguments, WAIT_ARGUMENTS)?;
         let request: WaitRequest = serde_json::from_value(Value::Object(arguments)).map_err(|error| {
             ErrorData::invalid_params(
                 format!("wait takes {{\"cell_id\": \"<id>\", \"yield_time_ms\"?, \"max_tokens\"?, \"terminate\"?}}: {error}"),
@@ -296,7 +357,17 @@ impl ServerHandler for CodemodeServer {
             "properties": {
                 "code": {
                     "type": "string",
-                    "description": "JavaScript source, optionally starting with a // @exec: {...} pragma line."
+                    "description": "JavaScript (or TypeScript) source, optionally starting with a // @exec: {...} pragma line."
+                },
+                "yield_time_ms": {
+                    "type": "integer",
+                    "minimum": 0,
+                    "description": "How long to wait for the script before returning; wins over the pragma."
+                },
+                "max_output_tokens": {
+                    "type": "integer",
+                    "minimum": 0,
+                    "description": "The output budget of the result; wins over the pragma."
                 }
             },
             "required": ["code"],

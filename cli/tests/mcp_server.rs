@@ -116,9 +116,10 @@ async fn the_server_offers_exec_and_wait_with_their_descriptions() {
     assert!(exec.contains("declare const tools: {"), "{exec}");
     assert!(exec.contains("sleep(args: {"), "{exec}");
     assert!(
-        exec.ends_with("Pass the source in the `code` argument."),
+        exec.ends_with("they win over the pragma line."),
         "{exec}"
     );
+    assert!(exec.contains("TypeScript is accepted"), "{exec}");
     assert_eq!(tools[0].input_schema["required"], json!(["code"]));
     assert_eq!(tools[1].input_schema["required"], json!(["cell_id"]));
     client.cancel().await.unwrap();
@@ -198,9 +199,7 @@ async fn a_downstream_servers_tool_is_called_from_a_cell() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn malformed_requests_and_unknown_cells_get_errors_and_the_server_stays_up() {
     let (client, _) = connect(&[]).await;
-    let missing_code = call(&client, "exec", json!({"source": "text(1)"}))
-        .await
-        .unwrap_err();
+    let missing_code = call(&client, "exec", json!({})).await.unwrap_err();
     assert!(
         missing_code
             .to_string()
@@ -340,4 +339,73 @@ async fn the_server_also_speaks_streamable_http() {
     assert_eq!(text_of(&result).lines().last(), Some("over http"));
     client.cancel().await.unwrap();
     drop(server);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exec_and_wait_refuse_arguments_they_do_not_know_by_name() {
+    let (client, _) = connect(&[]).await;
+    let exec = call(
+        &client,
+        "exec",
+        json!({"code": "text(1)", "source": "x", "timeout": 5}),
+    )
+    .await
+    .unwrap_err()
+    .to_string();
+    assert!(
+        exec.contains("exec does not take \"source\", \"timeout\""),
+        "{exec}"
+    );
+    assert!(
+        exec.contains("code, yield_time_ms, max_output_tokens"),
+        "{exec}"
+    );
+    let wait = call(&client, "wait", json!({"cell_id": "1", "yield_ms": 5}))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(wait.contains("wait does not take \"yield_ms\""), "{wait}");
+    let negative = call(
+        &client,
+        "exec",
+        json!({"code": "text(1)", "yield_time_ms": -1}),
+    )
+    .await
+    .unwrap_err()
+    .to_string();
+    assert!(
+        negative.contains("must be a non-negative integer"),
+        "{negative}"
+    );
+    client.cancel().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exec_arguments_win_over_the_pragma() {
+    let (client, _) = connect(&[]).await;
+    // The pragma asks for a long yield and a large budget; the arguments win.
+    let running = call(
+        &client,
+        "exec",
+        json!({
+            "code": "// @exec: {\"yield_time_ms\": 30000, \"max_output_tokens\": 10000}\ntext(\"x\".repeat(4000)); await tools.sleep({ms: 5000});",
+            "yield_time_ms": 0,
+            "max_output_tokens": 50
+        }),
+    )
+    .await
+    .unwrap();
+    let text = text_of(&running);
+    assert!(text.starts_with("Script running with cell ID"), "{text}");
+    assert!(
+        text.len() < 1_000,
+        "the output was not cut to 50 tokens: {} bytes",
+        text.len()
+    );
+    let cell = cell_id(&text);
+    let terminated = call(&client, "wait", json!({"cell_id": cell, "terminate": true}))
+        .await
+        .unwrap();
+    assert!(text_of(&terminated).starts_with("Script terminated"));
+    client.cancel().await.unwrap();
 }

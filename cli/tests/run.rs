@@ -333,3 +333,24 @@ fn a_typescript_enum_fails_with_what_to_write_instead() {
     let error = json["error_text"].as_str().unwrap();
     assert!(error.contains("TypeScript `enum`"), "{error}");
 }
+
+#[test]
+fn json_output_carries_the_error_hints_of_the_rendering() {
+    let (json, code) = run_json(&[], "text(1);\nconst hits = await tools.ecoh({ q: 1 });");
+    assert_eq!(code, 1, "{json}");
+    let hints: Vec<&str> = json["error_hints"]
+        .as_array()
+        .expect("error_hints is an array")
+        .iter()
+        .map(|hint| hint.as_str().unwrap())
+        .collect();
+    assert_eq!(hints.len(), 2, "{json}");
+    assert!(hints[0].starts_with("at line 2, column"), "{hints:?}");
+    assert!(
+        hints[0].contains("2 | const hits = await tools.ecoh({ q: 1 });"),
+        "{hints:?}"
+    );
+    assert!(hints[1].contains("Closest tools: tools.echo"), "{hints:?}");
+    let (completed, _) = run_json(&[], "text(1)");
+    assert_eq!(completed["error_hints"], serde_json::json!([]));
+}

@@ -8,17 +8,18 @@ const CELL_FILE: &str = "cell.js:";
 /// How many tool names a hint suggests at most.
 const MAX_SUGGESTIONS: usize = 3;
 
-/// The hint for `error_text`, raised by `source`, in a cell whose tools are `tool_names` (global
-/// names), or `None` when there is nothing to add.
-pub fn error_hint(error_text: &str, source: &str, tool_names: &[String]) -> Option<String> {
-    let mut parts = Vec::new();
+/// The hints for `error_text`, raised by `source`, in a cell whose tools are `tool_names` (global
+/// names): where the error points (a code frame), then the closest tool names; empty when there is
+/// nothing to add.
+pub fn error_hints(error_text: &str, source: &str, tool_names: &[String]) -> Vec<String> {
+    let mut hints = Vec::new();
     if let Some(location) = source_location(error_text, source) {
-        parts.push(location);
+        hints.push(location);
     }
     if let Some(tools) = tool_suggestion(error_text, tool_names) {
-        parts.push(tools);
+        hints.push(tools);
     }
-    (!parts.is_empty()).then(|| parts.join("\n\n"))
+    hints
 }
 
 /// `at line L, column C:` with the source line and a caret under the column.
@@ -139,6 +140,12 @@ fn closest<'a>(wanted: &str, tool_names: &'a [String]) -> Vec<&'a str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The hints joined as the rendering shows them; `None` when there are none.
+    fn error_hint(error_text: &str, source: &str, tool_names: &[String]) -> Option<String> {
+        let hints = error_hints(error_text, source, tool_names);
+        (!hints.is_empty()).then(|| hints.join("\n\n"))
+    }
 
     fn tools() -> Vec<String> {
         ["web__search", "web__fetch", "github__create_issue", "echo"]

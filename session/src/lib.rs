@@ -35,8 +35,8 @@ pub use codemode_cell_actor::{
 pub use codemode_protocol::tools_declaration;
 pub use config::SessionConfig;
 pub use discovery::{ToolsShown, tools_section};
-pub use hints::error_hint;
-pub use model::ToolResult;
+pub use hints::error_hints;
+pub use model::{ExecOptions, ToolResult};
 pub use ports::{Store, StoreError, ToolListError, ToolProvider};
 pub use render::{render_report, render_text, truncate};
 pub use session::{CellReport, Session, SessionError, SessionEvent, WaitOutcome};

@@ -29,21 +29,57 @@ impl ToolResult {
     }
 }
 
+/// What an `exec` call may set beside its source: each wins over the source's pragma line.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ExecOptions {
+    /// How long to observe the new cell.
+    pub yield_time_ms: Option<u64>,
+    /// The output budget of the rendering.
+    pub max_output_tokens: Option<u64>,
+}
+
+impl ExecOptions {
+    /// These options with a yield time.
+    pub fn with_yield_time_ms(mut self, yield_time_ms: Option<u64>) -> Self {
+        self.yield_time_ms = yield_time_ms;
+        self
+    }
+
+    /// These options with an output budget.
+    pub fn with_max_output_tokens(mut self, max_output_tokens: Option<u64>) -> Self {
+        self.max_output_tokens = max_output_tokens;
+        self
+    }
+}
+
 impl Session {
     /// The `exec` tool: `input` is the model's source, optionally starting with a pragma line.
     pub async fn exec_tool(&self, call_id: &str, input: &str) -> ToolResult {
+        self.exec_tool_with(call_id, input, ExecOptions::default())
+            .await
+    }
+
+    /// The `exec` tool with options given beside the source (as arguments of the tool call);
+    /// they win over the pragma line.
+    pub async fn exec_tool_with(
+        &self,
+        call_id: &str,
+        input: &str,
+        options: ExecOptions,
+    ) -> ToolResult {
         let parsed = match parse_exec_input(input) {
             Ok(parsed) => parsed,
             Err(error) => return ToolResult::error(error.to_string()),
         };
-        let max_output_tokens = parsed
-            .max_output_tokens
-            .unwrap_or(self.config().default_max_output_tokens);
+        let yield_time_ms = options.yield_time_ms.or(parsed.yield_time_ms);
+        let requested_tokens = options.max_output_tokens.or(parsed.max_output_tokens);
+        let max_output_tokens = requested_tokens.unwrap_or(self.config().default_max_output_tokens);
         let request = ExecuteRequest {
             call_id: call_id.to_owned(),
             source: parsed.source,
-            yield_time_ms: parsed.yield_time_ms,
-            max_output_tokens: parsed.max_output_tokens,
+            yield_time_ms,
+            max_output_tokens: requested_tokens,
         };
         match self.execute(request).await {
             Ok(report) => ToolResult {

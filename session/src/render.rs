@@ -77,7 +77,7 @@ pub fn render_report(report: &CellReport, max_output_tokens: u64) -> Vec<OutputI
     } = &report.event
     {
         let mut error = format!("Script error:\n{error_text}");
-        if let Some(hint) = &report.error_hint {
+        for hint in &report.error_hints {
             error.push_str("\n\n");
             error.push_str(hint);
         }

@@ -23,7 +23,7 @@ use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
 use crate::config::SessionConfig;
-use crate::hints::error_hint;
+use crate::hints::error_hints;
 use crate::ids::CellIds;
 use crate::ports::{Store, StoreError, ToolListError, ToolProvider};
 use crate::strip::{StrippedSource, strip_types};
@@ -40,8 +40,9 @@ pub struct CellReport {
     pub event: CellEvent,
     /// How long the observation took.
     pub wall_time: Duration,
-    /// For a failed cell: where in the source the error points, and the closest tool names.
-    pub error_hint: Option<String>,
+    /// For a failed cell: where in the source the error points (a code frame), and the closest
+    /// tool names; each a paragraph of its own.
+    pub error_hints: Vec<String>,
 }
 
 /// The result of `wait`: an observation, or no such cell (distinct from any error).
@@ -443,19 +444,19 @@ impl Session {
         if event.is_terminal() {
             lock(&self.shared.registry).cells.remove(cell_id);
         }
-        let error_hint = match &event {
+        let error_hints = match &event {
             CellEvent::Completed {
                 error_text: Some(error_text),
                 ..
-            } => error_hint(error_text, source, &self.shared.tool_names),
-            _ => None,
+            } => error_hints(error_text, source, &self.shared.tool_names),
+            _ => Vec::new(),
         };
         log_observation(&self.shared.id, cell_id, &event);
         Ok(WaitOutcome::Observed(CellReport {
             cell_id: cell_id.to_owned(),
             event,
             wall_time: began.elapsed(),
-            error_hint,
+            error_hints,
         }))
     }
 }

@@ -71,7 +71,7 @@ async fn an_error_in_a_typescript_cell_points_at_the_line_and_column_the_model_w
     let report = execute(&session, "typescript error", request(source)).await;
     let error = error_text(&report);
     assert!(error.contains("cell.js:2:"), "{error}");
-    let hint = report.error_hint.as_deref().unwrap_or_default();
+    let hint = report.error_hints.join("\n\n");
     // The code frame shows the source as written, types included, with the caret under `.id`.
     assert!(
         hint.contains("2 | const label: string = (items[0] as { id: number }).id.toFixed(2);"),
@@ -104,9 +104,8 @@ async fn an_enum_fails_by_name_with_what_to_write_instead_and_runs_nothing() {
     assert!(error.ends_with("at cell.js:2:1"), "{error}");
     assert!(
         report
-            .error_hint
-            .as_deref()
-            .unwrap_or_default()
+            .error_hints
+            .join("\n\n")
             .contains("2 | enum Color { Red, Green }"),
         "{report:?}"
     );
