@@ -82,7 +82,14 @@ fn json_output_is_one_object_with_every_item_in_order() {
     let keys: Vec<&String> = json.as_object().unwrap().keys().collect();
     assert_eq!(
         keys,
-        ["status", "cell_id", "error_text", "items", "wall_time_ms"]
+        [
+            "status",
+            "cell_id",
+            "error_text",
+            "error_hints",
+            "items",
+            "wall_time_ms"
+        ]
     );
     assert_eq!(json["status"], "completed");
     assert_eq!(json["cell_id"], "1");
