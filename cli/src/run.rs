@@ -21,7 +21,7 @@ pub struct RunArgs {
     /// The JavaScript file to run; - (the default) reads standard input.
     #[arg(value_name = "FILE|-", default_value = "-")]
     pub file: PathBuf,
-    /// Print one JSON object: {"status", "cell_id", "error_text", "items", "wall_time_ms"}.
+    /// Print one JSON object: {"status", "cell_id", "error_text", "error_hints", "items", "wall_time_ms"}.
     #[arg(long)]
     pub json: bool,
     /// How long each observation of the running cell lasts.

@@ -115,10 +115,7 @@ async fn the_server_offers_exec_and_wait_with_their_descriptions() {
     );
     assert!(exec.contains("declare const tools: {"), "{exec}");
     assert!(exec.contains("sleep(args: {"), "{exec}");
-    assert!(
-        exec.ends_with("they win over the pragma line."),
-        "{exec}"
-    );
+    assert!(exec.ends_with("they win over the pragma line."), "{exec}");
     assert!(exec.contains("TypeScript is accepted"), "{exec}");
     assert_eq!(tools[0].input_schema["required"], json!(["code"]));
     assert_eq!(tools[1].input_schema["required"], json!(["cell_id"]));

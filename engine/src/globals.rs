@@ -19,6 +19,99 @@ use serde_json::Value;
 
 use crate::RuntimeEvent;
 
+/// A JavaScript string as an engine hands it over: UTF-8 in which each lone surrogate (a UTF-16
+/// code unit that JavaScript allows alone and Unicode does not) is encoded as its own three bytes
+/// (`ED A0..BF 80..BF`, the generalised UTF-8 that V8 writes by default).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JsString {
+    /// The text, each lone surrogate replaced by one U+FFFD.
+    pub text: String,
+    /// The lone surrogates, in order (as `\uD800` escapes, for messages).
+    pub lone_surrogates: Vec<u16>,
+}
+
+impl JsString {
+    /// Decodes an engine's bytes; anything else that is not UTF-8 is replaced too.
+    pub fn decode(bytes: &[u8]) -> Self {
+        let mut text = String::with_capacity(bytes.len());
+        let mut lone_surrogates = Vec::new();
+        let mut start = 0;
+        let mut index = 0;
+        while index + 2 < bytes.len() {
+            if bytes[index] == 0xED
+                && (0xA0..=0xBF).contains(&bytes[index + 1])
+                && (0x80..=0xBF).contains(&bytes[index + 2])
+            {
+                text.push_str(&String::from_utf8_lossy(&bytes[start..index]));
+                text.push(char::REPLACEMENT_CHARACTER);
+                let unit = 0xD000
+                    | (u16::from(bytes[index + 1] & 0x3F) << 6)
+                    | u16::from(bytes[index + 2] & 0x3F);
+                lone_surrogates.push(unit);
+                index += 3;
+                start = index;
+            } else {
+                index += 1;
+            }
+        }
+        text.push_str(&String::from_utf8_lossy(&bytes[start..]));
+        JsString {
+            text,
+            lone_surrogates,
+        }
+    }
+
+    /// The text for a message: each lone surrogate written as its `\uXXXX` escape.
+    pub fn escaped(&self) -> String {
+        let mut surrogates = self.lone_surrogates.iter();
+        self.text
+            .chars()
+            .map(|character| match character {
+                char::REPLACEMENT_CHARACTER => match surrogates.next() {
+                    Some(unit) => format!("\\u{unit:04X}"),
+                    None => character.to_string(),
+                },
+                other => other.to_string(),
+            })
+            .collect()
+    }
+}
+
+/// Stored values and tool arguments travel as JSON, which holds only Unicode strings; JavaScript
+/// strings with lone surrogates are refused (with this reason) rather than silently altered.
+const LONE_SURROGATE_REASON: &str = "has a string with a lone surrogate (half of a UTF-16 pair), \
+    which JSON text cannot carry exactly; remove it, or replace it with \"\\uFFFD\"";
+
+/// How deeply stored values and tool arguments may nest.
+pub const MAX_JSON_DEPTH: usize = 128;
+
+/// Why `serialized` (the output of `JSON.stringify`) is not a value codemode can keep: a phrase
+/// that follows "the value" or "the argument".
+fn unrepresentable(serialized: &str, error: &serde_json::Error) -> String {
+    let message = error.to_string();
+    if message.contains("surrogate") || has_surrogate_escape(serialized) {
+        LONE_SURROGATE_REASON.to_owned()
+    } else if message.contains("recursion limit") {
+        format!(
+            "is nested more than {MAX_JSON_DEPTH} levels deep, past the limit; flatten it, or \
+             pass it as a JSON string"
+        )
+    } else {
+        format!("is not valid JSON ({message})")
+    }
+}
+
+/// Whether JSON text has a `\\uD800`-`\\uDFFF` escape: `JSON.stringify` writes lone surrogates
+/// so (and paired ones as plain UTF-8).
+fn has_surrogate_escape(json: &str) -> bool {
+    json.as_bytes().windows(4).any(|window| {
+        window[0] == b'\\'
+            && window[1] == b'u'
+            && matches!(window[2], b'd' | b'D')
+            && matches!(window[3], b'8'..=b'9' | b'a'..=b'f' | b'A'..=b'F')
+    })
+}
+
 /// A global refused its arguments; the engine throws an `Error` with this message into the cell.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{message}")]
@@ -101,8 +194,9 @@ impl CellGlobals {
             None => None,
             Some(json) => Some(serde_json::from_str(json).map_err(|error| {
                 Refusal::new(format!(
-                    "tools.{} received an argument that is not valid JSON: {error}",
-                    tool.global_name()
+                    "tools.{}: the argument {}",
+                    tool.global_name(),
+                    unrepresentable(json, &error)
                 ))
             })?),
         };
@@ -115,17 +209,32 @@ impl CellGlobals {
         })
     }
 
-    /// `store(key, value)`: `key` is already `String(key)`; `serialized` is `JSON.stringify(value)`,
-    /// or `None` when that threw or yielded `undefined`.
-    pub fn store(&mut self, key: String, serialized: Option<&str>) -> Result<(), Refusal> {
-        let unstorable = || {
-            Refusal::new(format!(
-                "Unable to store {key:?}. Only plain serializable objects can be stored."
-            ))
-        };
+    /// `store(key, value)`: `key` is `String(key)`; `serialized` is `JSON.stringify(value)`, or
+    /// `None` when that yielded `undefined`.
+    ///
+    /// Keys and values are kept exactly as JavaScript has them, or refused: a key or a string in
+    /// the value with a lone surrogate is refused (JSON, in which values are saved, cannot carry
+    /// it), so two keys that differ only in lone surrogates never collide.
+    pub fn store(&mut self, key: &JsString, serialized: Option<&str>) -> Result<(), Refusal> {
+        if !key.lone_surrogates.is_empty() {
+            return Err(Refusal::new(format!(
+                "Unable to store \"{}\": the key {LONE_SURROGATE_REASON}.",
+                key.escaped()
+            )));
+        }
+        let key = key.text.clone();
         let value: Value = match serialized {
-            Some(json) => serde_json::from_str(json).map_err(|_| unstorable())?,
-            None => return Err(unstorable()),
+            Some(json) => serde_json::from_str(json).map_err(|error| {
+                Refusal::new(format!(
+                    "Unable to store {key:?}: the value {}.",
+                    unrepresentable(json, &error)
+                ))
+            })?,
+            None => {
+                return Err(Refusal::new(format!(
+                    "Unable to store {key:?}. Only plain serializable objects can be stored."
+                )));
+            }
         };
         self.stored_values.insert(key.clone(), value.clone());
         self.stored_value_writes.insert(key, value);
@@ -134,8 +243,12 @@ impl CellGlobals {
 
     /// `load(key)`: the stored value as JSON text, for the engine to parse into a fresh copy, or
     /// `None` for `undefined`.
-    pub fn load(&self, key: &str) -> Option<String> {
-        self.stored_values.get(key).map(Value::to_string)
+    pub fn load(&self, key: &JsString) -> Option<String> {
+        // No key with a lone surrogate is ever stored.
+        if !key.lone_surrogates.is_empty() {
+            return None;
+        }
+        self.stored_values.get(&key.text).map(Value::to_string)
     }
 
     /// `notify(value)` with `value` already displayed: the event to deliver, or the refusal of an
@@ -309,17 +422,76 @@ mod tests {
     #[test]
     fn stored_values_are_visible_at_once_and_only_writes_are_committed() {
         let mut globals = globals();
-        assert_eq!(globals.load("seen").as_deref(), Some(r#"{"n":1}"#));
-        assert_eq!(globals.load("missing"), None);
-        globals.store("k".into(), Some("[1,2]")).unwrap();
-        assert_eq!(globals.load("k").as_deref(), Some("[1,2]"));
+        let key = |text: &str| JsString::decode(text.as_bytes());
+        assert_eq!(globals.load(&key("seen")).as_deref(), Some(r#"{"n":1}"#));
+        assert_eq!(globals.load(&key("missing")), None);
+        globals.store(&key("k"), Some("[1,2]")).unwrap();
+        assert_eq!(globals.load(&key("k")).as_deref(), Some("[1,2]"));
         assert_eq!(
-            globals.store("f".into(), None).unwrap_err().message,
+            globals.store(&key("f"), None).unwrap_err().message,
             "Unable to store \"f\". Only plain serializable objects can be stored."
         );
         assert_eq!(
             globals.take_stored_value_writes(),
             HashMap::from([("k".to_owned(), json!([1, 2]))])
+        );
+    }
+
+    #[test]
+    fn a_lone_surrogate_decodes_to_one_replacement_character_and_is_remembered() {
+        // "a", U+D800 alone, "b", then a proper pair (U+1F600), then U+DC00 alone.
+        let bytes = b"a\xED\xA0\x80b\xF0\x9F\x98\x80\xED\xB0\x80";
+        let decoded = JsString::decode(bytes);
+        assert_eq!(decoded.text, "a\u{FFFD}b\u{1F600}\u{FFFD}");
+        assert_eq!(decoded.lone_surrogates, [0xD800, 0xDC00]);
+        assert_eq!(decoded.escaped(), "a\\uD800b\u{1F600}\\uDC00");
+        assert!(
+            JsString::decode("plain \u{FFFD}".as_bytes())
+                .lone_surrogates
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn keys_and_values_with_lone_surrogates_are_refused_with_the_reason() {
+        let mut globals = globals();
+        let high = JsString::decode(b"\xED\xA0\x80");
+        let low = JsString::decode(b"\xED\xB0\x80");
+        let refusal = globals.store(&high, Some("1")).unwrap_err().message;
+        assert!(
+            refusal.starts_with(
+                "Unable to store \"\\uD800\": the key has a string with a lone surrogate"
+            ),
+            "{refusal}"
+        );
+        assert!(globals.store(&low, Some("1")).is_err());
+        // A stored U+FFFD key is not what a lone-surrogate key loads.
+        globals
+            .store(&JsString::decode("\u{FFFD}".as_bytes()), Some("1"))
+            .unwrap();
+        assert_eq!(globals.load(&high), None);
+        let refusal = globals
+            .store(&JsString::decode(b"k"), Some(r#"["\ud800"]"#))
+            .unwrap_err()
+            .message;
+        assert!(
+            refusal
+                .starts_with("Unable to store \"k\": the value has a string with a lone surrogate"),
+            "{refusal}"
+        );
+    }
+
+    #[test]
+    fn a_value_nested_past_the_limit_is_refused_naming_the_limit() {
+        let mut globals = globals();
+        let deep = format!("{}{}", "[".repeat(300), "]".repeat(300));
+        let refusal = globals
+            .store(&JsString::decode(b"deep"), Some(&deep))
+            .unwrap_err()
+            .message;
+        assert_eq!(
+            refusal,
+            "Unable to store \"deep\": the value is nested more than 128 levels deep, past the limit; flatten it, or pass it as a JSON string."
         );
     }
 

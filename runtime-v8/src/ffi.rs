@@ -159,8 +159,9 @@ pub enum HostReply {
 /// The Rust side of the host-call entry point.
 pub trait Host {
     /// `host(op, a?, b?)` from the bootstrap; `a` and `b` are `None` when JavaScript passed
-    /// `undefined`.
-    fn call(&mut self, op: i32, a: Option<&str>, b: Option<&str>) -> HostReply;
+    /// `undefined`. The bytes are V8's UTF-8, in which a lone surrogate is its own three bytes
+    /// (decode with `codemode_engine::globals::JsString`).
+    fn call(&mut self, op: i32, a: Option<&[u8]>, b: Option<&[u8]>) -> HostReply;
 }
 
 /// What the shim reads through `host_data`: the host and the buffer that keeps the last string
@@ -188,12 +189,7 @@ extern "C" fn host_trampoline<H: Host>(
     let slot = unsafe { &mut *host_data.cast::<HostSlot<H>>() };
     // SAFETY: the shim passes strings it keeps alive for the duration of this call.
     let (a, b) = unsafe { (a.as_bytes(), b.as_bytes()) };
-    // V8's UTF-8 conversion replaces lone surrogates, so these are valid UTF-8; stay safe anyway.
-    let a = a.map(String::from_utf8_lossy);
-    let b = b.map(String::from_utf8_lossy);
-    let reply = catch_unwind(AssertUnwindSafe(|| {
-        slot.host.call(op, a.as_deref(), b.as_deref())
-    }));
+    let reply = catch_unwind(AssertUnwindSafe(|| slot.host.call(op, a, b)));
     let reply = reply.unwrap_or_else(|_| {
         slot.panicked = true;
         HostReply::Terminate

@@ -8,7 +8,7 @@
 
 use std::time::Instant;
 
-use codemode_engine::globals::{self, CellGlobals, Refusal};
+use codemode_engine::globals::{self, CellGlobals, JsString, Refusal};
 use codemode_engine::timers::{Timers, normalize_delay};
 use codemode_engine::{EventSender, RuntimeEvent};
 
@@ -85,11 +85,23 @@ fn refused(refusal: Refusal) -> HostReply {
     HostReply::Throw(refusal.message)
 }
 
+/// A JavaScript string from the engine, decoded (each lone surrogate one U+FFFD, and recorded).
+fn js_string(bytes: Option<&[u8]>) -> JsString {
+    JsString::decode(bytes.unwrap_or_default())
+}
+
+/// Text the bootstrap produced itself (JSON, numbers), which never holds a lone surrogate.
+fn plain(bytes: Option<&[u8]>) -> Option<String> {
+    bytes.map(|bytes| String::from_utf8_lossy(bytes).into_owned())
+}
+
 impl Host for CellHost {
-    fn call(&mut self, op: i32, a: Option<&str>, b: Option<&str>) -> HostReply {
+    fn call(&mut self, op: i32, raw_a: Option<&[u8]>, raw_b: Option<&[u8]>) -> HostReply {
+        let (a_text, b_text) = (plain(raw_a), plain(raw_b));
+        let (a, b) = (a_text.as_deref(), b_text.as_deref());
         match op {
             OP_TEXT => self.emit_reply(RuntimeEvent::ContentItem(globals::text_item(
-                a.unwrap_or_default().to_owned(),
+                js_string(raw_a).text,
             ))),
             OP_IMAGE => match globals::image_item(parse_json(a), b) {
                 Ok(item) => self.emit_reply(RuntimeEvent::ContentItem(item)),
@@ -99,15 +111,15 @@ impl Host for CellHost {
                 Ok(item) => self.emit_reply(RuntimeEvent::ContentItem(item)),
                 Err(refusal) => refused(refusal),
             },
-            OP_STORE => match self.globals.store(a.unwrap_or_default().to_owned(), b) {
+            OP_STORE => match self.globals.store(&js_string(raw_a), b) {
                 Ok(()) => HostReply::Undefined,
                 Err(refusal) => refused(refusal),
             },
-            OP_LOAD => match self.globals.load(a.unwrap_or_default()) {
+            OP_LOAD => match self.globals.load(&js_string(raw_a)) {
                 Some(json) => HostReply::String(json),
                 None => HostReply::Undefined,
             },
-            OP_NOTIFY => match self.globals.notify(a.unwrap_or_default().to_owned()) {
+            OP_NOTIFY => match self.globals.notify(js_string(raw_a).text) {
                 Ok(event) => self.emit_reply(event),
                 Err(refusal) => refused(refusal),
             },

@@ -485,3 +485,52 @@ fn the_host_entry_point_is_not_reachable_from_the_cell() {
         ["[]", "TypeError"]
     );
 }
+
+#[test]
+fn a_lone_surrogate_in_text_becomes_one_replacement_character() {
+    assert_eq!(
+        texts_of(
+            r#"text("a\uD800b"); text("\uDC00"); text("pair \uD83D\uDE00 kept"); notify("x\uD800");"#
+        ),
+        ["a\u{FFFD}b", "\u{FFFD}", "pair \u{1F600} kept"]
+    );
+}
+
+#[test]
+fn store_refuses_lone_surrogates_by_key_and_reason_so_keys_never_collide() {
+    assert_eq!(
+        texts_of(
+            r#"
+            for (const [key, value] of [["\uD800", 1], ["\uDC00", 2], ["k", "x\uD800"], ["deep", JSON.parse("[".repeat(300) + "]".repeat(300))]]) {
+                try { store(key, value); text("stored"); } catch (error) { text(error.message); }
+            }
+            store("\uFFFD", "replacement");
+            text(load("\uD800") === undefined);
+            text(load("\uFFFD"));
+            store("pair \uD83D\uDE00", "ok");
+            text(load("pair \uD83D\uDE00"));
+            "#
+        ),
+        [
+            r#"Unable to store "\uD800": the key has a string with a lone surrogate (half of a UTF-16 pair), which JSON text cannot carry exactly; remove it, or replace it with "\uFFFD"."#,
+            r#"Unable to store "\uDC00": the key has a string with a lone surrogate (half of a UTF-16 pair), which JSON text cannot carry exactly; remove it, or replace it with "\uFFFD"."#,
+            r#"Unable to store "k": the value has a string with a lone surrogate (half of a UTF-16 pair), which JSON text cannot carry exactly; remove it, or replace it with "\uFFFD"."#,
+            r#"Unable to store "deep": the value is nested more than 128 levels deep, past the limit; flatten it, or pass it as a JSON string."#,
+            "true",
+            "replacement",
+            "ok",
+        ]
+    );
+}
+
+#[test]
+fn a_tool_argument_with_a_lone_surrogate_is_refused_with_the_reason() {
+    assert_eq!(
+        texts_of(
+            r#"try { await tools.echo({ q: "\uD800" }); } catch (error) { text(error.message); }"#
+        ),
+        [
+            r#"tools.echo: the argument has a string with a lone surrogate (half of a UTF-16 pair), which JSON text cannot carry exactly; remove it, or replace it with "\uFFFD""#
+        ]
+    );
+}
