@@ -361,3 +361,17 @@ fn json_output_carries_the_error_hints_of_the_rendering() {
     let (completed, _) = run_json(&[], "text(1)");
     assert_eq!(completed["error_hints"], serde_json::json!([]));
 }
+
+#[test]
+fn a_script_awaiting_a_promise_nothing_can_settle_fails_at_once() {
+    let (json, code) = run_json(&[], "text(\"waiting\");\nawait new Promise(() => {});");
+    assert_eq!(code, 1, "{json}");
+    assert_eq!(texts(&json), ["waiting"]);
+    assert!(
+        json["error_text"]
+            .as_str()
+            .unwrap()
+            .starts_with("the script awaits a promise that nothing can settle"),
+        "{json}"
+    );
+}

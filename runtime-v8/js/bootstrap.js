@@ -62,6 +62,10 @@
   const stringSplit = uncurry(String.prototype.split);
   const stringTrim = uncurry(String.prototype.trim);
   const promiseReject = $Promise.reject.bind($Promise);
+  // Spreading an array goes through Array.prototype[Symbol.iterator], which a cell may replace:
+  // the globals pass argument lists with apply instead.
+  const reflectApply = Reflect.apply;
+  const arraySpliceMethod = Array.prototype.splice;
 
   const config = jsonParse(configJson);
   const global = globalThis;
@@ -138,7 +142,7 @@
       throw new $TypeError('setTimeout expects a function as its first argument');
     }
     const id = $Number(host(OP_SET_TIMEOUT, $String($Number(delay))));
-    mapSet(timerCallbacks, id, () => callback(...args));
+    mapSet(timerCallbacks, id, () => reflectApply(callback, undefined, args));
     return id;
   }
 
@@ -277,7 +281,9 @@
     if (arguments.length === 1) {
       arraySplice(copy, start);
     } else {
-      arraySplice(copy, start, skipCount, ...items);
+      const spliceArguments = [start, skipCount];
+      for (let index = 0; index < items.length; index++) spliceArguments[index + 2] = items[index];
+      reflectApply(arraySpliceMethod, copy, spliceArguments);
     }
     return copy;
   });

@@ -21,6 +21,10 @@
 // - The V8 platform is created once and never freed (see `g_platform`).
 // - The `host_data` pointer is opaque here; the Rust side owns it and keeps it alive for as long as
 //   the runtime.
+// - The isolate's data slot 0 holds its `cm_runtime` (for the promise-rejection callback), set when
+//   the runtime is created and valid until it is deleted.
+// - Every `Global` a `cm_runtime` holds is reset inside `cm_runtime_delete`, before the isolate is
+//   disposed: a `Global` destroyed after its isolate crashes the process.
 
 #include <libplatform/libplatform.h>
 #include <v8.h>
@@ -142,6 +146,12 @@ struct cm_runtime {
   void* host_data = nullptr;
   std::atomic<bool> heap_limit_hit{false};
   std::string last_error;
+  // Where the last promise rejected without a handler was rejected in the cell (line, 1-based
+  // column; 0 when unknown), and with what value: a thrown value that is not an Error carries no
+  // position of its own, so the module's rejection is located from here.
+  Global<Value> rejected_value;
+  int rejected_line = 0;
+  int rejected_column = 0;
 };
 
 namespace {
@@ -207,40 +217,90 @@ std::string WithoutBootstrapFrames(const std::string& stack) {
   return result;
 }
 
-// The error text of the globals contract: the exception's `stack` when it is a string, else String(exception); when a
-// message with a position in the cell is known and the text names none, the position is appended.
+// Whether a script resource name is the cell's.
+bool IsCellResource(Isolate* isolate, Local<Value> resource) {
+  return !resource.IsEmpty() && resource->IsString() &&
+         ToStdString(isolate, resource) == kCellResourceName;
+}
+
+// `    at FUNCTION (cell.js:LINE:COLUMN)` for each frame of the cell in `trace`.
+std::string CellFrames(Isolate* isolate, Local<StackTrace> trace) {
+  std::string frames;
+  if (trace.IsEmpty()) return frames;
+  for (int index = 0; index < trace->GetFrameCount(); index++) {
+    Local<StackFrame> frame = trace->GetFrame(isolate, index);
+    if (!IsCellResource(isolate, frame->GetScriptName())) continue;
+    std::string location = std::string(kCellResourceName) + ":" +
+                           std::to_string(frame->GetLineNumber()) + ":" +
+                           std::to_string(frame->GetColumn());
+    Local<String> function = frame->GetFunctionName();
+    std::string name = function.IsEmpty() ? std::string() : ToStdString(isolate, function);
+    frames += "\n    at " + (name.empty() ? location : name + " (" + location + ")");
+  }
+  return frames;
+}
+
+// The error text of the globals contract, computed by V8 rather than read from the cell's own
+// objects, so that a cell cannot hide or replace it (`Error.stackTraceLimit = 0`, a custom
+// `Error.prepareStackTrace`, a throwing `toString`): V8's rendering of any thrown value (as in
+// "Uncaught TypeError: …", "Uncaught null", "Uncaught Symbol(boom)"), then the cell's frames from
+// the stack trace V8 captured when the error was created, or else the position of V8's message,
+// or else `fallback_line:fallback_column` (where a rejection happened).
 std::string FormatException(Isolate* isolate, Local<Context> context, Local<Value> exception,
-                            Local<Message> message) {
-  TryCatch inner(isolate);  // getters and toString may throw; such errors are swallowed here
+                            Local<Message> message, int fallback_line = 0,
+                            int fallback_column = 0) {
+  TryCatch inner(isolate);  // nothing here may throw into the cell
+  if (message.IsEmpty()) message = Exception::CreateMessage(isolate, exception);
   std::string text;
-  bool have_text = false;
-  if (exception->IsObject()) {
-    Local<Value> stack;
-    if (exception.As<Object>()->Get(context, NewString(isolate, "stack", 5)).ToLocal(&stack) &&
-        stack->IsString()) {
-      text = WithoutBootstrapFrames(ToStdString(isolate, stack));
-      have_text = true;
+  if (!message.IsEmpty()) {
+    text = ToStdString(isolate, message->Get());
+    const std::string uncaught = "Uncaught ";
+    if (text.rfind(uncaught, 0) == 0) text = text.substr(uncaught.size());
+  }
+  if (text.empty()) text = "uncaught exception (a value V8 could not describe)";
+  std::string frames = CellFrames(isolate, Exception::GetStackTrace(exception));
+  if (frames.empty() && !message.IsEmpty()) {
+    frames = CellFrames(isolate, message->GetStackTrace());
+  }
+  if (frames.empty() && !message.IsEmpty() &&
+      IsCellResource(isolate, message->GetScriptResourceName())) {
+    int line = message->GetLineNumber(context).FromMaybe(0);
+    int column = message->GetStartColumn(context).FromMaybe(-1) + 1;
+    if (line > 0 && column > 0) {
+      frames = "\n    at " + std::string(kCellResourceName) + ":" + std::to_string(line) + ":" +
+               std::to_string(column);
     }
   }
-  if (!have_text) {
-    Local<String> as_string;
-    if (exception->ToString(context).ToLocal(&as_string)) {
-      text = ToStdString(isolate, as_string);
-    } else {
-      text = "uncaught exception (its value could not be converted to a string)";
-    }
+  if (frames.empty() && fallback_line > 0) {
+    frames = "\n    at " + std::string(kCellResourceName) + ":" + std::to_string(fallback_line) +
+             ":" + std::to_string(fallback_column);
   }
-  if (!message.IsEmpty() && text.find(kCellResourceName) == std::string::npos) {
-    Local<Value> resource = message->GetScriptResourceName();
-    if (!resource.IsEmpty() && resource->IsString() &&
-        ToStdString(isolate, resource) == kCellResourceName) {
-      int line = message->GetLineNumber(context).FromMaybe(0);
-      int column = message->GetStartColumn(context).FromMaybe(0) + 1;
-      text += "\n    at " + std::string(kCellResourceName) + ":" + std::to_string(line) + ":" +
-              std::to_string(column);
-    }
+  if (frames.empty() && !exception->IsObject()) {
+    // V8 keeps no position for a primitive thrown from a module's body (Node cannot locate it
+    // either); say so, and how to get one.
+    frames =
+        "\n    (a thrown value that is not an Error carries no position; throw new Error(...) to "
+        "get one)";
   }
-  return text;
+  return text + frames;
+}
+
+// Records where an unhandled rejection happened in the cell, for FormatException's fallback.
+void RecordRejection(PromiseRejectMessage rejection) {
+  if (rejection.GetEvent() != kPromiseRejectWithNoHandler) return;
+  Local<Promise> promise = rejection.GetPromise();
+  Isolate* isolate = promise->GetIsolate();
+  cm_runtime* rt = static_cast<cm_runtime*>(isolate->GetData(0));
+  if (!rt) return;
+  Local<StackTrace> trace = StackTrace::CurrentStackTrace(isolate, 8);
+  for (int index = 0; index < trace->GetFrameCount(); index++) {
+    Local<StackFrame> frame = trace->GetFrame(isolate, index);
+    if (!IsCellResource(isolate, frame->GetScriptName())) continue;
+    rt->rejected_value.Reset(isolate, rejection.GetValue());
+    rt->rejected_line = frame->GetLineNumber();
+    rt->rejected_column = frame->GetColumn();
+    return;
+  }
 }
 
 // Turns the outcome of a V8 call into a status, recording the error text on exceptions.
@@ -380,6 +440,11 @@ cm_runtime* cm_runtime_new(size_t heap_limit_bytes, cm_host_fn host, void* host_
     isolate->SetMicrotasksPolicy(MicrotasksPolicy::kExplicit);
     isolate->AddNearHeapLimitCallback(NearHeapLimit, rt);
     isolate->SetHostImportModuleDynamicallyCallback(RefuseDynamicImport);
+    // Error objects get a structured stack trace V8 keeps for itself, which the cell cannot
+    // shorten or rewrite; unhandled rejections are located for errors that carry no position.
+    isolate->SetCaptureStackTraceForUncaughtExceptions(true, 10, StackTrace::kDetailed);
+    isolate->SetData(0, rt);
+    isolate->SetPromiseRejectCallback(RecordRejection);
     Isolate::Scope isolate_scope(isolate);
     HandleScope handle_scope(isolate);
     Local<Context> context = Context::New(isolate);
@@ -400,6 +465,7 @@ void cm_runtime_delete(cm_runtime* rt) {
     {
       Isolate::Scope isolate_scope(rt->isolate);
       rt->module_promise.Reset();
+      rt->rejected_value.Reset();
       rt->dispatch.Reset();
       rt->context.Reset();
     }
@@ -533,9 +599,15 @@ int32_t cm_runtime_module_state(cm_runtime* rt) {
       return CM_MODULE_PENDING;
     case Promise::kFulfilled:
       return CM_MODULE_FULFILLED;
-    case Promise::kRejected:
-      rt->last_error = FormatException(isolate, context, promise->Result(), Local<Message>());
+    case Promise::kRejected: {
+      Local<Value> reason = promise->Result();
+      bool located = !rt->rejected_value.IsEmpty() &&
+                     rt->rejected_value.Get(isolate)->SameValue(reason);
+      rt->last_error =
+          FormatException(isolate, context, reason, Local<Message>(),
+                          located ? rt->rejected_line : 0, located ? rt->rejected_column : 0);
       return CM_MODULE_REJECTED;
+    }
   }
   return CM_MODULE_PENDING;
   CM_GUARD_END(rt)

@@ -44,6 +44,9 @@ pub(crate) struct CellHost {
     events: EventSender,
     /// The first reason the host stopped the cell, if it did.
     pub(crate) stop: Option<HostStop>,
+    /// Tool calls made and not yet answered: while there are none (and no timer), nothing can
+    /// settle a promise the cell awaits.
+    pub(crate) unanswered_tool_calls: std::collections::HashSet<String>,
     test_hooks: bool,
 }
 
@@ -54,6 +57,7 @@ impl CellHost {
             timers: Timers::default(),
             events,
             stop: None,
+            unanswered_tool_calls: std::collections::HashSet::new(),
             test_hooks,
         }
     }
@@ -97,6 +101,12 @@ fn plain(bytes: Option<&[u8]>) -> Option<String> {
 
 impl Host for CellHost {
     fn call(&mut self, op: i32, raw_a: Option<&[u8]>, raw_b: Option<&[u8]>) -> HostReply {
+        // Once the cell called `exit()` (or nobody listens), its JavaScript may still run until
+        // V8 next checks for the termination (a `toJSON` that calls `exit()` returns into the
+        // `text()` that called it): nothing it asks for happens any more.
+        if self.stop.is_some() {
+            return HostReply::Terminate;
+        }
         let (a_text, b_text) = (plain(raw_a), plain(raw_b));
         let (a, b) = (a_text.as_deref(), b_text.as_deref());
         match op {
@@ -135,6 +145,7 @@ impl Host for CellHost {
                             unreachable!("tool_call returns a ToolCall event");
                         };
                         let id = id.clone();
+                        self.unanswered_tool_calls.insert(id.clone());
                         if self.emit(event) {
                             HostReply::String(id)
                         } else {

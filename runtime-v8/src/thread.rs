@@ -36,6 +36,12 @@ const DISPATCH_REJECT: i32 = 2;
 const DISPATCH_TIMER: i32 = 3;
 const DISPATCH_INSTALL_TOOLS: i32 = 4;
 
+/// The error of a cell that awaits a promise nothing can settle (Node reports the same case as an
+/// unsettled top-level await).
+const UNSETTLED_AWAIT: &str = "the script awaits a promise that nothing can settle: no tool call \
+    or timer is pending, so it would wait forever; resolve the promise, or await a tool call or a \
+    timer instead";
+
 /// What the bootstrap receives as its configuration (nothing of the cell: it may run before the
 /// cell is known).
 #[derive(Serialize)]
@@ -336,7 +342,12 @@ impl CellThread {
         match self.runtime.module_state() {
             ModuleState::Pending => Step::Continue,
             ModuleState::Fulfilled => Step::End(EndReason::Completed(None)),
-            ModuleState::Rejected(error_text) => Step::End(EndReason::Completed(Some(error_text))),
+            // A limit or a termination that landed while the error was being formatted is the
+            // real reason the cell ended.
+            ModuleState::Rejected(error_text) => match self.after(RunStatus::Ok) {
+                Step::End(reason) => Step::End(reason),
+                Step::Continue => Step::End(EndReason::Completed(Some(error_text))),
+            },
         }
     }
 
@@ -389,7 +400,13 @@ impl CellThread {
             Err(TryRecvError::Disconnected) => return Step::End(EndReason::Abandoned),
             Err(TryRecvError::Empty) => {}
         }
-        // Idle: nothing runnable until a command arrives or a timer is due.
+        // Idle: nothing runnable until a command arrives or a timer is due. With no tool call
+        // unanswered and no timer set, nothing ever will be: the cell awaits a promise that
+        // nothing can settle, and would wait forever.
+        let host = self.runtime.host();
+        if host.unanswered_tool_calls.is_empty() && host.timers.is_empty() {
+            return Step::End(EndReason::Completed(Some(UNSETTLED_AWAIT.to_owned())));
+        }
         if !self.idle_reported {
             self.idle_reported = true;
             match self.pending_mode {
@@ -450,11 +467,13 @@ impl CellThread {
         let status = match command {
             RuntimeCommand::ToolResponse { id, result } => {
                 self.idle_reported = false;
+                self.runtime.host().unanswered_tool_calls.remove(&id);
                 let payload = result.to_string();
                 self.runtime.dispatch(DISPATCH_RESOLVE, &id, Some(&payload))
             }
             RuntimeCommand::ToolError { id, error_text } => {
                 self.idle_reported = false;
+                self.runtime.host().unanswered_tool_calls.remove(&id);
                 self.runtime
                     .dispatch(DISPATCH_REJECT, &id, Some(&error_text))
             }

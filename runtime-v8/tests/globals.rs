@@ -370,8 +370,8 @@ fn syntax_errors_name_line_and_column() {
 
 #[test]
 fn a_thrown_non_error_becomes_its_string() {
-    assert_eq!(error_of(r#"throw "plain words";"#), "plain words");
-    assert_eq!(error_of(r#"await Promise.reject(42);"#), "42");
+    assert!(error_of(r#"throw "plain words";"#).starts_with("plain words\n"));
+    assert!(error_of(r#"await Promise.reject(42);"#).starts_with("42\n"));
 }
 
 #[test]
@@ -532,5 +532,76 @@ fn a_tool_argument_with_a_lone_surrogate_is_refused_with_the_reason() {
         [
             r#"tools.echo: the argument has a string with a lone surrogate (half of a UTF-16 pair), which JSON text cannot carry exactly; remove it, or replace it with "\uFFFD""#
         ]
+    );
+}
+
+#[test]
+fn any_thrown_value_is_rendered_by_the_engine_with_its_position_when_it_has_one() {
+    // Not an Error: V8 renders the value; a module's body keeps no position for it, and says so.
+    for (source, rendered) in [
+        ("text(1);\nthrow null;", "null"),
+        ("throw undefined;", "undefined"),
+        ("throw Symbol(\"boom\");", "Symbol(boom)"),
+    ] {
+        let error = error_of(source);
+        assert!(error.starts_with(rendered), "{source}: {error}");
+        assert!(
+            error.contains("a thrown value that is not an Error carries no position"),
+            "{source}: {error}"
+        );
+    }
+    // An object whose toString throws is rendered without running it.
+    assert!(
+        error_of("throw { toString() { throw new Error(\"no\"); } };")
+            .starts_with("[object Object]")
+    );
+    // Thrown where V8 has a message (a timer callback), a primitive has its line and column.
+    assert_eq!(
+        error_of(
+            "setTimeout(() => { throw null; }, 1);\nawait new Promise((r) => setTimeout(r, 50));"
+        ),
+        "null\n    at cell.js:1:20"
+    );
+}
+
+#[test]
+fn a_cell_cannot_hide_or_rewrite_its_error_text() {
+    for source in [
+        "Error.stackTraceLimit = 0;\nnull.x;",
+        "Error.prepareStackTrace = () => \"hidden\";\nnull.x;",
+        "Object.defineProperty(Error.prototype, \"stack\", { get() { return \"forged\"; } });\nnull.x;",
+    ] {
+        assert_eq!(
+            error_of(source),
+            "TypeError: Cannot read properties of null (reading 'x')\n    at cell.js:2:6",
+            "{source}"
+        );
+    }
+    assert_eq!(
+        error_of(
+            "function inner() { throw new Error(\"deep\"); }\nfunction outer() { inner(); }\nouter();"
+        ),
+        "Error: deep\n    at inner (cell.js:1:26)\n    at outer (cell.js:2:20)\n    at cell.js:3:1"
+    );
+}
+
+#[test]
+fn exit_inside_to_json_stops_the_text_that_called_it() {
+    let finished = run(
+        r#"text("before"); text({ toJSON() { exit(); return "after exit"; } }); text("never");"#,
+    );
+    assert_eq!(finished.texts(), ["before"]);
+    assert_eq!(finished.error(), None);
+}
+
+#[test]
+fn a_replaced_array_iterator_breaks_none_of_the_globals() {
+    assert_eq!(
+        texts_of(
+            r#"Array.prototype[Symbol.iterator] = function* () { throw new Error("tampered"); };
+               await new Promise((resolve) => setTimeout((a, b) => { text(a + b); resolve(); }, 1, 2, 3));
+               text([1, 2, 3].toSpliced(1, 1, 9, 8).join());"#
+        ),
+        ["5", "1,9,8,3"]
     );
 }

@@ -363,11 +363,38 @@ fn dropping_every_sender_ends_an_idle_cell() {
         mut events,
         handles,
         ..
-    } = start(r#"await new Promise(() => {});"#);
+    } = start(r#"await tools.echo(1);"#);
     assert_eq!(events.blocking_recv(), Some(RuntimeEvent::Started));
+    assert!(matches!(
+        events.blocking_recv(),
+        Some(RuntimeEvent::ToolCall { .. })
+    ));
     assert_eq!(events.blocking_recv(), Some(RuntimeEvent::Pending));
     drop(handles);
     assert_eq!(events.blocking_recv(), None);
+}
+
+#[test]
+fn awaiting_a_promise_nothing_can_settle_fails_at_once() {
+    for source in [
+        r#"text("before"); await new Promise(() => {});"#,
+        // A cleared timer settles nothing either.
+        r#"text("before"); await new Promise((resolve) => clearTimeout(setTimeout(resolve, 10)));"#,
+    ] {
+        let finished = common::run(source);
+        assert_eq!(finished.texts(), ["before"], "{source}");
+        let error = finished.error().unwrap_or_default().to_owned();
+        assert!(
+            error.starts_with("the script awaits a promise that nothing can settle"),
+            "{source}: {error}"
+        );
+    }
+    // A pending tool call or timer can settle it: those cells complete.
+    assert_eq!(
+        common::run(r#"await new Promise((resolve) => setTimeout(resolve, 5)); text("timer");"#)
+            .texts(),
+        ["timer"]
+    );
 }
 
 #[test]

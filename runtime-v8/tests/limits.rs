@@ -163,3 +163,37 @@ fn waiting_uses_no_cpu_time_budget() {
     assert_eq!(finished.error(), None);
     assert_eq!(finished.texts(), ["done"]);
 }
+
+#[test]
+fn formatting_an_error_runs_no_cell_code_so_a_spinning_getter_cannot_mask_it() {
+    // Reading `stack` or calling `toString` of the thrown value would spin until the CPU limit
+    // killed the cell, mid-formatting; the engine renders the value without running either.
+    let finished = run_with(
+        r#"text("before");
+           throw { get stack() { while (true) {} }, toString() { while (true) {} }, message: "m" };"#,
+        Options {
+            cpu_time_limit: Some(Duration::from_millis(300)),
+            ..Options::default()
+        },
+    );
+    let error = finished.error().unwrap_or_default();
+    assert!(error.starts_with("[object Object]"), "{error}");
+    assert!(!error.contains("could not be converted"), "{error}");
+    assert_eq!(finished.texts(), ["before"]);
+}
+
+#[test]
+fn a_cpu_limit_that_lands_while_a_rejection_is_pending_reports_the_limit() {
+    // The spin happens in a microtask after the module's promise has a rejection queued: the
+    // limit, not the rejection, is why the cell ended.
+    let finished = run_with(
+        r#"Promise.resolve().then(() => { while (true) {} });
+           await Promise.reject(new Error("rejected"));"#,
+        Options {
+            cpu_time_limit: Some(Duration::from_millis(300)),
+            ..Options::default()
+        },
+    );
+    let error = finished.error().unwrap_or_default();
+    assert!(error.starts_with("cpu time limit exceeded"), "{error}");
+}
