@@ -200,23 +200,6 @@ std::string ToStdString(Isolate* isolate, Local<Value> value) {
   return std::string(*utf8, utf8.length());
 }
 
-// Drops the stack lines that point into the bootstrap, so the cell's author sees only their frames.
-std::string WithoutBootstrapFrames(const std::string& stack) {
-  std::string result;
-  size_t start = 0;
-  while (start <= stack.size()) {
-    size_t end = stack.find('\n', start);
-    if (end == std::string::npos) end = stack.size();
-    std::string line = stack.substr(start, end - start);
-    if (line.find(kBootstrapResourceName) == std::string::npos) {
-      if (!result.empty()) result += '\n';
-      result += line;
-    }
-    start = end + 1;
-  }
-  return result;
-}
-
 // Whether a script resource name is the cell's.
 bool IsCellResource(Isolate* isolate, Local<Value> resource) {
   return !resource.IsEmpty() && resource->IsString() &&
