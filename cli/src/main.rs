@@ -6,9 +6,11 @@
 #![forbid(unsafe_code)]
 
 mod config;
+mod http;
 mod run;
 mod serve;
 mod setup;
+mod stdio;
 
 use std::process::ExitCode;
 

@@ -7,9 +7,9 @@
 //! cell's `notify(...)` messages; when a cell finishes in the background, it sends a log message
 //! saying so (completion push, completion push).
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use clap::Args;
@@ -22,10 +22,10 @@ use rmcp::model::{
 use rmcp::service::{NotificationContext, RequestContext};
 use rmcp::{ErrorData, Peer, RoleServer, ServerHandler, ServiceExt};
 use serde_json::{Map, Value, json};
-use tokio::sync::OnceCell;
+use tokio_util::sync::CancellationToken;
 
-use crate::exit;
 use crate::setup::{DemoTools, SessionArgs, SetupError};
+use crate::{exit, http};
 
 /// How often a waiting call reports progress.
 const PROGRESS_INTERVAL: Duration = Duration::from_secs(1);
@@ -33,9 +33,35 @@ const PROGRESS_INTERVAL: Duration = Duration::from_secs(1);
 #[derive(Debug, Clone, Args)]
 pub struct McpArgs {
     /// Serve over streamable HTTP at this address (such as 127.0.0.1:8080, path /mcp) instead of
-    /// stdio.
+    /// stdio. Every request must then carry `Authorization: Bearer <token>`.
     #[arg(long, value_name = "ADDR")]
     pub http: Option<String>,
+    /// HTTP: the tokens, one `TENANT TOKEN` per line; each tenant's stored values are its own.
+    /// For one tenant, the environment variable CODEMODE_AUTH_TOKEN serves too.
+    #[arg(long, value_name = "PATH")]
+    pub auth_token_file: Option<PathBuf>,
+    /// HTTP on a loopback address only: serve without tokens (anyone on this machine can run
+    /// code through the server).
+    #[arg(long)]
+    pub no_auth: bool,
+    /// HTTP: a browser origin allowed to call the server (such as http://localhost:3000).
+    /// Requests from any other origin get 403. Repeatable.
+    #[arg(long = "allow-origin", value_name = "ORIGIN")]
+    pub allow_origins: Vec<String>,
+    /// HTTP: another name the server is reached by, accepted in the Host header (its own address
+    /// always is). Repeatable.
+    #[arg(long = "allow-host", value_name = "NAME")]
+    pub allow_hosts: Vec<String>,
+    /// The most MCP sessions served at once; the next one is refused until one ends.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_SESSIONS)]
+    pub max_sessions: usize,
+    /// The most cells running (or waiting to be observed) across all sessions.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_CELLS)]
+    pub max_cells: usize,
+    /// After this many seconds without a request, a session's cells are terminated and its
+    /// resources freed (its stored values stay in the store).
+    #[arg(long, value_name = "SECONDS", default_value_t = DEFAULT_IDLE_TIMEOUT_SECS)]
+    pub idle_timeout_secs: u64,
     /// Offer the demo tools echo and sleep too (left out by default: the model sees only the
     /// tools of the servers you configure).
     #[arg(long)]
@@ -48,12 +74,53 @@ pub struct McpArgs {
     pub session: SessionArgs,
 }
 
+/// Default of `--max-sessions`.
+const DEFAULT_MAX_SESSIONS: usize = 64;
+/// Default of `--max-cells`.
+const DEFAULT_MAX_CELLS: usize = 256;
+/// Default of `--idle-timeout-secs`: half an hour.
+const DEFAULT_IDLE_TIMEOUT_SECS: u64 = 1800;
+
+/// The header an HTTP client names its session with, so its stored values persist across
+/// reconnects and restarts.
+const SESSION_HEADER: &str = "x-codemode-session";
+
 /// What every MCP session of this server shares.
 struct Shared {
     args: SessionArgs,
     store: Arc<dyn Store>,
     tools: Arc<codemode_host_adapters::CompositeTools>,
-    sessions_opened: AtomicU64,
+    limits: ServerLimits,
+    /// The codemode sessions open now (for --max-cells and shutdown).
+    live: std::sync::Mutex<Vec<std::sync::Weak<LiveSession>>>,
+    /// Cancelled on SIGTERM or SIGINT.
+    shutting_down: CancellationToken,
+}
+
+/// The server-wide limits.
+#[derive(Debug, Clone, Copy)]
+struct ServerLimits {
+    max_sessions: usize,
+    max_cells: usize,
+    idle_timeout: Duration,
+}
+
+impl Shared {
+    fn live_sessions(&self) -> Vec<Arc<LiveSession>> {
+        let mut live = self
+            .live
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        live.retain(|session| session.strong_count() > 0);
+        live.iter().filter_map(std::sync::Weak::upgrade).collect()
+    }
+
+    /// Terminates every cell of every session and waits for them (stores finish their commits).
+    async fn shut_down_sessions(&self) {
+        for live in self.live_sessions() {
+            live.session.shutdown().await;
+        }
+    }
 }
 
 pub async fn serve(args: McpArgs) -> ExitCode {
@@ -74,15 +141,30 @@ pub async fn serve(args: McpArgs) -> ExitCode {
         args: args.session.clone(),
         store,
         tools,
-        sessions_opened: AtomicU64::new(0),
+        limits: ServerLimits {
+            max_sessions: args.max_sessions.max(1),
+            max_cells: args.max_cells.max(1),
+            idle_timeout: Duration::from_secs(args.idle_timeout_secs.max(1)),
+        },
+        live: std::sync::Mutex::new(Vec::new()),
+        shutting_down: CancellationToken::new(),
     });
     if args.print_exec_description {
         return print_exec_description(&shared).await;
     }
+    tokio::spawn(cancel_on_signal(shared.shutting_down.clone()));
     let served = match &args.http {
-        None => serve_stdio(shared).await,
-        Some(address) => serve_http(shared, address).await,
+        None => serve_stdio(Arc::clone(&shared)).await,
+        Some(address) => match http_gate(&args, address).await {
+            Ok((listener, gate)) => serve_http(Arc::clone(&shared), listener, gate).await,
+            Err(message) => {
+                eprintln!("error: {message}");
+                return ExitCode::from(exit::USAGE);
+            }
+        },
     };
+    // Whatever ended the serving: stop every cell, and let the stores finish their commits.
+    shared.shut_down_sessions().await;
     match served {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
@@ -90,6 +172,76 @@ pub async fn serve(args: McpArgs) -> ExitCode {
             ExitCode::from(exit::FAILED)
         }
     }
+}
+
+/// Cancels `token` on SIGTERM or SIGINT.
+async fn cancel_on_signal(token: CancellationToken) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut terminate), Ok(mut interrupt)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        tracing::warn!("cannot listen for SIGTERM and SIGINT; stop the server by killing it");
+        return;
+    };
+    tokio::select! {
+        _ = terminate.recv() => {}
+        _ = interrupt.recv() => {}
+    }
+    tracing::info!("shutting down: no new requests; terminating running cells");
+    token.cancel();
+}
+
+/// Binds the HTTP address and builds its gate, refusing to serve without a token where that is
+/// unsafe.
+async fn http_gate(
+    args: &McpArgs,
+    address: &str,
+) -> Result<(tokio::net::TcpListener, http::Gate), String> {
+    let authentication = http::authentication(
+        args.auth_token_file.as_deref(),
+        std::env::var("CODEMODE_AUTH_TOKEN")
+            .ok()
+            .filter(|token| !token.is_empty()),
+        args.no_auth,
+    )?;
+    let listener = tokio::net::TcpListener::bind(address)
+        .await
+        .map_err(|error| format!("cannot listen on {address}: {error}"))?;
+    let bound = listener
+        .local_addr()
+        .map_err(|error| format!("cannot tell the address bound: {error}"))?;
+    let authentication = match authentication {
+        Some(http::Authentication::Off) if !bound.ip().is_loopback() => {
+            return Err(format!(
+                "--no-auth is only for loopback addresses, and {bound} is not one: anyone who can                  reach it could run code; set a token with --auth-token-file FILE (lines of TENANT                  TOKEN) or CODEMODE_AUTH_TOKEN"
+            ));
+        }
+        Some(http::Authentication::Off) => {
+            eprintln!(
+                "warning: serving {bound} without authentication (--no-auth): any program on this                  machine can run code and call your tools through it"
+            );
+            http::Authentication::Off
+        }
+        Some(tokens) => tokens,
+        None => {
+            return Err(format!(
+                "serving MCP over HTTP needs a token, or anyone who can reach {bound} could run                  code: set one with --auth-token-file FILE (lines of TENANT TOKEN) or                  CODEMODE_AUTH_TOKEN{}",
+                if bound.ip().is_loopback() {
+                    ", or pass --no-auth to serve this loopback address without one"
+                } else {
+                    ""
+                }
+            ));
+        }
+    };
+    let gate = http::Gate::new(
+        authentication,
+        bound,
+        &args.allow_hosts,
+        &args.allow_origins,
+    );
+    Ok((listener, gate))
 }
 
 async fn print_exec_description(shared: &Shared) -> ExitCode {
@@ -180,81 +332,234 @@ fn count_argument(
 }
 
 async fn serve_stdio(shared: Arc<Shared>) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-    let server = CodemodeServer::new(shared);
-    let running = server.serve(rmcp::transport::stdio()).await?;
-    running.waiting().await?;
+    let server = CodemodeServer::new(Arc::clone(&shared));
+    let running = server.serve(crate::stdio::transport()).await?;
+    let cancel = running.cancellation_token();
+    tokio::select! {
+        quit = running.waiting() => { quit?; }
+        _ = shared.shutting_down.cancelled() => cancel.cancel(),
+    }
     Ok(())
 }
 
 async fn serve_http(
     shared: Arc<Shared>,
-    address: &str,
+    listener: tokio::net::TcpListener,
+    gate: http::Gate,
 ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
     use rmcp::transport::streamable_http_server::{
         StreamableHttpServerConfig, StreamableHttpService,
     };
+    // The gate checks Host and Origin itself, against the names this server is reached by; the
+    // SDK's own Host check gets the same names.
+    let mut config = StreamableHttpServerConfig::default().with_allowed_hosts(gate.allowed_hosts());
+    config.cancellation_token = shared.shutting_down.child_token();
+    let factory_shared = Arc::clone(&shared);
     let service: StreamableHttpService<CodemodeServer, LocalSessionManager> =
         StreamableHttpService::new(
-            move || Ok(CodemodeServer::new(Arc::clone(&shared))),
+            move || Ok(CodemodeServer::new(Arc::clone(&factory_shared))),
             Default::default(),
-            StreamableHttpServerConfig::default(),
+            config,
         );
-    let router = axum::Router::new().nest_service("/mcp", service);
-    let listener = tokio::net::TcpListener::bind(address).await?;
+    let router = axum::Router::new()
+        .nest_service("/mcp", service)
+        .layer(axum::middleware::from_fn_with_state(gate, http::guard));
     // A parent process (or a test) reads where the server listens from this line.
     println!("listening on http://{}/mcp", listener.local_addr()?);
-    axum::serve(listener, router).await?;
+    let shutting_down = shared.shutting_down.clone();
+    axum::serve(listener, router)
+        .with_graceful_shutdown(async move { shutting_down.cancelled().await })
+        .await?;
     Ok(())
+}
+
+/// One open codemode session of an MCP session, and when it was last used.
+struct LiveSession {
+    session: Session,
+    last_used: std::sync::Mutex<Instant>,
+}
+
+impl LiveSession {
+    fn touch(&self) {
+        *self
+            .last_used
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = Instant::now();
+    }
+
+    fn idle_for(&self) -> Duration {
+        self.last_used
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .elapsed()
+    }
+}
+
+/// Whose stored values an MCP session uses: the store key of its codemode session.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Identity {
+    store_key: String,
+}
+
+impl Identity {
+    /// Over stdio, the parent process owns the server: `--session` names the values. Over HTTP,
+    /// the tenant of the token, and the session the client names in `X-Codemode-Session` or a
+    /// fresh, unguessable one.
+    fn of(shared: &Shared, extensions: &rmcp::model::Extensions) -> Result<Self, ErrorData> {
+        let Some(parts) = extensions.get::<axum::http::request::Parts>() else {
+            return Ok(Identity {
+                store_key: shared.args.session.clone(),
+            });
+        };
+        let tenant = parts
+            .extensions
+            .get::<http::Tenant>()
+            .map(|tenant| tenant.0.clone())
+            .unwrap_or_else(|| http::ANONYMOUS_TENANT.to_owned());
+        let name = match parts.headers.get(SESSION_HEADER) {
+            Some(value) => {
+                let name = value.to_str().unwrap_or_default();
+                http::check_name("session", name)
+                    .map_err(|message| ErrorData::invalid_request(message, None))?;
+                name.to_owned()
+            }
+            None => {
+                fresh_session_name().map_err(|message| ErrorData::internal_error(message, None))?
+            }
+        };
+        Ok(Identity {
+            store_key: format!("{tenant}/{name}"),
+        })
+    }
+}
+
+/// 128 random bits, as hex: a name no other client can guess.
+fn fresh_session_name() -> Result<String, String> {
+    let mut bytes = [0u8; 16];
+    getrandom::fill(&mut bytes)
+        .map_err(|error| format!("cannot make a session name: no randomness ({error})"))?;
+    Ok(format!(
+        "anonymous-{}",
+        bytes
+            .iter()
+            .map(|byte| format!("{byte:02x}"))
+            .collect::<String>()
+    ))
 }
 
 /// The handler of one MCP session.
 #[derive(Clone)]
 struct CodemodeServer {
     shared: Arc<Shared>,
-    session_id: String,
-    session: Arc<OnceCell<Result<Arc<Session>, String>>>,
+    state: Arc<tokio::sync::Mutex<ServerState>>,
+}
+
+/// What one MCP session holds: who it is (fixed at its first request) and its codemode session
+/// while open (closed after the idle timeout, opened again on the next request).
+#[derive(Default)]
+struct ServerState {
+    identity: Option<Identity>,
+    live: Option<Arc<LiveSession>>,
 }
 
 impl CodemodeServer {
     fn new(shared: Arc<Shared>) -> Self {
-        // The first MCP session uses the configured name, so a file store keeps its values across
-        // restarts; any further ones (over HTTP) get their own.
-        let index = shared.sessions_opened.fetch_add(1, Ordering::SeqCst);
-        let session_id = match index {
-            0 => shared.args.session.clone(),
-            index => format!("{}-{}", shared.args.session, index + 1),
-        };
         CodemodeServer {
             shared,
-            session_id,
-            session: Arc::new(OnceCell::new()),
+            state: Arc::new(tokio::sync::Mutex::new(ServerState::default())),
         }
     }
 
-    /// The codemode session of this MCP session, opened on first use.
-    async fn session(&self) -> Result<Arc<Session>, ErrorData> {
-        self.session
-            .get_or_init(|| async {
-                let shared = &self.shared;
-                let mut config = shared.args.config();
-                // A long-running server bounds what it buffers per cell (server output mode).
-                config.output_mode = OutputMode::server();
-                shared
-                    .args
-                    .open(
-                        &self.session_id,
-                        Arc::clone(&shared.store),
-                        Arc::clone(&shared.tools),
-                        config,
-                    )
-                    .await
-                    .map(Arc::new)
-                    .map_err(|error| error.message)
-            })
+    /// The codemode session of this MCP session, opened on first use (and again after it idled
+    /// out), within the server's session limit.
+    async fn session(
+        &self,
+        extensions: &rmcp::model::Extensions,
+        peer: &Peer<RoleServer>,
+    ) -> Result<Arc<LiveSession>, ErrorData> {
+        let shared = &self.shared;
+        if shared.shutting_down.is_cancelled() {
+            return Err(ErrorData::internal_error(
+                "the server is shutting down and starts nothing new",
+                None,
+            ));
+        }
+        let mut state = self.state.lock().await;
+        if let Some(live) = &state.live {
+            live.touch();
+            return Ok(Arc::clone(live));
+        }
+        let identity = match &state.identity {
+            Some(identity) => identity.clone(),
+            None => {
+                let identity = Identity::of(shared, extensions)?;
+                state.identity = Some(identity.clone());
+                identity
+            }
+        };
+        let open = shared.live_sessions().len();
+        if open >= shared.limits.max_sessions {
+            return Err(ErrorData::internal_error(
+                format!(
+                    "the server already serves {open} sessions, its --max-sessions limit of {}; \
+                     close one, or try again later",
+                    shared.limits.max_sessions
+                ),
+                None,
+            ));
+        }
+        let mut config = shared.args.config();
+        // A long-running server bounds what it buffers per cell (server output mode).
+        config.output_mode = OutputMode::server();
+        let session = shared
+            .args
+            .open(
+                &identity.store_key,
+                Arc::clone(&shared.store),
+                Arc::clone(&shared.tools),
+                config,
+            )
             .await
-            .clone()
-            .map_err(|message| ErrorData::internal_error(message, None))
+            .map_err(|error| ErrorData::internal_error(error.message, None))?;
+        let live = Arc::new(LiveSession {
+            session,
+            last_used: std::sync::Mutex::new(Instant::now()),
+        });
+        shared
+            .live
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .push(Arc::downgrade(&live));
+        push_completions(&live.session, peer.clone());
+        tokio::spawn(close_when_idle(
+            Arc::downgrade(&self.state),
+            Arc::downgrade(&live),
+            shared.limits.idle_timeout,
+        ));
+        state.live = Some(Arc::clone(&live));
+        Ok(live)
+    }
+
+    /// Refuses a new cell when the server runs its --max-cells limit of cells already.
+    fn check_cell_limit(&self) -> Result<(), ErrorData> {
+        let running: usize = self
+            .shared
+            .live_sessions()
+            .iter()
+            .map(|live| live.session.active_cells())
+            .sum();
+        if running >= self.shared.limits.max_cells {
+            return Err(ErrorData::internal_error(
+                format!(
+                    "the server already runs {running} cells, its --max-cells limit of {}; wait \
+                     for one to finish, or terminate one with wait {{\"terminate\": true}}",
+                    self.shared.limits.max_cells
+                ),
+                None,
+            ));
+        }
+        Ok(())
     }
 
     async fn exec(
@@ -272,10 +577,13 @@ impl CodemodeServer {
         let options = ExecOptions::default()
             .with_yield_time_ms(count_argument("exec", &arguments, "yield_time_ms")?)
             .with_max_output_tokens(count_argument("exec", &arguments, "max_output_tokens")?);
-        let session = self.session().await?;
+        let live = self.session(&context.extensions, &context.peer).await?;
+        self.check_cell_limit()?;
+        let session = &live.session;
         let call_id = format!("mcp-{}", request_id_text(&context));
-        let progress = Progress::start(&context, &session, Watched::Call(call_id.clone()));
+        let progress = Progress::start(&context, session, Watched::Call(call_id.clone()));
         let result = session.exec_tool_with(&call_id, code, options).await;
+        live.touch();
         progress.stop();
         Ok(to_call_tool_result(result))
     }
@@ -292,9 +600,11 @@ impl CodemodeServer {
                 None,
             )
         })?;
-        let session = self.session().await?;
-        let progress = Progress::start(&context, &session, Watched::Cell(request.cell_id.clone()));
+        let live = self.session(&context.extensions, &context.peer).await?;
+        let session = &live.session;
+        let progress = Progress::start(&context, session, Watched::Cell(request.cell_id.clone()));
         let result = session.wait_tool(request).await;
+        live.touch();
         progress.stop();
         Ok(to_call_tool_result(result))
     }
@@ -311,47 +621,19 @@ impl ServerHandler for CodemodeServer {
     }
 
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
-        // Completion push: tell the client about cells that finish while nobody waits on them.
-        let Ok(session) = self.session().await else {
-            return;
-        };
-        let mut events = session.subscribe();
-        let peer = context.peer.clone();
-        tokio::spawn(async move {
-            while let Ok(event) = events.recv().await {
-                if let SessionEvent::CellFinished {
-                    cell_id,
-                    error_text,
-                } = event
-                {
-                    let status = if error_text.is_some() {
-                        "failed"
-                    } else {
-                        "completed"
-                    };
-                    let message = format!(
-                        "Cell {cell_id} {status} in the background; call wait with cell_id \"{cell_id}\" for its output."
-                    );
-                    if push_log(
-                        &peer,
-                        json!({"cell_id": cell_id, "status": status, "message": message}),
-                    )
-                    .await
-                    .is_err()
-                    {
-                        break;
-                    }
-                }
-            }
-        });
+        // Open the session now, so that completion push starts with it.
+        if let Err(error) = self.session(&context.extensions, &context.peer).await {
+            tracing::warn!(error = %error.message, "cannot open the session of a new MCP client");
+        }
     }
 
     async fn list_tools(
         &self,
         _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        let session = self.session().await?;
+        let live = self.session(&context.extensions, &context.peer).await?;
+        let session = &live.session;
         let exec_schema = json!({
             "type": "object",
             "properties": {
@@ -373,7 +655,7 @@ impl ServerHandler for CodemodeServer {
             "required": ["code"],
             "additionalProperties": false
         });
-        let exec = Tool::new("exec", exec_tool_description(&session), object(exec_schema));
+        let exec = Tool::new("exec", exec_tool_description(session), object(exec_schema));
         let wait = Tool::new(
             "wait",
             session.wait_description(),
@@ -399,6 +681,75 @@ impl ServerHandler for CodemodeServer {
             }
         };
         Ok(result.into())
+    }
+}
+
+/// Completion push: tells the client about cells that finish while nobody waits on them, for as
+/// long as the session lives.
+fn push_completions(session: &Session, peer: Peer<RoleServer>) {
+    let mut events = session.subscribe();
+    tokio::spawn(async move {
+        while let Ok(event) = events.recv().await {
+            if let SessionEvent::CellFinished {
+                cell_id,
+                error_text,
+            } = event
+            {
+                let status = if error_text.is_some() {
+                    "failed"
+                } else {
+                    "completed"
+                };
+                let message = format!(
+                    "Cell {cell_id} {status} in the background; call wait with cell_id \"{cell_id}\" for its output."
+                );
+                if push_log(
+                    &peer,
+                    json!({"cell_id": cell_id, "status": status, "message": message}),
+                )
+                .await
+                .is_err()
+                {
+                    break;
+                }
+            }
+        }
+    });
+}
+
+/// Closes a session nobody has used for `idle_timeout`: its cells are terminated and its
+/// resources freed. The MCP session opens a new one (with the same stored values) if it comes
+/// back. Ends when the session or the MCP session is gone.
+async fn close_when_idle(
+    state: std::sync::Weak<tokio::sync::Mutex<ServerState>>,
+    live: std::sync::Weak<LiveSession>,
+    idle_timeout: Duration,
+) {
+    let check_every = (idle_timeout / 4).clamp(Duration::from_millis(50), Duration::from_secs(30));
+    loop {
+        tokio::time::sleep(check_every).await;
+        let (Some(state), Some(session)) = (state.upgrade(), live.upgrade()) else {
+            return;
+        };
+        if session.idle_for() < idle_timeout {
+            continue;
+        }
+        let mut state = state.lock().await;
+        if !state
+            .live
+            .as_ref()
+            .is_some_and(|current| Arc::ptr_eq(current, &session))
+        {
+            return;
+        }
+        state.live = None;
+        drop(state);
+        tracing::info!(
+            idle_secs = idle_timeout.as_secs(),
+            "closing a session that was idle past --idle-timeout-secs"
+        );
+        session.session.shutdown().await;
+        return;
     }
 }
 

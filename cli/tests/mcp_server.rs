@@ -314,7 +314,7 @@ async fn the_server_bounds_image_output_per_observation() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_server_also_speaks_streamable_http() {
     let mut command = std::process::Command::new(CODEMODE);
-    command.args(["mcp", "--demo-tools", "--http", "127.0.0.1:0"]);
+    command.args(["mcp", "--demo-tools", "--no-auth", "--http", "127.0.0.1:0"]);
     let server = codemode_test_support::ListeningServer::spawn(command);
     let transport = rmcp::transport::StreamableHttpClientTransport::from_uri(server.url());
     let client = within("connect", ().serve(transport)).await.unwrap();

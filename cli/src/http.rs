@@ -1,0 +1,407 @@
+//! The door of `codemode mcp --http`: every request is checked before it reaches MCP.
+//!
+//! In order: a `Host` that does not name this server gets 403 (the DNS-rebinding guard the MCP
+//! transport specification asks for), a present `Origin` that is not allowed gets 403 (a web page
+//! in the user's browser cannot drive the server), and a missing or wrong
+//! `Authorization: Bearer <token>` gets 401. A request that passes carries its tenant (a
+//! [`Tenant`] in its extensions) to the MCP handler. Tokens are compared in constant time and never
+//! logged.
+
+use std::collections::HashSet;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::Response;
+use subtle::ConstantTimeEq;
+
+/// The tenant a request was authenticated as: stored values are scoped to it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tenant(pub String);
+
+/// The tenant of a server that runs without authentication (`--no-auth`, loopback only).
+pub const ANONYMOUS_TENANT: &str = "anonymous";
+
+/// The tenant of the token in `CODEMODE_AUTH_TOKEN`.
+pub const DEFAULT_TENANT: &str = "default";
+
+/// The shortest token accepted: a guessable token is no protection.
+const MIN_TOKEN_LENGTH: usize = 16;
+
+/// Who may come in, and through which names and origins.
+#[derive(Clone)]
+pub struct Gate {
+    /// `(tenant, token)` pairs; `None` when authentication is off (`--no-auth`).
+    tokens: Option<Arc<Vec<(String, Vec<u8>)>>>,
+    /// `host` or `host:port` values a `Host` header may carry.
+    allowed_hosts: Arc<HashSet<String>>,
+    /// Origins (`scheme://host[:port]`) a request may come from; a request without `Origin`
+    /// (not from a browser) is not checked.
+    allowed_origins: Arc<HashSet<String>>,
+}
+
+impl std::fmt::Debug for Gate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Tokens are never printed.
+        f.debug_struct("Gate")
+            .field("tenants", &self.tokens.as_ref().map(|tokens| tokens.len()))
+            .field("allowed_hosts", &self.allowed_hosts)
+            .field("allowed_origins", &self.allowed_origins)
+            .finish()
+    }
+}
+
+/// How the server authenticates, from the flags and the environment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Authentication {
+    /// `(tenant, token)` pairs.
+    Tokens(Vec<(String, String)>),
+    /// `--no-auth`.
+    Off,
+}
+
+/// Reads `--auth-token-file` (lines of `TENANT TOKEN`; blank lines and `#` comments skipped) or
+/// `CODEMODE_AUTH_TOKEN` (one token, tenant `default`), or `--no-auth`.
+pub fn authentication(
+    token_file: Option<&Path>,
+    environment_token: Option<String>,
+    no_auth: bool,
+) -> Result<Option<Authentication>, String> {
+    if no_auth {
+        if token_file.is_some() || environment_token.is_some() {
+            return Err("--no-auth was given together with a token; give one or the other".into());
+        }
+        return Ok(Some(Authentication::Off));
+    }
+    let mut tokens = Vec::new();
+    if let Some(path) = token_file {
+        let text = std::fs::read_to_string(path)
+            .map_err(|error| format!("cannot read the token file {}: {error}", path.display()))?;
+        for (index, line) in text.lines().enumerate() {
+            let line = line.trim();
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            let mut words = line.split_whitespace();
+            let (Some(tenant), Some(token), None) = (words.next(), words.next(), words.next())
+            else {
+                return Err(format!(
+                    "{} line {}: expected `TENANT TOKEN`",
+                    path.display(),
+                    index + 1
+                ));
+            };
+            check_name("tenant", tenant)
+                .map_err(|error| format!("{} line {}: {error}", path.display(), index + 1))?;
+            check_token(token)
+                .map_err(|error| format!("{} line {}: {error}", path.display(), index + 1))?;
+            tokens.push((tenant.to_owned(), token.to_owned()));
+        }
+        if tokens.is_empty() {
+            return Err(format!("the token file {} has no tokens", path.display()));
+        }
+    } else if let Some(token) = environment_token {
+        check_token(&token).map_err(|error| format!("CODEMODE_AUTH_TOKEN: {error}"))?;
+        tokens.push((DEFAULT_TENANT.to_owned(), token));
+    }
+    Ok((!tokens.is_empty()).then_some(Authentication::Tokens(tokens)))
+}
+
+fn check_token(token: &str) -> Result<(), String> {
+    if token.len() < MIN_TOKEN_LENGTH {
+        return Err(format!(
+            "a token must be at least {MIN_TOKEN_LENGTH} characters (make one with: openssl rand \
+             -hex 32)"
+        ));
+    }
+    Ok(())
+}
+
+/// A tenant or session name: 1 to 64 of `A-Z a-z 0-9 . _ -`, not starting with a dot, so that
+/// it is safe in a file name.
+pub fn check_name(what: &str, name: &str) -> Result<(), String> {
+    let valid = !name.is_empty()
+        && name.len() <= 64
+        && !name.starts_with('.')
+        && name
+            .bytes()
+            .all(|byte| byte.is_ascii_alphanumeric() || matches!(byte, b'.' | b'_' | b'-'));
+    if valid {
+        Ok(())
+    } else {
+        Err(format!(
+            "the {what} name {name:?} is not valid: use 1 to 64 letters, digits, '.', '_' or '-', \
+             not starting with '.'"
+        ))
+    }
+}
+
+impl Gate {
+    /// The gate of a server bound to `bound`, with what the user allowed beyond it.
+    pub fn new(
+        authentication: Authentication,
+        bound: SocketAddr,
+        extra_hosts: &[String],
+        origins: &[String],
+    ) -> Self {
+        let port = bound.port();
+        let mut hosts: HashSet<String> = HashSet::new();
+        let mut names = vec![match bound.ip() {
+            std::net::IpAddr::V6(ip) => format!("[{ip}]"),
+            std::net::IpAddr::V4(ip) => ip.to_string(),
+        }];
+        if bound.ip().is_loopback() {
+            names.extend([
+                "localhost".to_owned(),
+                "127.0.0.1".to_owned(),
+                "[::1]".to_owned(),
+            ]);
+        }
+        names.extend(extra_hosts.iter().cloned());
+        for name in names {
+            let name = name.to_ascii_lowercase();
+            hosts.insert(format!("{name}:{port}"));
+            hosts.insert(name);
+        }
+        Gate {
+            tokens: match authentication {
+                Authentication::Tokens(tokens) => Some(Arc::new(
+                    tokens
+                        .into_iter()
+                        .map(|(tenant, token)| (tenant, token.into_bytes()))
+                        .collect(),
+                )),
+                Authentication::Off => None,
+            },
+            allowed_hosts: Arc::new(hosts),
+            allowed_origins: Arc::new(
+                origins
+                    .iter()
+                    .map(|origin| origin.trim_end_matches('/').to_ascii_lowercase())
+                    .collect(),
+            ),
+        }
+    }
+
+    /// The `host` and `host:port` values a `Host` header may carry.
+    pub fn allowed_hosts(&self) -> Vec<String> {
+        self.allowed_hosts.iter().cloned().collect()
+    }
+
+    /// The tenant a request is admitted as, or the response that refuses it.
+    fn admit(&self, headers: &HeaderMap) -> Result<Tenant, Response> {
+        let host = headers
+            .get(header::HOST)
+            .and_then(|host| host.to_str().ok())
+            .map(str::to_ascii_lowercase);
+        match host {
+            Some(host) if self.allowed_hosts.contains(&host) => {}
+            other => {
+                return Err(refuse(
+                    StatusCode::FORBIDDEN,
+                    &format!(
+                        "the Host header {:?} does not name this server; if it is reached by that \
+                         name, start it with --allow-host NAME",
+                        other.unwrap_or_default()
+                    ),
+                ));
+            }
+        }
+        if let Some(origin) = headers.get(header::ORIGIN) {
+            let origin = origin.to_str().unwrap_or_default().to_ascii_lowercase();
+            if !self.allowed_origins.contains(origin.trim_end_matches('/')) {
+                return Err(refuse(
+                    StatusCode::FORBIDDEN,
+                    &format!(
+                        "requests from the origin {origin:?} are not allowed; a browser page may \
+                         use this server only if it is started with --allow-origin {origin}"
+                    ),
+                ));
+            }
+        }
+        let Some(tokens) = &self.tokens else {
+            return Ok(Tenant(ANONYMOUS_TENANT.to_owned()));
+        };
+        let presented = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|value| value.to_str().ok())
+            .and_then(|value| value.strip_prefix("Bearer "))
+            .map(str::trim)
+            .unwrap_or_default()
+            .as_bytes();
+        // Every token is compared, in constant time, whatever matches.
+        let mut tenant = None;
+        for (name, token) in tokens.iter() {
+            if bool::from(presented.ct_eq(token)) {
+                tenant = Some(name.clone());
+            }
+        }
+        tenant.map(Tenant).ok_or_else(|| {
+            let mut response = refuse(
+                StatusCode::UNAUTHORIZED,
+                "missing or wrong token: send Authorization: Bearer <token>",
+            );
+            response.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static("Bearer realm=\"codemode\""),
+            );
+            response
+        })
+    }
+}
+
+fn refuse(status: StatusCode, message: &str) -> Response {
+    let body = serde_json::json!({ "error": message }).to_string();
+    let mut response = Response::new(Body::from(body));
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
+}
+
+/// The middleware: admits the request (with its [`Tenant`]) or answers it with 401 or 403.
+pub async fn guard(State(gate): State<Gate>, mut request: Request, next: Next) -> Response {
+    match gate.admit(request.headers()) {
+        Ok(tenant) => {
+            request.extensions_mut().insert(tenant);
+            next.run(request).await
+        }
+        Err(response) => {
+            tracing::warn!(
+                status = response.status().as_u16(),
+                path = %request.uri().path(),
+                "refused an HTTP request"
+            );
+            response
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        for (name, value) in pairs {
+            headers.insert(*name, HeaderValue::from_str(value).unwrap());
+        }
+        headers
+    }
+
+    fn gate() -> Gate {
+        Gate::new(
+            Authentication::Tokens(vec![
+                ("alpha".into(), "a".repeat(20)),
+                ("beta".into(), "b".repeat(20)),
+            ]),
+            "127.0.0.1:8080".parse().unwrap(),
+            &[],
+            &["http://localhost:3000".into()],
+        )
+    }
+
+    #[test]
+    fn the_token_picks_the_tenant_and_a_wrong_one_is_unauthorized() {
+        let bearer = |token: &str| format!("Bearer {token}");
+        assert_eq!(
+            gate()
+                .admit(&headers(&[
+                    ("host", "127.0.0.1:8080"),
+                    ("authorization", &bearer(&"b".repeat(20)))
+                ]))
+                .unwrap(),
+            Tenant("beta".into())
+        );
+        for wrong in [bearer("nope"), bearer(&"a".repeat(19)), "a".repeat(20)] {
+            let refused = gate()
+                .admit(&headers(&[
+                    ("host", "localhost:8080"),
+                    ("authorization", &wrong),
+                ]))
+                .unwrap_err();
+            assert_eq!(refused.status(), StatusCode::UNAUTHORIZED);
+        }
+    }
+
+    #[test]
+    fn a_foreign_host_or_origin_is_forbidden() {
+        let token = format!("Bearer {}", "a".repeat(20));
+        let forbidden =
+            |pairs: &[(&'static str, &str)]| gate().admit(&headers(pairs)).unwrap_err().status();
+        assert_eq!(
+            forbidden(&[("host", "evil.example:8080"), ("authorization", &token)]),
+            StatusCode::FORBIDDEN
+        );
+        assert_eq!(
+            forbidden(&[
+                ("host", "127.0.0.1:8080"),
+                ("origin", "http://evil.example"),
+                ("authorization", &token)
+            ]),
+            StatusCode::FORBIDDEN
+        );
+        assert!(
+            gate()
+                .admit(&headers(&[
+                    ("host", "127.0.0.1:8080"),
+                    ("origin", "http://localhost:3000"),
+                    ("authorization", &token)
+                ]))
+                .is_ok()
+        );
+    }
+
+    #[test]
+    fn token_files_name_tenants_and_refuse_weak_tokens() {
+        let folder = std::env::temp_dir().join(format!("codemode-tokens-{}", std::process::id()));
+        std::fs::create_dir_all(&folder).unwrap();
+        let path = folder.join("tokens");
+        std::fs::write(
+            &path,
+            format!(
+                "# tenants\nalpha {}\n\nbeta {}\n",
+                "x".repeat(16),
+                "y".repeat(32)
+            ),
+        )
+        .unwrap();
+        let Some(Authentication::Tokens(tokens)) =
+            authentication(Some(&path), None, false).unwrap()
+        else {
+            panic!("tokens expected");
+        };
+        assert_eq!(tokens.len(), 2);
+        std::fs::write(&path, "alpha short\n").unwrap();
+        assert!(
+            authentication(Some(&path), None, false)
+                .unwrap_err()
+                .contains("at least 16")
+        );
+        std::fs::write(&path, "bad/name xxxxxxxxxxxxxxxxxxxx\n").unwrap();
+        assert!(
+            authentication(Some(&path), None, false)
+                .unwrap_err()
+                .contains("not valid")
+        );
+        assert_eq!(authentication(None, None, false).unwrap(), None);
+        assert_eq!(
+            authentication(None, None, true).unwrap(),
+            Some(Authentication::Off)
+        );
+    }
+
+    #[test]
+    fn names_are_checked_before_they_reach_a_file_path() {
+        assert!(check_name("session", "work-1.a_b").is_ok());
+        for bad in ["", "../x", ".hidden", "a/b", "a b", &"x".repeat(65)] {
+            assert!(check_name("session", bad).is_err(), "{bad:?}");
+        }
+    }
+}
