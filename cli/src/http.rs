@@ -32,11 +32,47 @@ pub const DEFAULT_TENANT: &str = "default";
 /// The shortest token accepted: a guessable token is no protection.
 const MIN_TOKEN_LENGTH: usize = 16;
 
+/// Each tenant's name and token.
+type TenantTokens = Vec<(String, Vec<u8>)>;
+
+/// Why a request is turned away: its status and what the client is told.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Refusal {
+    status: StatusCode,
+    message: String,
+}
+
+impl Refusal {
+    fn forbidden(message: String) -> Self {
+        Refusal {
+            status: StatusCode::FORBIDDEN,
+            message,
+        }
+    }
+
+    fn into_response(self) -> Response {
+        let body = serde_json::json!({ "error": self.message }).to_string();
+        let mut response = Response::new(Body::from(body));
+        *response.status_mut() = self.status;
+        response.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        if self.status == StatusCode::UNAUTHORIZED {
+            response.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static("Bearer realm=\"codemode\""),
+            );
+        }
+        response
+    }
+}
+
 /// Who may come in, and through which names and origins.
 #[derive(Clone)]
 pub struct Gate {
     /// `(tenant, token)` pairs; `None` when authentication is off (`--no-auth`).
-    tokens: Option<Arc<Vec<(String, Vec<u8>)>>>,
+    tokens: Option<Arc<TenantTokens>>,
     /// `host` or `host:port` values a `Host` header may carry.
     allowed_hosts: Arc<HashSet<String>>,
     /// Origins (`scheme://host[:port]`) a request may come from; a request without `Origin`
@@ -193,7 +229,7 @@ impl Gate {
     }
 
     /// The tenant a request is admitted as, or the response that refuses it.
-    fn admit(&self, headers: &HeaderMap) -> Result<Tenant, Response> {
+    fn admit(&self, headers: &HeaderMap) -> Result<Tenant, Refusal> {
         let host = headers
             .get(header::HOST)
             .and_then(|host| host.to_str().ok())
@@ -201,26 +237,20 @@ impl Gate {
         match host {
             Some(host) if self.allowed_hosts.contains(&host) => {}
             other => {
-                return Err(refuse(
-                    StatusCode::FORBIDDEN,
-                    &format!(
-                        "the Host header {:?} does not name this server; if it is reached by that \
-                         name, start it with --allow-host NAME",
-                        other.unwrap_or_default()
-                    ),
-                ));
+                return Err(Refusal::forbidden(format!(
+                    "the Host header {:?} does not name this server; if it is reached by that \
+                     name, start it with --allow-host NAME",
+                    other.unwrap_or_default()
+                )));
             }
         }
         if let Some(origin) = headers.get(header::ORIGIN) {
             let origin = origin.to_str().unwrap_or_default().to_ascii_lowercase();
             if !self.allowed_origins.contains(origin.trim_end_matches('/')) {
-                return Err(refuse(
-                    StatusCode::FORBIDDEN,
-                    &format!(
-                        "requests from the origin {origin:?} are not allowed; a browser page may \
-                         use this server only if it is started with --allow-origin {origin}"
-                    ),
-                ));
+                return Err(Refusal::forbidden(format!(
+                    "requests from the origin {origin:?} are not allowed; a browser page may use \
+                     this server only if it is started with --allow-origin {origin}"
+                )));
             }
         }
         let Some(tokens) = &self.tokens else {
@@ -240,29 +270,11 @@ impl Gate {
                 tenant = Some(name.clone());
             }
         }
-        tenant.map(Tenant).ok_or_else(|| {
-            let mut response = refuse(
-                StatusCode::UNAUTHORIZED,
-                "missing or wrong token: send Authorization: Bearer <token>",
-            );
-            response.headers_mut().insert(
-                header::WWW_AUTHENTICATE,
-                HeaderValue::from_static("Bearer realm=\"codemode\""),
-            );
-            response
+        tenant.map(Tenant).ok_or_else(|| Refusal {
+            status: StatusCode::UNAUTHORIZED,
+            message: "missing or wrong token: send Authorization: Bearer <token>".to_owned(),
         })
     }
-}
-
-fn refuse(status: StatusCode, message: &str) -> Response {
-    let body = serde_json::json!({ "error": message }).to_string();
-    let mut response = Response::new(Body::from(body));
-    *response.status_mut() = status;
-    response.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    response
 }
 
 /// The middleware: admits the request (with its [`Tenant`]) or answers it with 401 or 403.
@@ -272,13 +284,13 @@ pub async fn guard(State(gate): State<Gate>, mut request: Request, next: Next) -
             request.extensions_mut().insert(tenant);
             next.run(request).await
         }
-        Err(response) => {
+        Err(refusal) => {
             tracing::warn!(
-                status = response.status().as_u16(),
+                status = refusal.status.as_u16(),
                 path = %request.uri().path(),
                 "refused an HTTP request"
             );
-            response
+            refusal.into_response()
         }
     }
 }
@@ -326,7 +338,7 @@ mod tests {
                     ("authorization", &wrong),
                 ]))
                 .unwrap_err();
-            assert_eq!(refused.status(), StatusCode::UNAUTHORIZED);
+            assert_eq!(refused.status, StatusCode::UNAUTHORIZED);
         }
     }
 
@@ -334,7 +346,7 @@ mod tests {
     fn a_foreign_host_or_origin_is_forbidden() {
         let token = format!("Bearer {}", "a".repeat(20));
         let forbidden =
-            |pairs: &[(&'static str, &str)]| gate().admit(&headers(pairs)).unwrap_err().status();
+            |pairs: &[(&'static str, &str)]| gate().admit(&headers(pairs)).unwrap_err().status;
         assert_eq!(
             forbidden(&[("host", "evil.example:8080"), ("authorization", &token)]),
             StatusCode::FORBIDDEN

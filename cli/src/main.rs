@@ -32,7 +32,7 @@ enum Command {
     Run(run::RunArgs),
     /// Serve the exec and wait tools over MCP (stdio by default).
     Mcp(serve::McpArgs),
-    /// Serve a small demo MCP server (add, image, fail, sleep, pid), to try --mcp with.
+    /// Serve a small demo MCP server (add, image, fail, sleep, note, pid), to try --mcp with.
     DemoMcpServer {
         /// Serve over streamable HTTP at this address instead of stdio, such as 127.0.0.1:8081.
         #[arg(long, value_name = "ADDR")]

@@ -2,7 +2,7 @@
 //!
 //! Tools: `add` (two numbers; text and structured result), `image` (a 1x1 PNG image block),
 //! `fail` (an error result with a message), `sleep` (waits `ms` milliseconds), `pid` (its process
-//! id, so a test can kill it). Served by the `codemode-test-mcp-server` binary and by
+//! id, so a test can kill it), `note` (appends a line to the file `CODEMODE_DEMO_NOTES` names). Served by the `codemode-test-mcp-server` binary and by
 //! `codemode demo-mcp-server`.
 
 use rmcp::handler::server::router::tool::ToolRouter;
@@ -26,6 +26,12 @@ struct AddRequest {
 struct FailRequest {
     /// What the failure says.
     message: Option<String>,
+}
+
+#[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
+struct NoteRequest {
+    /// The line to record.
+    text: String,
 }
 
 #[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
@@ -94,6 +100,27 @@ impl DemoServer {
         ))]))
     }
 
+    #[tool(
+        description = "Records a note: appends it as a line to the file named by the \
+                          environment variable CODEMODE_DEMO_NOTES (for tests that must prove a call \
+                          happened, or did not)."
+    )]
+    fn note(
+        &self,
+        Parameters(NoteRequest { text }): Parameters<NoteRequest>,
+    ) -> Result<CallToolResult, ErrorData> {
+        use std::io::Write;
+        let path = std::env::var_os("CODEMODE_DEMO_NOTES")
+            .ok_or_else(|| ErrorData::invalid_params("CODEMODE_DEMO_NOTES is not set", None))?;
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .and_then(|mut file| writeln!(file, "{text}"))
+            .map_err(|error| ErrorData::internal_error(error.to_string(), None))?;
+        Ok(CallToolResult::success(vec![ContentBlock::text("noted")]))
+    }
+
     #[tool(description = "The server's process id.")]
     fn pid(&self) -> Result<CallToolResult, ErrorData> {
         Ok(CallToolResult::success(vec![ContentBlock::text(
@@ -106,7 +133,7 @@ impl DemoServer {
 impl ServerHandler for DemoServer {
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
-            .with_instructions("A test server: add, image, fail, sleep, pid.")
+            .with_instructions("A test server: add, image, fail, sleep, note, pid.")
     }
 }
 

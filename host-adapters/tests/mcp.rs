@@ -68,6 +68,7 @@ async fn server_tools_are_listed_under_its_namespace_with_their_schemas() {
             "test__add",
             "test__fail",
             "test__image",
+            "test__note",
             "test__pid",
             "test__sleep"
         ]
@@ -254,7 +255,7 @@ async fn a_composite_merges_providers_and_refuses_duplicate_names() {
         },
     );
     let session = session(CompositeTools::new().with(local).with(stdio_server("test"))).await;
-    assert_eq!(session.tools().len(), 6);
+    assert_eq!(session.tools().len(), 7);
     let (items, error) = run(
         &session,
         r#"

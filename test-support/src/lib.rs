@@ -90,6 +90,11 @@ impl ListeningServer {
     pub fn id(&self) -> u32 {
         self.child.id()
     }
+
+    /// Its exit status, if it has exited.
+    pub fn try_wait(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().ok().flatten()
+    }
 }
 
 impl Drop for ListeningServer {

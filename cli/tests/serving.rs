@@ -1,0 +1,365 @@
+//! `codemode mcp --http` served safely, through the real binary: tokens and tenants, Host and
+//! Origin checks, sessions by identity across restarts, the server-wide limits, and a graceful
+//! shutdown. A downstream tool that records its calls (the demo server's `note`) proves what ran.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use codemode_test_support::{ListeningServer, within};
+use rmcp::model::{CallToolRequestParams, CallToolResult, ContentBlock};
+use rmcp::service::RunningService;
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::{RoleClient, ServiceExt};
+use serde_json::{Value, json};
+
+const CODEMODE: &str = env!("CARGO_BIN_EXE_codemode");
+const ALPHA: &str = "alpha-token-0123456789abcdef";
+const BETA: &str = "beta-token-0123456789abcdef0";
+
+fn scratch(name: &str) -> PathBuf {
+    let folder =
+        std::env::temp_dir().join(format!("codemode-serving-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&folder);
+    std::fs::create_dir_all(&folder).unwrap();
+    folder
+}
+
+/// A server with two tenants, the demo server's tools (its `note` records into `notes`), and the
+/// extra flags.
+fn server(folder: &Path, extra: &[&str]) -> ListeningServer {
+    let tokens = folder.join("tokens");
+    std::fs::write(&tokens, format!("alpha {ALPHA}\nbeta {BETA}\n")).unwrap();
+    let config = folder.join("mcp.json");
+    std::fs::write(
+        &config,
+        json!({"mcpServers": {"demo": {"command": CODEMODE, "args": ["demo-mcp-server"],
+               "env": {"CODEMODE_DEMO_NOTES": folder.join("notes")}}}})
+        .to_string(),
+    )
+    .unwrap();
+    let mut command = Command::new(CODEMODE);
+    command
+        .args(["mcp", "--http", "127.0.0.1:0", "--auth-token-file"])
+        .arg(&tokens)
+        .arg("--config")
+        .arg(&config)
+        .args(extra);
+    ListeningServer::spawn(command)
+}
+
+fn notes(folder: &Path) -> Vec<String> {
+    std::fs::read_to_string(folder.join("notes"))
+        .map(|text| text.lines().map(str::to_owned).collect())
+        .unwrap_or_default()
+}
+
+type Client = RunningService<RoleClient, ()>;
+
+async fn client(url: &str, token: &str, session: Option<&str>) -> Client {
+    let mut config = StreamableHttpClientTransportConfig::with_uri(url).auth_header(token);
+    if let Some(session) = session {
+        config.custom_headers.insert(
+            http::HeaderName::from_static("x-codemode-session"),
+            http::HeaderValue::from_str(session).unwrap(),
+        );
+    }
+    let transport = StreamableHttpClientTransport::from_config(config);
+    within("connect", ().serve(transport))
+        .await
+        .expect("the client connects")
+}
+
+async fn exec(client: &Client, code: &str) -> Result<CallToolResult, rmcp::ServiceError> {
+    let params = CallToolRequestParams::new("exec")
+        .with_arguments(json!({"code": code}).as_object().unwrap().clone());
+    within("exec", client.call_tool(params)).await
+}
+
+fn text_of(result: &CallToolResult) -> String {
+    result
+        .content
+        .iter()
+        .filter_map(|block| match block {
+            ContentBlock::Text(text) => Some(text.text.clone()),
+            _ => None,
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The last line of a rendering: the cell's last output.
+async fn last_line(client: &Client, code: &str) -> String {
+    let result = exec(client, code).await.expect("exec answers");
+    text_of(&result)
+        .lines()
+        .last()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// A raw HTTP POST of an `exec` call, with these headers; the status code.
+fn raw_post(url: &str, headers: &[(&str, &str)]) -> u16 {
+    let address = url.trim_start_matches("http://").trim_end_matches("/mcp");
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {"name": "exec", "arguments": {"code": "await tools.demo__note({text: \"intruder\"})"}}})
+    .to_string();
+    let mut request = format!(
+        "POST /mcp HTTP/1.1\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: {}\r\nConnection: close\r\n",
+        body.len()
+    );
+    let mut has_host = false;
+    for (name, value) in headers {
+        has_host |= name.eq_ignore_ascii_case("host");
+        request.push_str(&format!("{name}: {value}\r\n"));
+    }
+    if !has_host {
+        request.push_str(&format!("Host: {address}\r\n"));
+    }
+    request.push_str("\r\n");
+    request.push_str(&body);
+    let mut stream = TcpStream::connect(address).unwrap();
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut response = String::new();
+    let _ = stream.read_to_string(&mut response);
+    response
+        .split_whitespace()
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_without_the_right_token_or_from_a_foreign_origin_or_host_run_nothing() {
+    let folder = scratch("gate");
+    let server = server(&folder, &[]);
+    let url = server.url().to_owned();
+    let alpha = format!("Bearer {ALPHA}");
+    assert_eq!(raw_post(&url, &[]), 401, "no token");
+    assert_eq!(
+        raw_post(&url, &[("Authorization", "Bearer wrong-token-0123456789")]),
+        401
+    );
+    assert_eq!(
+        raw_post(
+            &url,
+            &[("Authorization", &alpha), ("Origin", "http://evil.example")]
+        ),
+        403,
+        "a foreign origin"
+    );
+    assert_eq!(
+        raw_post(&url, &[("Authorization", &alpha), ("Host", "evil.example")]),
+        403,
+        "a DNS-rebinding host"
+    );
+    assert!(
+        notes(&folder).is_empty(),
+        "a refused request ran: {:?}",
+        notes(&folder)
+    );
+    // The right token runs the same call.
+    let client = client(&url, ALPHA, None).await;
+    assert_eq!(
+        last_line(
+            &client,
+            r#"await tools.demo__note({text: "member"}); text("ok");"#
+        )
+        .await,
+        "ok"
+    );
+    assert_eq!(notes(&folder), ["member"]);
+    client.cancel().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tenants_and_unnamed_sessions_never_see_each_others_values_even_after_a_restart() {
+    let folder = scratch("tenants");
+    let store = folder.join("store");
+    let store_flag = ["--store", store.to_str().unwrap()];
+    let read = r#"text(JSON.stringify([load("secret") ?? null]));"#;
+    {
+        let server = server(&folder, &store_flag);
+        let alpha = client(server.url(), ALPHA, Some("work")).await;
+        assert_eq!(
+            last_line(&alpha, r#"store("secret", "alpha's"); text("stored");"#).await,
+            "stored"
+        );
+        let beta = client(server.url(), BETA, Some("work")).await;
+        assert_eq!(
+            last_line(&beta, read).await,
+            "[null]",
+            "another tenant, same name"
+        );
+        let unnamed = client(server.url(), ALPHA, None).await;
+        assert_eq!(
+            last_line(&unnamed, r#"store("secret", "unnamed"); text("stored");"#).await,
+            "stored"
+        );
+        let other_unnamed = client(server.url(), ALPHA, None).await;
+        assert_eq!(
+            last_line(&other_unnamed, read).await,
+            "[null]",
+            "another unnamed session"
+        );
+        assert_eq!(last_line(&alpha, read).await, r#"["alpha's"]"#);
+        for client in [alpha, beta, unnamed, other_unnamed] {
+            client.cancel().await.unwrap();
+        }
+    }
+    // After a restart, a named session gets its values back; nobody else does.
+    let server = server(&folder, &store_flag);
+    let alpha = client(server.url(), ALPHA, Some("work")).await;
+    assert_eq!(last_line(&alpha, read).await, r#"["alpha's"]"#);
+    let beta = client(server.url(), BETA, Some("work")).await;
+    assert_eq!(last_line(&beta, read).await, "[null]");
+    let unnamed = client(server.url(), ALPHA, None).await;
+    assert_eq!(last_line(&unnamed, read).await, "[null]");
+    let bad_name = StreamableHttpClientTransport::from_config({
+        let mut config =
+            StreamableHttpClientTransportConfig::with_uri(server.url()).auth_header(ALPHA);
+        config.custom_headers.insert(
+            http::HeaderName::from_static("x-codemode-session"),
+            http::HeaderValue::from_static("../escape"),
+        );
+        config
+    });
+    // The name is checked before it reaches a file path: the session never opens.
+    match within("bad name", ().serve(bad_name)).await {
+        Ok(client) => {
+            let error = exec(&client, "text(1)").await.unwrap_err().to_string();
+            assert!(error.contains("is not valid"), "{error}");
+        }
+        Err(error) => assert!(error.to_string().contains("is not valid"), "{error}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_limit_answers_with_its_name_and_value_and_the_server_keeps_serving() {
+    let folder = scratch("limits");
+    let server = server(
+        &folder,
+        &["--max-sessions", "1", "--max-cells", "1", "--demo-tools"],
+    );
+    let first = client(server.url(), ALPHA, Some("one")).await;
+    let running = exec(
+        &first,
+        "// @exec: {\"yield_time_ms\": 0}\nawait tools.sleep({ms: 3000});",
+    )
+    .await
+    .unwrap();
+    assert!(
+        text_of(&running).starts_with("Script running"),
+        "{}",
+        text_of(&running)
+    );
+    let refused = exec(&first, "text(1)").await.unwrap_err().to_string();
+    assert!(refused.contains("--max-cells limit of 1"), "{refused}");
+    let second = within(
+        "second session",
+        ().serve(StreamableHttpClientTransport::from_config(
+            StreamableHttpClientTransportConfig::with_uri(server.url()).auth_header(ALPHA),
+        )),
+    )
+    .await;
+    match second {
+        Ok(second) => {
+            let refused = exec(&second, "text(1)").await.unwrap_err().to_string();
+            assert!(refused.contains("--max-sessions limit of 1"), "{refused}");
+        }
+        Err(error) => assert!(error.to_string().contains("--max-sessions"), "{error}"),
+    }
+    // The first session still works once its cell is gone.
+    let params = CallToolRequestParams::new("wait").with_arguments(
+        json!({"cell_id": "1", "terminate": true})
+            .as_object()
+            .unwrap()
+            .clone(),
+    );
+    let terminated = within("terminate", first.call_tool(params)).await.unwrap();
+    assert!(text_of(&terminated).starts_with("Script terminated"));
+    assert_eq!(last_line(&first, "text(6 * 7)").await, "42");
+    first.cancel().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_session_has_its_cells_terminated_and_comes_back_with_its_values() {
+    let folder = scratch("idle");
+    let server = server(&folder, &["--idle-timeout-secs", "1", "--demo-tools"]);
+    let client = client(server.url(), ALPHA, Some("idler")).await;
+    let running = exec(
+        &client,
+        "// @exec: {\"yield_time_ms\": 0}\nstore(\"kept\", 1);\nawait tools.sleep({ms: 60000});",
+    )
+    .await
+    .unwrap();
+    assert!(text_of(&running).starts_with("Script running"));
+    tokio::time::sleep(std::time::Duration::from_millis(2500)).await;
+    let params = CallToolRequestParams::new("wait")
+        .with_arguments(json!({"cell_id": "1"}).as_object().unwrap().clone());
+    let gone = within("wait", client.call_tool(params)).await.unwrap();
+    assert!(
+        text_of(&gone).starts_with("No cell with ID 1"),
+        "{}",
+        text_of(&gone)
+    );
+    // The terminated cell committed nothing; the session itself serves again.
+    assert_eq!(
+        last_line(&client, r#"text(String(load("kept")));"#).await,
+        "undefined"
+    );
+    client.cancel().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_shuts_down_gracefully_and_leaves_the_store_valid() {
+    let folder = scratch("sigterm");
+    let store = folder.join("store");
+    let mut server = server(
+        &folder,
+        &["--store", store.to_str().unwrap(), "--demo-tools"],
+    );
+    let client = client(server.url(), ALPHA, Some("saver")).await;
+    assert_eq!(
+        last_line(&client, r#"store("before", 1); text("saved");"#).await,
+        "saved"
+    );
+    let running = exec(
+        &client,
+        "// @exec: {\"yield_time_ms\": 0}\nfor (let i = 0; i < 200; i++) store(`k${i}`, \"x\".repeat(1000));\nawait tools.sleep({ms: 50});",
+    )
+    .await
+    .unwrap();
+    assert!(text_of(&running).starts_with("Script running"));
+    let status = Command::new("kill")
+        .arg("-TERM")
+        .arg(server.id().to_string())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let exit = within("the server to exit", async {
+        loop {
+            if let Some(status) = server.try_wait() {
+                return status;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert_eq!(exit.code(), Some(0), "{exit:?}");
+    // Every document in the store is complete JSON with the value stored before.
+    let documents: Vec<PathBuf> = std::fs::read_dir(&store)
+        .unwrap()
+        .flatten()
+        .map(|entry| entry.path())
+        .filter(|path| {
+            path.extension()
+                .is_some_and(|extension| extension == "json")
+        })
+        .collect();
+    assert_eq!(documents.len(), 1, "{documents:?}");
+    let document: Value = serde_json::from_slice(&std::fs::read(&documents[0]).unwrap()).unwrap();
+    assert_eq!(document["values"]["before"], json!(1));
+}
