@@ -161,9 +161,10 @@ enum Phase {
         since: Instant,
     },
     /// A terminator took the outcome (a `Terminated` event, or the completion that was buffered).
-    /// It is kept for an observer that was already waiting.
+    /// `for_observer` is what an observer that was already waiting gets: the same outcome, with
+    /// the output left out when the terminator received it, so that no item reaches two callers.
     Terminated {
-        outcome: CellEvent,
+        for_observer: CellEvent,
     },
     /// An observer took the completion.
     Delivered,
@@ -231,9 +232,9 @@ impl CellState {
             Phase::Committing {
                 terminator: Some(terminator),
             } => {
-                let _ = terminator.send(Ok(completion.clone()));
+                let received = terminator.send(Ok(completion.clone())).is_ok();
                 *phase = Phase::Terminated {
-                    outcome: completion,
+                    for_observer: for_another_caller(completion, received),
                 };
             }
             Phase::Committing { terminator: None } => {
@@ -290,9 +291,9 @@ impl CellState {
                     unreachable!("matched Buffered above");
                 };
                 let completion = stamp_buffered_for(completion, since);
-                let _ = respond.send(Ok(completion.clone()));
+                let received = respond.send(Ok(completion.clone())).is_ok();
                 *phase = Phase::Terminated {
-                    outcome: completion,
+                    for_observer: for_another_caller(completion, received),
                 };
             }
             Phase::Delivered | Phase::Closed => {
@@ -324,9 +325,9 @@ impl CellState {
     pub(crate) fn deliver_completion(&self, observer: Option<Responder>) -> CompletionDelivery {
         let mut phase = self.phase();
         match &*phase {
-            Phase::Terminated { outcome } => {
+            Phase::Terminated { for_observer } => {
                 if let Some(observer) = observer {
-                    let _ = observer.send(Ok(outcome.clone()));
+                    let _ = observer.send(Ok(for_observer.clone()));
                 }
                 CompletionDelivery::Delivered
             }
@@ -367,23 +368,25 @@ impl CellState {
     }
 
     /// Records the end of a termination: the terminator (if any) gets `terminated`. Returns what
-    /// the current observer (if any) gets: `terminated`, or the completion a terminator claimed.
+    /// the current observer (if any) gets: the same outcome (`terminated`, or the completion a
+    /// terminator claimed), without the output a terminator already received.
     pub(crate) fn finish_termination(&self, terminated: CellEvent) -> CellEvent {
         let mut phase = self.phase();
         match std::mem::replace(&mut *phase, Phase::Closed) {
-            Phase::Terminated { outcome } => {
-                let for_observer = outcome.clone();
-                *phase = Phase::Terminated { outcome };
+            Phase::Terminated { for_observer } => {
+                *phase = Phase::Terminated {
+                    for_observer: for_observer.clone(),
+                };
                 for_observer
             }
             Phase::Terminating { terminator } => {
-                if let Some(terminator) = terminator {
-                    let _ = terminator.send(Ok(terminated.clone()));
-                }
+                let received = terminator
+                    .is_some_and(|terminator| terminator.send(Ok(terminated.clone())).is_ok());
+                let for_observer = for_another_caller(terminated, received);
                 *phase = Phase::Terminated {
-                    outcome: terminated.clone(),
+                    for_observer: for_observer.clone(),
                 };
-                terminated
+                for_observer
             }
             other => {
                 // Not reached by the actor: termination always passes through Terminating or
@@ -417,6 +420,31 @@ impl CellState {
             *self.phase(),
             Phase::Running | Phase::Committing { .. } | Phase::Buffered { .. }
         )
+    }
+}
+
+/// What a second caller (an observer already waiting) gets of an outcome the terminator took: the
+/// outcome itself, without its output when the terminator received it, so that each output item
+/// reaches the model once.
+fn for_another_caller(outcome: CellEvent, terminator_received: bool) -> CellEvent {
+    if !terminator_received {
+        return outcome;
+    }
+    match outcome {
+        CellEvent::Completed {
+            error_text,
+            result_buffered_for,
+            ..
+        } => CellEvent::Completed {
+            output: Default::default(),
+            error_text,
+            result_buffered_for,
+        },
+        CellEvent::Terminated { tool_calls, .. } => CellEvent::Terminated {
+            output: Default::default(),
+            tool_calls,
+        },
+        other => other,
     }
 }
 
@@ -502,14 +530,19 @@ mod tests {
             Err(CellError::AlreadyTerminating)
         );
         assert_eq!(first.await.unwrap(), Ok(completion("done", Duration::ZERO)));
-        // The actor's termination then hands the same completion to a waiting observer.
+        // The actor's termination then tells a waiting observer the same outcome, without the
+        // output the terminator received: each item reaches one caller.
         let terminated = CellEvent::Terminated {
             output: CollectedOutput::default(),
             tool_calls: Vec::new(),
         };
         assert_eq!(
             state.finish_termination(terminated),
-            completion("done", Duration::ZERO)
+            CellEvent::Completed {
+                output: CollectedOutput::default(),
+                error_text: None,
+                result_buffered_for: Duration::ZERO,
+            }
         );
     }
 

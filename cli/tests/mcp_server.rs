@@ -406,3 +406,39 @@ async fn exec_arguments_win_over_the_pragma() {
     assert!(text_of(&terminated).starts_with("Script terminated"));
     client.cancel().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_in_flight_and_a_terminating_wait_never_both_return_the_same_items() {
+    let (client, _) = connect(&[]).await;
+    let running = call(
+        &client,
+        "exec",
+        json!({"code": "text(\"early\"); await tools.sleep({ms: 200}); text(\"late item\"); await tools.sleep({ms: 30000});", "yield_time_ms": 0}),
+    )
+    .await
+    .unwrap();
+    let cell = cell_id(&text_of(&running));
+    let in_flight = call(
+        &client,
+        "wait",
+        json!({"cell_id": cell, "yield_time_ms": 30000}),
+    );
+    let terminating = async {
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        call(&client, "wait", json!({"cell_id": cell, "terminate": true})).await
+    };
+    let (in_flight, terminating) = tokio::join!(in_flight, terminating);
+    let (in_flight, terminating) = (text_of(&in_flight.unwrap()), text_of(&terminating.unwrap()));
+    let all = format!(
+        "{running}\n{in_flight}\n{terminating}",
+        running = text_of(&running)
+    );
+    assert_eq!(all.matches("late item").count(), 1, "{all}");
+    assert_eq!(all.matches("early").count(), 1, "{all}");
+    assert!(
+        terminating.starts_with("Script terminated"),
+        "{terminating}"
+    );
+    assert!(in_flight.starts_with("Script terminated"), "{in_flight}");
+    client.cancel().await.unwrap();
+}
