@@ -353,7 +353,10 @@ async fn serve_http(
     };
     // The gate checks Host and Origin itself, against the names this server is reached by; the
     // SDK's own Host check gets the same names.
-    let mut config = StreamableHttpServerConfig::default().with_allowed_hosts(gate.allowed_hosts());
+    // A body past the limit is answered with 413 and a message, never dropped.
+    let mut config = StreamableHttpServerConfig::default()
+        .with_allowed_hosts(gate.allowed_hosts())
+        .with_max_request_body_bytes(crate::stdio::MAX_LINE_BYTES);
     config.cancellation_token = shared.shutting_down.child_token();
     let factory_shared = Arc::clone(&shared);
     let service: StreamableHttpService<CodemodeServer, LocalSessionManager> =

@@ -442,3 +442,103 @@ async fn a_wait_in_flight_and_a_terminating_wait_never_both_return_the_same_item
     assert!(in_flight.starts_with("Script terminated"), "{in_flight}");
     client.cancel().await.unwrap();
 }
+
+/// `codemode mcp` over raw stdio: lines in, the answers with an `id` out (with a hang guard).
+struct RawServer {
+    child: std::process::Child,
+    stdin: std::process::ChildStdin,
+    lines: std::sync::mpsc::Receiver<String>,
+}
+
+impl RawServer {
+    fn start() -> Self {
+        use std::io::BufRead;
+        let mut child = std::process::Command::new(CODEMODE)
+            .args(["mcp", "--demo-tools"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take().unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (sender, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if sender.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        RawServer {
+            child,
+            stdin,
+            lines,
+        }
+    }
+
+    fn send(&mut self, line: &str) {
+        use std::io::Write;
+        self.stdin.write_all(line.as_bytes()).unwrap();
+        self.stdin.write_all(b"\n").unwrap();
+        self.stdin.flush().unwrap();
+    }
+
+    /// The next message with this id.
+    fn answer(&self, id: i64) -> Value {
+        loop {
+            let line = self
+                .lines
+                .recv_timeout(Duration::from_secs(60))
+                .unwrap_or_else(|_| panic!("hung: no answer with id {id}"));
+            let message: Value = serde_json::from_str(&line).unwrap();
+            if message["id"] == json!(id) {
+                return message;
+            }
+        }
+    }
+}
+
+impl Drop for RawServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn every_stdio_request_gets_an_answer_even_an_oversized_or_unicode_broken_one() {
+    let mut server = RawServer::start();
+    server.send(r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}"#);
+    assert!(server.answer(1)["result"]["serverInfo"].is_object());
+    server.send(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#);
+    // A lone surrogate escape in the code: not Unicode text, so not JSON the server can read.
+    server.send(r#"{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"exec","arguments":{"code":"text(\"\ud800\")"}}}"#);
+    let broken = server.answer(5);
+    let message = broken["error"]["message"].as_str().unwrap();
+    assert!(message.contains("lone surrogate escape"), "{broken}");
+    // A message past the 16 MiB a line may hold.
+    let huge = format!(
+        r#"{{"jsonrpc":"2.0","id":6,"method":"tools/call","params":{{"name":"exec","arguments":{{"code":"{}"}}}}}}"#,
+        "x".repeat(17 * 1024 * 1024)
+    );
+    server.send(&huge);
+    let oversized = server.answer(6);
+    let message = oversized["error"]["message"].as_str().unwrap();
+    assert!(message.contains("more than the 16 MiB"), "{oversized}");
+    // Code within the line limit but past the source limit is refused by exec, naming it.
+    let large = format!(
+        r#"{{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{{"name":"exec","arguments":{{"code":"//{}"}}}}}}"#,
+        "x".repeat(5 * 1024 * 1024)
+    );
+    server.send(&large);
+    let refused = server.answer(7);
+    assert_eq!(refused["result"]["isError"], json!(true), "{refused}");
+    assert!(
+        refused.to_string().contains("bytes a cell accepts"),
+        "{refused}"
+    );
+    // And the server still serves.
+    server.send(r#"{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"exec","arguments":{"code":"text(6 * 7)"}}}"#);
+    assert!(server.answer(8).to_string().contains("42"));
+}

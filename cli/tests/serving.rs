@@ -102,9 +102,14 @@ async fn last_line(client: &Client, code: &str) -> String {
 
 /// A raw HTTP POST of an `exec` call, with these headers; the status code.
 fn raw_post(url: &str, headers: &[(&str, &str)]) -> u16 {
+    raw_post_code(url, headers, "await tools.demo__note({text: \"intruder\"})").0
+}
+
+/// A raw HTTP POST of an `exec` of `code`, with these headers; the status code and the response.
+fn raw_post_code(url: &str, headers: &[(&str, &str)], code: &str) -> (u16, String) {
     let address = url.trim_start_matches("http://").trim_end_matches("/mcp");
     let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
-        "params": {"name": "exec", "arguments": {"code": "await tools.demo__note({text: \"intruder\"})"}}})
+        "params": {"name": "exec", "arguments": {"code": code}}})
     .to_string();
     let mut request = format!(
         "POST /mcp HTTP/1.1\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: {}\r\nConnection: close\r\n",
@@ -122,13 +127,15 @@ fn raw_post(url: &str, headers: &[(&str, &str)]) -> u16 {
     request.push_str(&body);
     let mut stream = TcpStream::connect(address).unwrap();
     stream.write_all(request.as_bytes()).unwrap();
-    let mut response = String::new();
-    let _ = stream.read_to_string(&mut response);
-    response
+    let mut response = Vec::new();
+    let _ = stream.read_to_end(&mut response);
+    let response = String::from_utf8_lossy(&response).into_owned();
+    let status = response
         .split_whitespace()
         .nth(1)
         .and_then(|code| code.parse().ok())
-        .unwrap_or(0)
+        .unwrap_or(0);
+    (status, response)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

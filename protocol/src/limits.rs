@@ -49,3 +49,6 @@ pub const BOUNDED_EVENT_QUEUE_CAPACITY: usize = 256;
 /// In server output mode, the total bytes of image URLs a cell may buffer between two observations;
 /// images beyond it are dropped and counted (output and rendering).
 pub const BOUNDED_OUTPUT_MAX_IMAGE_BYTES: usize = 8 * 1024 * 1024;
+
+/// The largest source a cell accepts, in bytes: larger source is refused before anything runs.
+pub const MAX_SOURCE_BYTES: usize = 4 * 1024 * 1024;

@@ -114,7 +114,7 @@ impl Session {
         format!(
             r#"Run JavaScript to orchestrate tools: call them, loop, branch, and emit output, in one step instead of many tool calls.
 
-The source runs as an ES module in a fresh V8 isolate, so top-level `await` works. There is no `import`, no `console`, no file system, network or Node API: reach the outside world only through `tools`, and report with `text(...)`.
+The source (at most {max_source_mib} MiB) runs as an ES module in a fresh V8 isolate, so top-level `await` works. There is no `import`, no `console`, no file system, network or Node API: reach the outside world only through `tools`, and report with `text(...)`.
 
 TypeScript is accepted too: types are erased before the script runs (annotations, interfaces, type aliases, generics, `as`, `satisfies`, `!`), and error positions point at what you wrote. `enum`, `namespace` and parameter properties are not supported: use plain objects and fields.
 
@@ -141,6 +141,7 @@ Tools:
 {tools}"#,
             yield_ms = config.default_exec_yield_time.as_millis(),
             tokens = config.default_max_output_tokens,
+            max_source_mib = codemode_protocol::limits::MAX_SOURCE_BYTES / (1024 * 1024),
             tools = tools_section(self.tools(), config.tool_description_budget_tokens).0,
         )
     }

@@ -15,6 +15,7 @@ use codemode_cell_actor::{
     Observation, StartedCell, ToolInvocation, start_cell,
 };
 use codemode_engine::{CellLimits, CellStart, Engine, EngineError, PendingMode};
+use codemode_protocol::limits::MAX_SOURCE_BYTES;
 use codemode_protocol::{ExecuteRequest, ToolDefinition, WaitRequest};
 use serde_json::Value;
 use tokio::sync::broadcast;
@@ -97,6 +98,17 @@ pub enum SessionError {
     #[error("this session has used every cell id and can start no more cells; open a new session")]
     /// Every cell id was used.
     CellIdsExhausted,
+    /// The source is larger than a cell accepts.
+    #[error(
+        "the source is {size} bytes, more than the {limit} bytes a cell accepts; send smaller \
+         code, and pass large data through tools or stored values"
+    )]
+    SourceTooLarge {
+        /// The source's size.
+        size: usize,
+        /// The limit.
+        limit: usize,
+    },
     /// An observation or termination of a cell got no event.
     #[error("cell {cell_id}: {error}")]
     Cell {
@@ -317,6 +329,12 @@ impl Session {
     ) -> Result<CellReport, SessionError> {
         let shared = &self.shared;
         let began = Instant::now();
+        if request.source.len() > MAX_SOURCE_BYTES {
+            return Err(SessionError::SourceTooLarge {
+                size: request.source.len(),
+                limit: MAX_SOURCE_BYTES,
+            });
+        }
         // TypeScript is erased before the engine sees the source (positions kept), outside any
         // lock. Hints read the source as the model wrote it.
         let stripped = strip_types(&request.source);
