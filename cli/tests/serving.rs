@@ -370,3 +370,31 @@ async fn sigterm_shuts_down_gracefully_and_leaves_the_store_valid() {
     let document: Value = serde_json::from_slice(&std::fs::read(&documents[0]).unwrap()).unwrap();
     assert_eq!(document["values"]["before"], json!(1));
 }
+
+#[test]
+fn http_without_a_token_refuses_to_start_and_says_how_to_set_one() {
+    let run = |args: &[&str]| {
+        Command::new(CODEMODE)
+            .arg("mcp")
+            .args(args)
+            .env_remove("CODEMODE_AUTH_TOKEN")
+            .output()
+            .unwrap()
+    };
+    let loopback = run(&["--http", "127.0.0.1:0"]);
+    assert_eq!(loopback.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&loopback.stderr);
+    assert!(stderr.contains("--auth-token-file"), "{stderr}");
+    assert!(stderr.contains("--no-auth"), "{stderr}");
+    let anywhere = run(&["--http", "0.0.0.0:0", "--no-auth"]);
+    assert_eq!(anywhere.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&anywhere.stderr);
+    assert!(stderr.contains("only for loopback addresses"), "{stderr}");
+    let weak = Command::new(CODEMODE)
+        .args(["mcp", "--http", "127.0.0.1:0"])
+        .env("CODEMODE_AUTH_TOKEN", "short")
+        .output()
+        .unwrap();
+    assert_eq!(weak.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&weak.stderr).contains("at least 16 characters"));
+}
