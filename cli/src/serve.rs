@@ -205,6 +205,17 @@ async fn http_gate(
             .filter(|token| !token.is_empty()),
         args.no_auth,
     )?;
+    // Refuse before binding when the address alone says it is not loopback.
+    if let Ok(requested) = address.parse::<std::net::SocketAddr>()
+        && !requested.ip().is_loopback()
+        && !matches!(authentication, Some(http::Authentication::Tokens(_)))
+    {
+        return Err(format!(
+            "{requested} is not a loopback address: anyone who can reach it could run code; set a \
+             token with --auth-token-file FILE (lines of TENANT TOKEN) or CODEMODE_AUTH_TOKEN \
+             (--no-auth is only for loopback addresses)"
+        ));
+    }
     let listener = tokio::net::TcpListener::bind(address)
         .await
         .map_err(|error| format!("cannot listen on {address}: {error}"))?;
