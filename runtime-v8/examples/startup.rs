@@ -1,8 +1,8 @@
 //! A quick measurement of how long a cell takes from `Engine::start` to its result, for
 //! `text("hi")`, side by side: with runtimes created when the cell starts (cold) and with
 //! pre-warmed runtimes (warm, the default). Prints medians and 90th percentiles over a number of
-//! runs (default 200), and the ratio of the medians. Cells start 20 ms apart, as a model's
-//! successive `exec` calls would, so a warm pool has refilled between them.
+//! runs (default 200), and the ratio of the medians. Cold cells start 20 ms apart; warm ones 20,
+//! 5, 2 and 0 ms apart (back to back), so that a pool that cannot keep up shows.
 //!
 //! ```text
 //! cargo run --release -p codemode-runtime-v8 --example startup -- 200
@@ -22,21 +22,36 @@ fn main() {
         "V8 {}: start to result of text(\"hi\"), {runs} runs each",
         v8_version()
     );
-    let cold = measure("cold", &V8Engine::with_warm_runtimes(0), runs);
-    let warm = measure("warm", &V8Engine::new(), runs);
-    println!(
-        "warm / cold median: {:.2}",
-        warm.as_secs_f64() / cold.as_secs_f64()
+    let cold = measure(
+        "cold, 20 ms apart",
+        &V8Engine::with_warm_runtimes(0),
+        runs,
+        20,
     );
+    let engine = V8Engine::new();
+    for spacing_ms in [20, 5, 2, 0] {
+        let warm = measure(
+            &format!("warm, {spacing_ms} ms apart"),
+            &engine,
+            runs,
+            spacing_ms,
+        );
+        println!(
+            "  warm / cold median: {:.2}",
+            warm.as_secs_f64() / cold.as_secs_f64()
+        );
+    }
 }
 
-/// Measures `runs` cells on `engine`, prints the median and p90, and returns the median.
-fn measure(label: &str, engine: &V8Engine, runs: usize) -> Duration {
+/// Measures `runs` cells on `engine` started `spacing_ms` apart, prints the median and p90, and
+/// returns the median.
+fn measure(label: &str, engine: &V8Engine, runs: usize, spacing_ms: u64) -> Duration {
     // The first cell pays for V8's process-wide initialisation; measure after it.
     run_once(engine);
+    std::thread::sleep(Duration::from_millis(50));
     let mut durations: Vec<Duration> = (0..runs)
         .map(|_| {
-            std::thread::sleep(Duration::from_millis(20));
+            std::thread::sleep(Duration::from_millis(spacing_ms));
             run_once(engine)
         })
         .collect();
