@@ -111,6 +111,19 @@ impl SessionArgs {
         Ok(Arc::new(tools))
     }
 
+    /// The process's one engine, shared by every session (and so its pool of pre-warmed
+    /// runtimes), warmed for the heap limit its cells have.
+    fn engine(&self, config: &SessionConfig) -> Arc<dyn codemode_engine::Engine> {
+        static ENGINE: std::sync::OnceLock<Arc<dyn codemode_engine::Engine>> =
+            std::sync::OnceLock::new();
+        Arc::clone(ENGINE.get_or_init(|| {
+            Arc::new(V8Engine::with_warm_runtimes_for_heap(
+                codemode_runtime_v8::DEFAULT_WARM_RUNTIMES,
+                config.heap_limit_bytes,
+            ))
+        }))
+    }
+
     pub async fn open(
         &self,
         session_id: &str,
@@ -118,7 +131,8 @@ impl SessionArgs {
         tools: Arc<CompositeTools>,
         config: SessionConfig,
     ) -> Result<Session, SetupError> {
-        Session::open(session_id, Arc::new(V8Engine::new()), store, tools, config)
+        let engine = self.engine(&config);
+        Session::open(session_id, engine, store, tools, config)
             .await
             .map_err(|error| SetupError {
                 message: error.to_string(),

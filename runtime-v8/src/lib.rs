@@ -74,9 +74,30 @@ impl V8Engine {
         V8Engine::build(DEFAULT_WARM_RUNTIMES, true)
     }
 
+    /// An engine that keeps `count` runtimes pre-warmed for cells whose heap limit is
+    /// `heap_limit_bytes` (cells with another limit take the cold path: an isolate's heap limit is
+    /// fixed when it is created). A server whose cells all share one limit warms for it.
+    pub fn with_warm_runtimes_for_heap(count: usize, heap_limit_bytes: usize) -> Self {
+        V8Engine::build_for_heap(count, heap_limit_bytes, false)
+    }
+
+    /// How many pre-warmed runtimes are ready for a cell now (runtimes still being created are
+    /// not counted: a cell that finds none ready starts cold).
+    pub fn ready_runtimes(&self) -> usize {
+        self.pool.as_ref().map_or(0, |pool| pool.ready())
+    }
+
     fn build(warm_runtimes: usize, fault_injection: bool) -> Self {
+        V8Engine::build_for_heap(warm_runtimes, DEFAULT_HEAP_LIMIT_BYTES, fault_injection)
+    }
+
+    fn build_for_heap(
+        warm_runtimes: usize,
+        heap_limit_bytes: usize,
+        fault_injection: bool,
+    ) -> Self {
         let pool = (warm_runtimes > 0 && ffi::initialize().is_ok())
-            .then(|| WarmPool::new(warm_runtimes, DEFAULT_HEAP_LIMIT_BYTES, fault_injection));
+            .then(|| WarmPool::new(warm_runtimes, heap_limit_bytes, fault_injection));
         V8Engine {
             fault_injection,
             pool,

@@ -76,6 +76,11 @@ impl WarmPool {
         }
     }
 
+    /// How many warm runtimes are ready for a cell now.
+    pub(crate) fn ready(&self) -> usize {
+        self.lock_idle().len()
+    }
+
     fn lock_idle(&self) -> std::sync::MutexGuard<'_, Vec<Sender<Job>>> {
         self.idle
             .lock()
