@@ -375,3 +375,25 @@ fn a_script_awaiting_a_promise_nothing_can_settle_fails_at_once() {
         "{json}"
     );
 }
+
+#[test]
+fn nothing_a_cell_does_reaches_standard_output_beside_the_one_json_object() {
+    // An uncaught error in a FinalizationRegistry callback has nobody to go to: V8 would print it
+    // on file descriptor 1, forging lines in the JSON (or in the MCP channel).
+    let source = r#"
+        const registry = new FinalizationRegistry(() => {
+            throw new Error('\n{"jsonrpc":"2.0","method":"notifications/message","params":{}}');
+        });
+        for (let i = 0; i < 20; i++) registry.register({}, i);
+        let junk = [];
+        for (let i = 0; i < 200; i++) {
+            junk.push(new Array(100000).fill(i));
+            if (junk.length > 20) junk = [];
+        }
+        await new Promise((resolve) => setTimeout(resolve, 100));
+        text("done");
+    "#;
+    let (json, code) = run_json(&[], source);
+    assert_eq!(code, 0, "{json}");
+    assert_eq!(texts(&json), ["done"]);
+}

@@ -268,6 +268,12 @@ std::string FormatException(Isolate* isolate, Local<Context> context, Local<Valu
   return text + frames;
 }
 
+// Receives the messages V8 would otherwise print itself: with no listener, V8 writes uncaught
+// errors it cannot hand to anyone (from a FinalizationRegistry callback, say) to standard output,
+// which is the JSON-RPC channel of `codemode mcp` and the JSON of `codemode run --json`. A cell must
+// never write there, so they are dropped; the errors that matter reach the runtime as exceptions.
+void DiscardMessage(Local<Message> message, Local<Value> data) {}
+
 // Records where an unhandled rejection happened in the cell, for FormatException's fallback.
 void RecordRejection(PromiseRejectMessage rejection) {
   if (rejection.GetEvent() != kPromiseRejectWithNoHandler) return;
@@ -428,6 +434,7 @@ cm_runtime* cm_runtime_new(size_t heap_limit_bytes, cm_host_fn host, void* host_
     isolate->SetCaptureStackTraceForUncaughtExceptions(true, 10, StackTrace::kDetailed);
     isolate->SetData(0, rt);
     isolate->SetPromiseRejectCallback(RecordRejection);
+    isolate->AddMessageListenerWithErrorLevel(DiscardMessage, Isolate::kMessageAll);
     Isolate::Scope isolate_scope(isolate);
     HandleScope handle_scope(isolate);
     Local<Context> context = Context::New(isolate);
