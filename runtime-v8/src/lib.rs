@@ -35,6 +35,25 @@ pub const DEFAULT_WARM_RUNTIMES: usize = 2;
 /// isolate is entered), so deep recursion ends as a `RangeError` well before this is used up.
 pub(crate) const RUNTIME_THREAD_STACK_BYTES: usize = 8 * 1024 * 1024;
 
+/// A yardstick for benchmarks: creates an isolate with one context through the shim, enters it and
+/// disposes of it, on the calling thread, and returns how long that took. The bare cost a cold
+/// cell's start is compared with.
+pub fn bare_isolate_cycle() -> Result<std::time::Duration, String> {
+    struct NoHost;
+    impl ffi::Host for NoHost {
+        fn call(&mut self, _op: i32, _a: Option<&[u8]>, _b: Option<&[u8]>) -> ffi::HostReply {
+            ffi::HostReply::Undefined
+        }
+    }
+    let started = std::time::Instant::now();
+    let mut runtime =
+        ffi::V8Runtime::new(DEFAULT_HEAP_LIMIT_BYTES, NoHost).map_err(|error| error.to_string())?;
+    // Entering the context is part of every step a runtime takes.
+    let _ = runtime.run_microtasks();
+    drop(runtime);
+    Ok(started.elapsed())
+}
+
 /// The version of the V8 this crate is linked against, such as `10.2.154.26-node.36`.
 pub fn v8_version() -> String {
     ffi::version()

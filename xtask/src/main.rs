@@ -8,6 +8,8 @@
 //!   working once the checkout is gone.
 //! - `dist`: a release tarball, `target/dist/codemode-<version>-x86_64-linux-gnu.tar.gz`, with
 //!   V8 and the libraries it needs beyond a base system, and their licences.
+//! - `bench`: the benchmark suite (`cli/examples/bench.rs`) on a release build: one table of
+//!   figures beside yardsticks measured in the same run, also written to `target/bench/bench.json`.
 //! - `dist-check`: unpacks that tarball elsewhere and runs a cell and an MCP round trip with it,
 //!   with the repository's V8 out of sight.
 //! - `ci`: what `.ci/run` runs: setup-v8, `cargo fmt --check`, clippy with warnings denied,
@@ -34,13 +36,15 @@ fn main() -> ExitCode {
         Some("ci") => ci(),
         Some("dist") => dist::dist().map(|tarball| println!("{}", tarball.display())),
         Some("dist-check") => dist::check(),
+        Some("bench") => bench(),
         _ => {
             eprintln!(
                 "usage: cargo xtask <task>\n\n\
                  tasks:\n  setup-v8   unpack the system V8 into .v8/ (needed before building)\n  \
                  ci         setup-v8, fmt --check, clippy -D warnings, docs, tests, dist-check\n  \
                  dist       build the release tarball in target/dist/\n  \
-                 dist-check build it, unpack it elsewhere, run a cell and an MCP round trip"
+                 dist-check build it, unpack it elsewhere, run a cell and an MCP round trip\n  \
+                 bench      the benchmark suite, release build: a table, and target/bench/bench.json"
             );
             return ExitCode::from(2);
         }
@@ -274,6 +278,33 @@ fn ci() -> Result<(), String> {
         .args(["test", "--workspace"])
         .current_dir(&root))?;
     dist::check()
+}
+
+fn bench() -> Result<(), String> {
+    setup_v8()?;
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    let root = workspace_root();
+    run(Command::new(&cargo)
+        .args(["build", "--release", "-p", "codemode-cli"])
+        .current_dir(&root))?;
+    let json = root.join("target/bench/bench.json");
+    let codemode = root.join("target/release/codemode");
+    run(Command::new(&cargo)
+        .args([
+            "run",
+            "--release",
+            "-q",
+            "-p",
+            "codemode-cli",
+            "--example",
+            "bench",
+            "--",
+        ])
+        .arg("--json")
+        .arg(&json)
+        .arg("--codemode")
+        .arg(&codemode)
+        .current_dir(&root))
 }
 
 fn run(command: &mut Command) -> Result<(), String> {
