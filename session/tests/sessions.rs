@@ -6,25 +6,12 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use codemode_protocol::{OutputItem, WaitRequest};
+use codemode_protocol::WaitRequest;
 use codemode_session::{
     CellError, CellEvent, SessionConfig, SessionError, SessionEvent, WaitOutcome,
 };
-use common::{MemoryStore, background, execute, observed, open, request, terminate, within};
+use common::{MemoryStore, background, execute, observed, open, request, terminate, texts, within};
 use serde_json::json;
-
-fn texts(event: &CellEvent) -> Vec<String> {
-    event
-        .output()
-        .clone()
-        .into_items()
-        .into_iter()
-        .filter_map(|item| match item {
-            OutputItem::Text { text } => Some(text),
-            _ => None,
-        })
-        .collect()
-}
 
 fn wait(cell_id: &str) -> WaitRequest {
     WaitRequest {

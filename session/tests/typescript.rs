@@ -5,23 +5,8 @@ mod common;
 
 use std::sync::Arc;
 
-use codemode_protocol::OutputItem;
 use codemode_session::{CellEvent, CellReport, SessionConfig};
-use common::{MemoryStore, execute, open, request};
-
-fn texts(report: &CellReport) -> Vec<String> {
-    report
-        .event
-        .output()
-        .clone()
-        .into_items()
-        .into_iter()
-        .filter_map(|item| match item {
-            OutputItem::Text { text } => Some(text),
-            _ => None,
-        })
-        .collect()
-}
+use common::{MemoryStore, execute, open, request, texts};
 
 fn error_text(report: &CellReport) -> &str {
     match &report.event {
@@ -60,7 +45,7 @@ text(`${top.name} ${rows.length} ${config.limit} ${new Counter<string>().add("x"
         ),
         "{report:?}"
     );
-    assert_eq!(texts(&report), ["a 2 2 1"]);
+    assert_eq!(texts(&report.event), ["a 2 2 1"]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

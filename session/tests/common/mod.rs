@@ -148,6 +148,20 @@ pub async fn terminate(session: &Session, what: &str, cell_id: &str) -> CellRepo
     )
 }
 
+/// The texts among an event's output items, in order.
+pub fn texts(event: &codemode_session::CellEvent) -> Vec<String> {
+    event
+        .output()
+        .clone()
+        .into_items()
+        .into_iter()
+        .filter_map(|item| match item {
+            codemode_protocol::OutputItem::Text { text } => Some(text),
+            _ => None,
+        })
+        .collect()
+}
+
 pub fn request(source: &str) -> ExecuteRequest {
     ExecuteRequest {
         call_id: "call-1".into(),
