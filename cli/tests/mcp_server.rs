@@ -484,17 +484,27 @@ impl RawServer {
         self.stdin.flush().unwrap();
     }
 
-    /// The next message with this id.
-    fn answer(&self, id: i64) -> Value {
+    /// The next message with this id (messages without it are kept for the failure message).
+    fn answer(&mut self, id: i64) -> Value {
+        let mut others = Vec::new();
         loop {
-            let line = self
-                .lines
-                .recv_timeout(Duration::from_secs(60))
-                .unwrap_or_else(|_| panic!("hung: no answer with id {id}"));
+            let line = match self.lines.recv_timeout(Duration::from_secs(120)) {
+                Ok(line) => line,
+                Err(error) => panic!(
+                    "hung: no answer with id {id} ({error}; the server {}); other messages: {others:?}",
+                    match self.child.try_wait() {
+                        Ok(Some(status)) => format!("exited with {status}"),
+                        _ => "is still running".to_owned(),
+                    }
+                ),
+            };
             let message: Value = serde_json::from_str(&line).unwrap();
             if message["id"] == json!(id) {
                 return message;
             }
+            let mut shown = line;
+            shown.truncate(300);
+            others.push(shown);
         }
     }
 }
