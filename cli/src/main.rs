@@ -20,7 +20,7 @@ use clap::{Parser, Subcommand};
 ///
 /// This is `codemode-v8`, the program the `codemode` launcher runs once it has found V8.
 #[derive(Debug, Parser)]
-#[command(name = "codemode", version, about)]
+#[command(name = "codemode", bin_name = "codemode", version, about)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
