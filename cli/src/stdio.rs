@@ -25,9 +25,17 @@ const PARSE_ERROR: i32 = -32700;
 const INVALID_REQUEST: i32 = -32600;
 
 /// The server's end of stdin and stdout.
+///
+/// `receive` must be cancel-safe: the service drops its future whenever something else is ready
+/// (a response to send), so the line being read lives here, not in the future, and each error
+/// answer is written by a task of its own, whole.
 pub struct StdioTransport {
     input: BufReader<Stdin>,
     output: Arc<Mutex<Stdout>>,
+    /// The start of the line being read (at most [`MAX_LINE_BYTES`] + 1 bytes are kept).
+    partial: Vec<u8>,
+    /// How many bytes of that line have been read.
+    partial_length: usize,
 }
 
 /// The transport over this process's stdin and stdout.
@@ -35,6 +43,8 @@ pub fn transport() -> StdioTransport {
     StdioTransport {
         input: BufReader::new(tokio::io::stdin()),
         output: Arc::new(Mutex::new(tokio::io::stdout())),
+        partial: Vec::new(),
+        partial_length: 0,
     }
 }
 
@@ -50,17 +60,19 @@ enum Line {
 }
 
 impl StdioTransport {
+    /// Reads one line. Cancel-safe: between two awaits, whatever was read is both consumed from
+    /// the input and kept in `self`.
     async fn read_line(&mut self) -> std::io::Result<Line> {
-        let mut line = Vec::new();
-        let mut length = 0usize;
         loop {
             let buffer = self.input.fill_buf().await?;
             if buffer.is_empty() {
+                let length = std::mem::take(&mut self.partial_length);
+                let line = std::mem::take(&mut self.partial);
                 return Ok(if length == 0 {
                     Line::End
                 } else if length > MAX_LINE_BYTES {
                     Line::TooLong {
-                        start: line,
+                        start: truncated(line),
                         length,
                     }
                 } else {
@@ -71,22 +83,18 @@ impl StdioTransport {
                 Some(end) => (&buffer[..end], true),
                 None => (buffer, false),
             };
-            length += chunk.len();
-            // Past the limit, only the start is kept (to answer with the request's id).
-            let room = (if length > MAX_LINE_BYTES {
-                4096
-            } else {
-                MAX_LINE_BYTES + 1
-            })
-            .saturating_sub(line.len());
-            line.extend_from_slice(&chunk[..chunk.len().min(room)]);
+            let room = (MAX_LINE_BYTES + 1).saturating_sub(self.partial.len());
+            self.partial
+                .extend_from_slice(&chunk[..chunk.len().min(room)]);
+            self.partial_length += chunk.len();
             let consumed = chunk.len() + usize::from(found_end);
             self.input.consume(consumed);
             if found_end {
+                let length = std::mem::take(&mut self.partial_length);
+                let line = std::mem::take(&mut self.partial);
                 return Ok(if length > MAX_LINE_BYTES {
-                    line.truncate(4096);
                     Line::TooLong {
-                        start: line,
+                        start: truncated(line),
                         length,
                     }
                 } else {
@@ -96,19 +104,31 @@ impl StdioTransport {
         }
     }
 
-    async fn answer_error(&self, id: Option<RequestId>, code: i32, message: String) {
+    /// Answers a line that could not be used. Written by a task of its own, so that the line
+    /// goes out whole even if `receive` is cancelled.
+    fn answer_error(&self, id: Option<RequestId>, code: i32, message: String) {
         let error = JsonRpcError {
             jsonrpc: JsonRpcVersion2_0,
             id,
             error: ErrorData::new(ErrorCode(code), message, None),
         };
-        if let Ok(mut text) = serde_json::to_vec(&error) {
-            text.push(b'\n');
-            let mut output = self.output.lock().await;
+        let Ok(mut text) = serde_json::to_vec(&error) else {
+            return;
+        };
+        text.push(b'\n');
+        let output = Arc::clone(&self.output);
+        tokio::spawn(async move {
+            let mut output = output.lock().await;
             let _ = output.write_all(&text).await;
             let _ = output.flush().await;
-        }
+        });
     }
+}
+
+/// The first bytes of an oversized line: enough to find its `id`.
+fn truncated(mut line: Vec<u8>) -> Vec<u8> {
+    line.truncate(4096);
+    line
 }
 
 /// The request id in a message's text, if it can be read: the text is parsed again with every
@@ -190,8 +210,7 @@ impl Transport<RoleServer> for StdioTransport {
                             MAX_LINE_BYTES / (1024 * 1024),
                             codemode_protocol::limits::MAX_SOURCE_BYTES / (1024 * 1024)
                         ),
-                    )
-                    .await;
+                    );
                     continue;
                 }
             };
@@ -222,7 +241,7 @@ impl Transport<RoleServer> for StdioTransport {
                             )
                         };
                     tracing::warn!(code, "answered a message that could not be used");
-                    self.answer_error(recover_id(&text), code, message).await;
+                    self.answer_error(recover_id(&text), code, message);
                 }
             }
         }
