@@ -423,8 +423,10 @@ async fn a_wait_in_flight_and_a_terminating_wait_never_both_return_the_same_item
         "wait",
         json!({"cell_id": cell, "yield_time_ms": 30000}),
     );
+    // Terminate well after the cell has produced its late item (at about 200 ms), while the
+    // first wait still holds it.
     let terminating = async {
-        tokio::time::sleep(Duration::from_millis(600)).await;
+        tokio::time::sleep(Duration::from_millis(1500)).await;
         call(&client, "wait", json!({"cell_id": cell, "terminate": true})).await
     };
     let (in_flight, terminating) = tokio::join!(in_flight, terminating);
