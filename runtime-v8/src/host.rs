@@ -94,9 +94,10 @@ fn js_string(bytes: Option<&[u8]>) -> JsString {
     JsString::decode(bytes.unwrap_or_default())
 }
 
-/// Text the bootstrap produced itself (JSON, numbers), which never holds a lone surrogate.
-fn plain(bytes: Option<&[u8]>) -> Option<String> {
-    bytes.map(|bytes| String::from_utf8_lossy(bytes).into_owned())
+/// Text the bootstrap produced itself (JSON, numbers), which never holds a lone surrogate:
+/// borrowed, not copied, and decoded only by the ops that read it.
+fn plain(bytes: Option<&[u8]>) -> Option<std::borrow::Cow<'_, str>> {
+    bytes.map(String::from_utf8_lossy)
 }
 
 impl Host for CellHost {
@@ -107,21 +108,25 @@ impl Host for CellHost {
         if self.stop.is_some() {
             return HostReply::Terminate;
         }
-        let (a_text, b_text) = (plain(raw_a), plain(raw_b));
-        let (a, b) = (a_text.as_deref(), b_text.as_deref());
         match op {
             OP_TEXT => self.emit_reply(RuntimeEvent::ContentItem(globals::text_item(
                 js_string(raw_a).text,
             ))),
-            OP_IMAGE => match globals::image_item(parse_json(a), b) {
+            OP_IMAGE => match globals::image_item(
+                parse_json(plain(raw_a).as_deref()),
+                plain(raw_b).as_deref(),
+            ) {
                 Ok(item) => self.emit_reply(RuntimeEvent::ContentItem(item)),
                 Err(refusal) => refused(refusal),
             },
-            OP_AUDIO => match globals::audio_item(parse_json(a)) {
+            OP_AUDIO => match globals::audio_item(parse_json(plain(raw_a).as_deref())) {
                 Ok(item) => self.emit_reply(RuntimeEvent::ContentItem(item)),
                 Err(refusal) => refused(refusal),
             },
-            OP_STORE => match self.globals.store(&js_string(raw_a), b) {
+            OP_STORE => match self
+                .globals
+                .store(&js_string(raw_a), plain(raw_b).as_deref())
+            {
                 Ok(()) => HostReply::Undefined,
                 Err(refusal) => refused(refusal),
             },
@@ -136,10 +141,10 @@ impl Host for CellHost {
             OP_YIELD => self.emit_reply(RuntimeEvent::YieldRequested),
             OP_EXIT => self.stop_with(HostStop::Exit),
             OP_TOOL_CALL => {
-                let index = a
+                let index = plain(raw_a)
                     .and_then(|index| index.parse::<usize>().ok())
                     .unwrap_or(usize::MAX);
-                match self.globals.tool_call(index, b) {
+                match self.globals.tool_call(index, plain(raw_b).as_deref()) {
                     Ok(event) => {
                         let RuntimeEvent::ToolCall { id, .. } = &event else {
                             unreachable!("tool_call returns a ToolCall event");
@@ -156,12 +161,14 @@ impl Host for CellHost {
                 }
             }
             OP_SET_TIMEOUT => {
-                let delay = a.and_then(|delay| delay.parse::<f64>().ok()).unwrap_or(0.0);
+                let delay = plain(raw_a)
+                    .and_then(|delay| delay.parse::<f64>().ok())
+                    .unwrap_or(0.0);
                 let id = self.timers.set(Instant::now(), normalize_delay(delay));
                 HostReply::String(id.to_string())
             }
             OP_CLEAR_TIMEOUT => {
-                if let Some(id) = a.and_then(|id| id.parse::<u64>().ok()) {
+                if let Some(id) = plain(raw_a).and_then(|id| id.parse::<u64>().ok()) {
                     self.timers.clear(id);
                 }
                 HostReply::Undefined
