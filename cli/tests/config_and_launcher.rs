@@ -1,20 +1,19 @@
 //! `--config` against the repository's own demo MCP server (over stdio and over streamable HTTP),
 //! its errors and warnings, and the launcher's search for V8, through the built binaries.
 
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
 use codemode_test_support::ListeningServer;
 use serde_json::{Value, json};
 
-const CODEMODE: &str = env!("CARGO_BIN_EXE_codemode");
+mod common;
+
+use common::{CODEMODE, codemode_with_input};
 
 fn scratch(name: &str) -> PathBuf {
-    let folder =
-        std::env::temp_dir().join(format!("codemode-config-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&folder);
-    std::fs::create_dir_all(&folder).unwrap();
-    folder
+    codemode_test_support::scratch_folder(&format!("config-{name}"))
 }
 
 fn write_config(name: &str, servers: Value) -> PathBuf {
@@ -29,23 +28,15 @@ fn write_config(name: &str, servers: Value) -> PathBuf {
 
 /// `codemode run --json --no-demo-tools --config PATH -` with `source` on standard input.
 fn run_with_config(config: &Path, source: &str) -> Output {
-    let mut child = Command::new(CODEMODE)
-        .args(["run", "--json", "--no-demo-tools", "--config"])
-        .arg(config)
-        .arg("-")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    use std::io::Write;
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(source.as_bytes())
-        .unwrap();
-    child.wait_with_output().unwrap()
+    let args: [&OsStr; 6] = [
+        "run".as_ref(),
+        "--json".as_ref(),
+        "--no-demo-tools".as_ref(),
+        "--config".as_ref(),
+        config.as_os_str(),
+        "-".as_ref(),
+    ];
+    codemode_with_input(args, source)
 }
 
 fn texts(output: &Output) -> Vec<String> {

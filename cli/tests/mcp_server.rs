@@ -14,8 +14,10 @@ use rmcp::transport::{ConfigureCommandExt, TokioChildProcess};
 use rmcp::{ClientHandler, RoleClient, ServiceError, ServiceExt};
 use serde_json::{Value, json};
 
-const CODEMODE: &str = env!("CARGO_BIN_EXE_codemode");
+mod common;
+
 use codemode_test_support::within;
+use common::{CODEMODE, text_of};
 
 /// A client that records the notifications it receives.
 #[derive(Clone, Default)]
@@ -79,18 +81,6 @@ async fn call(
     let params = CallToolRequestParams::new(tool.to_owned())
         .with_arguments(arguments.as_object().unwrap().clone());
     within("call", client.call_tool(params)).await
-}
-
-fn text_of(result: &CallToolResult) -> String {
-    result
-        .content
-        .iter()
-        .filter_map(|block| match block {
-            ContentBlock::Text(text) => Some(text.text.clone()),
-            _ => None,
-        })
-        .collect::<Vec<_>>()
-        .join("\n")
 }
 
 fn cell_id(running: &str) -> String {

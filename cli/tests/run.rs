@@ -1,27 +1,12 @@
 //! `codemode run` end to end, through the built binary.
 
-use std::io::Write;
-use std::process::{Command, Output, Stdio};
+mod common;
 
+use common::{CODEMODE, codemode_with_input};
 use serde_json::Value;
 
-const CODEMODE: &str = env!("CARGO_BIN_EXE_codemode");
-
-fn codemode(args: &[&str], stdin: &str) -> Output {
-    let mut child = Command::new(CODEMODE)
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start codemode");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(stdin.as_bytes())
-        .unwrap();
-    child.wait_with_output().unwrap()
+fn codemode(args: &[&str], stdin: &str) -> std::process::Output {
+    codemode_with_input(args, stdin)
 }
 
 fn run_json(args: &[&str], source: &str) -> (Value, i32) {
@@ -52,10 +37,10 @@ fn texts(json: &Value) -> Vec<String> {
 }
 
 fn temporary_directory(name: &str) -> String {
-    let directory =
-        std::env::temp_dir().join(format!("codemode-cli-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&directory);
-    directory.to_str().unwrap().to_owned()
+    codemode_test_support::scratch_folder(&format!("cli-{name}"))
+        .to_str()
+        .unwrap()
+        .to_owned()
 }
 
 #[test]

@@ -8,23 +8,21 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use codemode_test_support::{ListeningServer, within};
-use rmcp::model::{CallToolRequestParams, CallToolResult, ContentBlock};
+use rmcp::model::{CallToolRequestParams, CallToolResult};
 use rmcp::service::RunningService;
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::{RoleClient, ServiceExt};
 use serde_json::{Value, json};
 
-const CODEMODE: &str = env!("CARGO_BIN_EXE_codemode");
+mod common;
+
+use common::{CODEMODE, text_of};
 const ALPHA: &str = "alpha-token-0123456789abcdef";
 const BETA: &str = "beta-token-0123456789abcdef0";
 
 fn scratch(name: &str) -> PathBuf {
-    let folder =
-        std::env::temp_dir().join(format!("codemode-serving-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&folder);
-    std::fs::create_dir_all(&folder).unwrap();
-    folder
+    codemode_test_support::scratch_folder(&format!("serving-{name}"))
 }
 
 /// A server with two tenants, the demo server's tools (its `note` records into `notes`), and the
@@ -76,18 +74,6 @@ async fn exec(client: &Client, code: &str) -> Result<CallToolResult, rmcp::Servi
     let params = CallToolRequestParams::new("exec")
         .with_arguments(json!({"code": code}).as_object().unwrap().clone());
     within("exec", client.call_tool(params)).await
-}
-
-fn text_of(result: &CallToolResult) -> String {
-    result
-        .content
-        .iter()
-        .filter_map(|block| match block {
-            ContentBlock::Text(text) => Some(text.text.clone()),
-            _ => None,
-        })
-        .collect::<Vec<_>>()
-        .join("\n")
 }
 
 /// The last line of a rendering: the cell's last output.

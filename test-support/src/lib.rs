@@ -35,6 +35,16 @@ pub async fn wait_until(what: &str, condition: impl Fn() -> bool) {
     .await
 }
 
+/// A fresh, empty folder for one test: `codemode-NAME-PID` in the temporary directory (emptied if
+/// an earlier run left it).
+pub fn scratch_folder(name: &str) -> std::path::PathBuf {
+    let folder = std::env::temp_dir().join(format!("codemode-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&folder);
+    std::fs::create_dir_all(&folder)
+        .unwrap_or_else(|error| panic!("cannot create {}: {error}", folder.display()));
+    folder
+}
+
 /// A server process started by a test. It printed `listening on <url>` as its first line; it is
 /// killed when this value is dropped, so a failing test leaves no server behind.
 #[derive(Debug)]

@@ -1,0 +1,47 @@
+//! What the CLI's end-to-end tests share: the binary, running it with standard input, and the
+//! text of an MCP tool result.
+
+#![allow(dead_code)] // Each test binary uses some of these.
+
+use std::ffi::OsStr;
+use std::io::Write;
+use std::process::{Command, Output, Stdio};
+
+use rmcp::model::{CallToolResult, ContentBlock};
+
+/// The `codemode` launcher, as built for these tests.
+pub const CODEMODE: &str = env!("CARGO_BIN_EXE_codemode");
+
+/// Runs `codemode ARGS…` with `stdin` on its standard input, to its end.
+pub fn codemode_with_input(
+    args: impl IntoIterator<Item = impl AsRef<OsStr>>,
+    stdin: &str,
+) -> Output {
+    let mut child = Command::new(CODEMODE)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start codemode");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
+/// The text blocks of a tool result, one per line.
+pub fn text_of(result: &CallToolResult) -> String {
+    result
+        .content
+        .iter()
+        .filter_map(|block| match block {
+            ContentBlock::Text(text) => Some(text.text.clone()),
+            _ => None,
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
