@@ -114,8 +114,8 @@ impl Engine for ScriptedEngine {
             });
         });
         Ok(EngineHandles {
-            commands,
-            control,
+            commands: commands.into(),
+            control: control.into(),
             terminate: TerminateHandle::new(Arc::new(NoTerminate)),
         })
     }

@@ -49,8 +49,8 @@ impl Engine for ToyEngine {
             .spawn(move || run(cell, events, command_receiver, flag))
             .map_err(EngineError::Thread)?;
         Ok(EngineHandles {
-            commands,
-            control,
+            commands: commands.into(),
+            control: control.into(),
             terminate: TerminateHandle::new(Arc::new(ToyTerminate(terminated))),
         })
     }

@@ -99,6 +99,61 @@ pub enum RuntimeControl {
     Terminate,
 }
 
+/// The actor's end of the command or control channel of one cell: a plain channel to a runtime
+/// thread in this process, or a sink that forwards each message elsewhere (to an engine process).
+/// Sending never blocks on the cell.
+pub struct CommandSender<T>(CommandSink<T>);
+
+enum CommandSink<T> {
+    Channel(std::sync::mpsc::Sender<T>),
+    Forward(std::sync::Arc<ForwardFn<T>>),
+}
+
+/// A function that forwards one message, or gives it back when the cell is gone.
+type ForwardFn<T> = dyn Fn(T) -> Result<(), std::sync::mpsc::SendError<T>> + Send + Sync;
+
+impl<T> CommandSender<T> {
+    /// A sender that hands each message to `forward`, which gives it back (as the error) when
+    /// the cell can no longer receive it.
+    pub fn forward(
+        forward: impl Fn(T) -> Result<(), std::sync::mpsc::SendError<T>> + Send + Sync + 'static,
+    ) -> Self {
+        CommandSender(CommandSink::Forward(std::sync::Arc::new(forward)))
+    }
+
+    /// Sends `message` to the cell; gives it back when the cell is gone.
+    pub fn send(&self, message: T) -> Result<(), std::sync::mpsc::SendError<T>> {
+        match &self.0 {
+            CommandSink::Channel(sender) => sender.send(message),
+            CommandSink::Forward(forward) => forward(message),
+        }
+    }
+}
+
+impl<T> From<std::sync::mpsc::Sender<T>> for CommandSender<T> {
+    fn from(sender: std::sync::mpsc::Sender<T>) -> Self {
+        CommandSender(CommandSink::Channel(sender))
+    }
+}
+
+impl<T> Clone for CommandSender<T> {
+    fn clone(&self) -> Self {
+        CommandSender(match &self.0 {
+            CommandSink::Channel(sender) => CommandSink::Channel(sender.clone()),
+            CommandSink::Forward(forward) => CommandSink::Forward(std::sync::Arc::clone(forward)),
+        })
+    }
+}
+
+impl<T> std::fmt::Debug for CommandSender<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match &self.0 {
+            CommandSink::Channel(_) => "CommandSender::Channel",
+            CommandSink::Forward(_) => "CommandSender::Forward",
+        })
+    }
+}
+
 /// The runtime thread's end of the event channel.
 #[derive(Debug, Clone)]
 pub enum EventSender {

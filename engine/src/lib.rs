@@ -33,7 +33,7 @@ use codemode_protocol::limits::{DEFAULT_CPU_TIME_LIMIT, DEFAULT_HEAP_LIMIT_BYTES
 use serde_json::Value;
 
 pub use channel::{
-    EventReceiver, EventSendError, EventSender, RuntimeCommand, RuntimeControl, RuntimeEvent,
+    CommandSender, EventReceiver, EventSendError, EventSender, RuntimeCommand, RuntimeControl, RuntimeEvent,
     event_channel,
 };
 
@@ -110,9 +110,9 @@ pub enum PendingMode {
 #[derive(Debug)]
 pub struct EngineHandles {
     /// Commands for the running cell: tool results, timer firings, frontier observation.
-    pub commands: std::sync::mpsc::Sender<RuntimeCommand>,
+    pub commands: CommandSender<RuntimeCommand>,
     /// Control for a cell paused at its pending frontier.
-    pub control: std::sync::mpsc::Sender<RuntimeControl>,
+    pub control: CommandSender<RuntimeControl>,
     /// Stops the cell from any thread.
     pub terminate: TerminateHandle,
 }

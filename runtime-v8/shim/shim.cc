@@ -19,6 +19,8 @@
 //   call on that runtime.
 // - No C++ exception crosses the ABI: every entry point catches and reports `CM_INTERNAL_ERROR`.
 // - The V8 platform is created once and never freed (see `g_platform`).
+// - The fatal hook (`cm_set_fatal_hook`) is a plain function pointer held for the process's life;
+//   it is called on the thread that hit the error, and V8 ends the process when it returns.
 // - The `host_data` pointer is opaque here; the Rust side owns it and keeps it alive for as long as
 //   the runtime.
 // - The isolate's data slot 0 holds its `cm_runtime` (for the promise-rejection callback), set when
@@ -78,6 +80,16 @@ enum cm_module_state : int32_t {
 };
 
 typedef int32_t (*cm_host_fn)(void* host_data, int32_t op, cm_str a, cm_str b, cm_str* out);
+
+// Kinds of fatal error reported to the fatal hook.
+enum cm_fatal_kind : int32_t {
+  CM_FATAL_ERROR = 0,          // a failed V8 check or API misuse
+  CM_FATAL_HEAP_LIMIT = 1,     // a JavaScript heap past its limit, termination not taking effect
+  CM_FATAL_OUT_OF_MEMORY = 2,  // the process could not get memory
+};
+
+// The fatal hook: kind, then NUL-terminated location and message, valid only during the call.
+typedef void (*cm_fatal_fn)(int32_t kind, const char* location, const char* message);
 
 }  // extern "C"
 
@@ -367,11 +379,34 @@ MaybeLocal<Promise> RefuseDynamicImport(Local<Context> context, Local<Data>, Loc
   return resolver->GetPromise();
 }
 
+// The process's fatal hook (cm_set_fatal_hook), or null: told of a fatal error before V8 ends
+// the process, on the thread that hit it.
+std::atomic<cm_fatal_fn> g_fatal_hook{nullptr};
+
+void ReportFatal(int32_t kind, const char* location, const char* message) {
+  cm_fatal_fn hook = g_fatal_hook.load();
+  if (hook) hook(kind, location ? location : "", message ? message : "");
+}
+
+void OnFatalError(const char* location, const char* message) {
+  ReportFatal(CM_FATAL_ERROR, location, message);
+}
+
+void OnOutOfMemory(const char* location, bool is_heap_oom) {
+  ReportFatal(is_heap_oom ? CM_FATAL_HEAP_LIMIT : CM_FATAL_OUT_OF_MEMORY, location,
+              is_heap_oom ? "JavaScript heap out of memory" : "process out of memory");
+}
+
 // Called by V8 as the heap approaches its limit: stop the cell, and give V8 room to unwind instead
-// of aborting the process.
+// of aborting the process. A heap that reaches the limit again before the termination took effect
+// (a long built-in that never checks for interrupts) is reported to the fatal hook when there is
+// one, which ends the process: a sandboxed engine process stops there instead of growing without
+// bound.
 size_t NearHeapLimit(void* data, size_t current_heap_limit, size_t) {
   cm_runtime* rt = static_cast<cm_runtime*>(data);
-  rt->heap_limit_hit.store(true);
+  if (rt->heap_limit_hit.exchange(true) && g_fatal_hook.load()) {
+    ReportFatal(CM_FATAL_HEAP_LIMIT, "NearHeapLimit", "heap limit exceeded");
+  }
   rt->isolate->TerminateExecution();
   return current_heap_limit * 2;
 }
@@ -435,6 +470,8 @@ cm_runtime* cm_runtime_new(size_t heap_limit_bytes, cm_host_fn host, void* host_
     isolate->SetData(0, rt);
     isolate->SetPromiseRejectCallback(RecordRejection);
     isolate->AddMessageListenerWithErrorLevel(DiscardMessage, Isolate::kMessageAll);
+    isolate->SetFatalErrorHandler(OnFatalError);
+    isolate->SetOOMErrorHandler(OnOutOfMemory);
     Isolate::Scope isolate_scope(isolate);
     HandleScope handle_scope(isolate);
     Local<Context> context = Context::New(isolate);
@@ -464,6 +501,9 @@ void cm_runtime_delete(cm_runtime* rt) {
   }
   delete rt;
 }
+
+// Sets the process's fatal hook (null: none). V8 ends the process when a fatal hook returns.
+void cm_set_fatal_hook(cm_fatal_fn hook) { g_fatal_hook.store(hook); }
 
 // Thread-safe: stops whatever JavaScript runs now, or the next that would run.
 void cm_runtime_terminate(cm_runtime* rt) { rt->isolate->TerminateExecution(); }

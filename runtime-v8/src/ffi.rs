@@ -56,6 +56,7 @@ impl CmStr {
 }
 
 type HostFn = extern "C" fn(*mut c_void, i32, CmStr, CmStr, *mut CmStr) -> i32;
+type FatalFn = extern "C" fn(i32, *const std::ffi::c_char, *const std::ffi::c_char);
 
 unsafe extern "C" {
     fn cm_v8_version() -> *const std::ffi::c_char;
@@ -75,6 +76,7 @@ unsafe extern "C" {
     fn cm_runtime_run_microtasks(runtime: *mut RawRuntime) -> i32;
     fn cm_runtime_module_state(runtime: *mut RawRuntime) -> i32;
     fn cm_current_thread_cpu_clock(clock: *mut i32) -> i32;
+    fn cm_set_fatal_hook(hook: Option<FatalFn>);
     fn cm_cpu_clock_nanos(clock: i32) -> i64;
 }
 
@@ -84,6 +86,65 @@ pub fn version() -> String {
     unsafe { CStr::from_ptr(cm_v8_version()) }
         .to_string_lossy()
         .into_owned()
+}
+
+/// What kind of fatal error V8 reported.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FatalKind {
+    /// A failed V8 check or API misuse.
+    Error,
+    /// A JavaScript heap past its limit whose termination did not take effect.
+    HeapLimit,
+    /// The process could not get memory.
+    OutOfMemory,
+}
+
+/// The process's fatal hook, set once.
+static FATAL_HOOK: OnceLock<fn(FatalKind, &str)> = OnceLock::new();
+
+extern "C" fn fatal_trampoline(
+    kind: i32,
+    location: *const std::ffi::c_char,
+    message: *const std::ffi::c_char,
+) {
+    let Some(hook) = FATAL_HOOK.get() else {
+        return;
+    };
+    let text = |pointer: *const std::ffi::c_char| {
+        if pointer.is_null() {
+            String::new()
+        } else {
+            // SAFETY: the shim passes NUL-terminated strings valid for the duration of this call,
+            // and they are copied here.
+            unsafe { CStr::from_ptr(pointer) }
+                .to_string_lossy()
+                .into_owned()
+        }
+    };
+    let kind = match kind {
+        1 => FatalKind::HeapLimit,
+        2 => FatalKind::OutOfMemory,
+        _ => FatalKind::Error,
+    };
+    let (location, message) = (text(location), text(message));
+    let description = match (location.is_empty(), message.is_empty()) {
+        (false, false) => format!("{message} in {location}"),
+        (true, false) => message,
+        _ => location,
+    };
+    // A panic must not unwind into V8's C++ frames.
+    let _ = catch_unwind(AssertUnwindSafe(|| hook(kind, &description)));
+}
+
+/// Sets the process's fatal hook (only the first call counts): V8 calls it on the thread that hit
+/// a fatal error (a failed check, an out-of-memory, a heap that went on growing past its limit
+/// after termination was asked) just before it ends the process. Also arms the heap-limit case:
+/// without a hook, a heap past its limit is given room and the process is left to V8.
+pub fn set_fatal_hook(hook: fn(FatalKind, &str)) {
+    if FATAL_HOOK.set(hook).is_ok() {
+        // SAFETY: the trampoline is a plain function that lives for the whole process.
+        unsafe { cm_set_fatal_hook(Some(fatal_trampoline)) };
+    }
 }
 
 /// Initialises V8 once per process (the shim guards it too); the outcome is remembered.

@@ -12,6 +12,7 @@
 #![deny(missing_docs)]
 
 mod ffi;
+mod hard_stop;
 mod host;
 mod pool;
 mod thread;
@@ -25,6 +26,7 @@ use codemode_engine::{
 };
 use codemode_protocol::limits::{DEFAULT_HEAP_LIMIT_BYTES, MIN_HEAP_LIMIT_BYTES};
 
+pub use crate::hard_stop::{HardStop, HardStopReason, set_hard_stop_hook};
 use crate::pool::WarmPool;
 use crate::thread::{CellTerminator, TerminateTarget, ThreadContext};
 
@@ -165,8 +167,8 @@ impl Engine for V8Engine {
             control: control_tx.clone(),
         };
         Ok(EngineHandles {
-            commands: command_tx,
-            control: control_tx,
+            commands: command_tx.into(),
+            control: control_tx.into(),
             terminate: TerminateHandle::new(Arc::new(terminator)),
         })
     }

@@ -266,6 +266,8 @@ impl CellThread {
             mut runtime,
             heap_limit_bytes,
         } = warm;
+        let _running = crate::hard_stop::running(&cell.call_id);
+        let call_id = cell.call_id.clone();
         let globals = CellGlobals::new(cell.call_id, cell.enabled_tools, cell.stored_values);
         let tools =
             serde_json::to_string(&globals.tool_listing()).expect("the tool listing is plain data");
@@ -273,7 +275,7 @@ impl CellThread {
         terminate.attach(runtime.terminator());
         let cpu_watch = match cell.limits.cpu_time_limit {
             None => None,
-            Some(budget) => match watchdog::watch(budget, runtime.terminator()) {
+            Some(budget) => match watchdog::watch(budget, runtime.terminator(), call_id) {
                 Ok(watch) => Some((watch, budget)),
                 // A limit that cannot be enforced fails the cell rather than being ignored.
                 Err(error) => {

@@ -26,6 +26,12 @@ struct Watched {
     budget: Duration,
     terminator: IsolateTerminator,
     exceeded: Arc<AtomicBool>,
+    /// The cell's `call_id`, for the hard-stop hook.
+    call_id: String,
+    /// When the budget ran out and termination was asked; `None` before that.
+    exceeded_at: Option<std::time::Instant>,
+    /// Whether the hard-stop hook was told of this cell.
+    hard_stopped: bool,
 }
 
 #[derive(Default)]
@@ -79,7 +85,11 @@ fn watchdog() -> Result<&'static Watchdog, String> {
 
 /// Puts the calling thread under a CPU budget: past it, `terminator` stops its JavaScript.
 /// Fails when the budget cannot be enforced (no CPU clock, no watchdog thread).
-pub(crate) fn watch(budget: Duration, terminator: IsolateTerminator) -> Result<Watch, String> {
+pub(crate) fn watch(
+    budget: Duration,
+    terminator: IsolateTerminator,
+    call_id: String,
+) -> Result<Watch, String> {
     let clock = ThreadCpuClock::current().ok_or_else(|| {
         "cannot read the cell thread's CPU clock to enforce its CPU-time limit".to_owned()
     })?;
@@ -99,6 +109,9 @@ pub(crate) fn watch(budget: Duration, terminator: IsolateTerminator) -> Result<W
                 budget,
                 terminator,
                 exceeded: Arc::clone(&exceeded),
+                call_id,
+                exceeded_at: None,
+                hard_stopped: false,
             },
         );
     watchdog.wake.notify_one();
@@ -118,13 +131,24 @@ impl Watchdog {
                     .wait(watched)
                     .unwrap_or_else(|poisoned| poisoned.into_inner());
             }
-            for cell in watched.values() {
+            let now = std::time::Instant::now();
+            let grace = crate::hard_stop::cpu_grace();
+            for cell in watched.values_mut() {
                 let over_budget = cell
                     .clock
                     .elapsed()
                     .is_some_and(|used| used.saturating_sub(cell.baseline) > cell.budget);
                 if over_budget && !cell.exceeded.swap(true, Ordering::SeqCst) {
                     cell.terminator.terminate();
+                    cell.exceeded_at = Some(now);
+                }
+                // Still registered after the grace period: the termination did not take effect.
+                if let (Some(grace), Some(exceeded_at)) = (grace, cell.exceeded_at)
+                    && !cell.hard_stopped
+                    && now.duration_since(exceeded_at) >= grace
+                {
+                    cell.hard_stopped = true;
+                    crate::hard_stop::cpu_limit_not_honoured(&cell.call_id);
                 }
             }
             drop(watched);

@@ -78,8 +78,8 @@ impl Engine for ScriptedEngine {
             })
             .unwrap();
         Ok(EngineHandles {
-            commands: command_tx,
-            control: control_tx,
+            commands: command_tx.into(),
+            control: control_tx.into(),
             terminate: TerminateHandle::new(Arc::new(ScriptedTerminate(terminated))),
         })
     }

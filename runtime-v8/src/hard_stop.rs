@@ -1,0 +1,121 @@
+//! Hard stops: what a process that hosts V8 cells is told when a cell can no longer be stopped
+//! from inside V8, so that it can end the whole process (an engine process does; an embedder
+//! running cells in its own process sets no hook and keeps V8's own behaviour).
+//!
+//! Three cases reach the hook, each on the thread that noticed it:
+//! - V8 hit a fatal error (a failed check, the process out of memory): V8 ends the process as soon
+//!   as the hook returns;
+//! - a cell's heap reached its limit again after termination was asked (a long built-in such as
+//!   `Array.prototype.fill` never reaches the interrupt check where termination takes effect);
+//! - a cell went on running for the grace period after the CPU-time watchdog asked it to stop.
+//!
+//! The cell is named by its `call_id` (the runtime thread keeps it in a thread-local while the
+//! cell runs; the watchdog keeps it with the budget), so a host running several cells per process
+//! can tell which one it was.
+
+#![forbid(unsafe_code)]
+
+use std::cell::RefCell;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use crate::ffi::{self, FatalKind};
+
+/// Why a cell had to stop its process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum HardStopReason {
+    /// The cell's heap went past its limit and termination did not take effect.
+    HeapLimit,
+    /// The cell ran past its CPU-time limit and did not stop within the grace period.
+    CpuTimeLimit,
+    /// The process could not get memory.
+    OutOfMemory,
+    /// V8 hit a fatal error.
+    Fatal,
+}
+
+/// What the hard-stop hook is told.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct HardStop {
+    /// The `call_id` of the cell that caused it, when known.
+    pub call_id: Option<String>,
+    /// Why.
+    pub reason: HardStopReason,
+    /// V8's message, or a description.
+    pub message: String,
+}
+
+struct Hook {
+    grace: Duration,
+    hook: fn(&HardStop),
+}
+
+static HOOK: OnceLock<Hook> = OnceLock::new();
+
+thread_local! {
+    /// The `call_id` of the cell this runtime thread runs now.
+    static CURRENT_CELL: RefCell<Option<String>> = const { RefCell::new(None) };
+}
+
+/// Sets the process's hard-stop hook (only the first call counts). `grace` is how long a cell
+/// past its CPU-time limit may go on before the hook is called. The hook should end the process:
+/// for V8's fatal errors V8 ends it anyway once the hook returns; in the other cases a hook that
+/// returns leaves the cell running, as without a hook.
+pub fn set_hard_stop_hook(grace: Duration, hook: fn(&HardStop)) {
+    if HOOK.set(Hook { grace, hook }).is_ok() {
+        ffi::set_fatal_hook(on_fatal);
+    }
+}
+
+/// The grace period after a CPU-time termination, when a hook is set.
+pub(crate) fn cpu_grace() -> Option<Duration> {
+    HOOK.get().map(|hook| hook.grace)
+}
+
+/// Tells the hook that the cell `call_id` did not stop within the grace period of its CPU limit.
+pub(crate) fn cpu_limit_not_honoured(call_id: &str) {
+    if let Some(hook) = HOOK.get() {
+        (hook.hook)(&HardStop {
+            call_id: Some(call_id.to_owned()),
+            reason: HardStopReason::CpuTimeLimit,
+            message: "cpu time limit exceeded".to_owned(),
+        });
+    }
+}
+
+/// Marks the calling runtime thread as running the cell `call_id` until the guard is dropped.
+pub(crate) fn running(call_id: &str) -> RunningCell {
+    CURRENT_CELL.with(|cell| *cell.borrow_mut() = Some(call_id.to_owned()));
+    RunningCell(())
+}
+
+/// Clears the running cell of its thread on drop.
+pub(crate) struct RunningCell(());
+
+impl Drop for RunningCell {
+    fn drop(&mut self) {
+        let _ = CURRENT_CELL.try_with(|cell| cell.borrow_mut().take());
+    }
+}
+
+fn on_fatal(kind: FatalKind, message: &str) {
+    let Some(hook) = HOOK.get() else {
+        return;
+    };
+    let call_id = CURRENT_CELL
+        .try_with(|cell| cell.try_borrow().ok().and_then(|cell| cell.clone()))
+        .ok()
+        .flatten();
+    let reason = match kind {
+        FatalKind::HeapLimit => HardStopReason::HeapLimit,
+        FatalKind::OutOfMemory => HardStopReason::OutOfMemory,
+        FatalKind::Error => HardStopReason::Fatal,
+    };
+    (hook.hook)(&HardStop {
+        call_id,
+        reason,
+        message: message.to_owned(),
+    });
+}
