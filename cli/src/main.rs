@@ -6,6 +6,7 @@
 #![forbid(unsafe_code)]
 
 mod config;
+mod engine_host;
 mod http;
 mod run;
 mod serve;
@@ -32,6 +33,10 @@ enum Command {
     Run(run::RunArgs),
     /// Serve the exec and wait tools over MCP (stdio by default).
     Mcp(serve::McpArgs),
+    /// Run cells for a parent codemode in an engine process (the parent starts it; not for
+    /// people).
+    #[command(hide = true)]
+    EngineHost,
     /// Serve a small demo MCP server (add, image, fail, sleep, note, pid), to try --mcp with.
     DemoMcpServer {
         /// Serve over streamable HTTP at this address instead of stdio, such as 127.0.0.1:8081.
@@ -51,6 +56,10 @@ pub(crate) mod exit {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging();
+    if let Command::EngineHost = cli.command {
+        // A plain thread loop: no async runtime in an engine process.
+        return engine_host::serve();
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -65,6 +74,7 @@ fn main() -> ExitCode {
         match cli.command {
             Command::Run(args) => run::run(args).await,
             Command::Mcp(args) => serve::serve(args).await,
+            Command::EngineHost => unreachable!("handled before the async runtime starts"),
             Command::DemoMcpServer { http } => {
                 let served = match http {
                     Some(address) => {

@@ -40,6 +40,24 @@ pub struct SessionArgs {
     /// tools as tools.NAME__TOOL.
     #[arg(long = "config", value_name = "FILE")]
     pub config: Option<PathBuf>,
+    /// Where cells run: in sandboxed engine processes (the default: a cell that crashes its
+    /// engine ends only its own process), or in this process (faster to start, but a fatal
+    /// error in V8 ends the whole program).
+    #[arg(long, value_enum, value_name = "WHERE", default_value_t = EngineChoice::Process)]
+    pub engine: EngineChoice,
+    /// Live cells per engine process (with --engine process): a crash or hard stop ends at most
+    /// this many cells.
+    #[arg(long, value_name = "N", default_value_t = codemode_engine_process::DEFAULT_CELLS_PER_PROCESS)]
+    pub cells_per_process: usize,
+}
+
+/// Where cells run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum EngineChoice {
+    /// In sandboxed child engine processes.
+    Process,
+    /// In this process.
+    InProcess,
 }
 
 /// Whether the demo tools `echo` and `sleep` are offered.
@@ -112,16 +130,27 @@ impl SessionArgs {
     }
 
     /// The process's one engine, shared by every session (and so its pool of pre-warmed
-    /// runtimes), warmed for the heap limit its cells have.
-    fn engine(&self, config: &SessionConfig) -> Arc<dyn codemode_engine::Engine> {
+    /// runtimes, or of engine processes), warmed for the heap limit its cells have.
+    fn engine(
+        &self,
+        config: &SessionConfig,
+    ) -> Result<Arc<dyn codemode_engine::Engine>, SetupError> {
         static ENGINE: std::sync::OnceLock<Arc<dyn codemode_engine::Engine>> =
             std::sync::OnceLock::new();
-        Arc::clone(ENGINE.get_or_init(|| {
-            Arc::new(V8Engine::with_warm_runtimes_for_heap(
+        if let Some(engine) = ENGINE.get() {
+            return Ok(Arc::clone(engine));
+        }
+        let engine: Arc<dyn codemode_engine::Engine> = match self.engine {
+            EngineChoice::InProcess => Arc::new(V8Engine::with_warm_runtimes_for_heap(
                 codemode_runtime_v8::DEFAULT_WARM_RUNTIMES,
                 config.heap_limit_bytes,
-            ))
-        }))
+            )),
+            EngineChoice::Process => Arc::new(process_engine(
+                config.heap_limit_bytes,
+                self.cells_per_process,
+            )?),
+        };
+        Ok(Arc::clone(ENGINE.get_or_init(|| engine)))
     }
 
     pub async fn open(
@@ -131,7 +160,7 @@ impl SessionArgs {
         tools: Arc<CompositeTools>,
         config: SessionConfig,
     ) -> Result<Session, SetupError> {
-        let engine = self.engine(&config);
+        let engine = self.engine(&config)?;
         Session::open(session_id, engine, store, tools, config)
             .await
             .map_err(|error| SetupError {
@@ -139,6 +168,25 @@ impl SessionArgs {
                 usage: false,
             })
     }
+}
+
+/// Engine processes that run this program in its engine-host mode.
+fn process_engine(
+    heap_limit_bytes: usize,
+    cells_per_process: usize,
+) -> Result<codemode_engine_process::ProcessEngine, SetupError> {
+    let program = std::env::current_exe().map_err(|error| SetupError {
+        message: format!("cannot find this program to start engine processes: {error}"),
+        usage: false,
+    })?;
+    let mut config = codemode_engine_process::ProcessEngineConfig::new(program, ["engine-host"])
+        .with_warm_runtimes(codemode_runtime_v8::DEFAULT_WARM_RUNTIMES, heap_limit_bytes)
+        .with_cells_per_process(cells_per_process);
+    // The child's whole environment: the library path its loader needs to find V8, nothing else.
+    if let Some(library_path) = std::env::var_os("LD_LIBRARY_PATH") {
+        config = config.with_env("LD_LIBRARY_PATH", library_path);
+    }
+    Ok(codemode_engine_process::ProcessEngine::new(config))
 }
 
 /// `echo` resolves with its argument; `sleep({ms})` resolves after that long.

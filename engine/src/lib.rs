@@ -29,12 +29,14 @@ use std::sync::Arc;
 use codemode_protocol::ToolDefinition;
 use std::time::Duration;
 
-use codemode_protocol::limits::{DEFAULT_CPU_TIME_LIMIT, DEFAULT_HEAP_LIMIT_BYTES};
+use codemode_protocol::limits::{
+    DEFAULT_CPU_TIME_LIMIT, DEFAULT_HEAP_LIMIT_BYTES, MIN_HEAP_LIMIT_BYTES,
+};
 use serde_json::Value;
 
 pub use channel::{
-    CommandSender, EventReceiver, EventSendError, EventSender, RuntimeCommand, RuntimeControl, RuntimeEvent,
-    event_channel,
+    CommandSender, EventReceiver, EventSendError, EventSender, RuntimeCommand, RuntimeControl,
+    RuntimeEvent, event_channel,
 };
 
 /// Everything an engine needs to start one cell.
@@ -87,6 +89,35 @@ impl Default for CellLimits {
             cpu_time_limit: Some(DEFAULT_CPU_TIME_LIMIT),
         }
     }
+}
+
+/// Refuses a heap limit below [`MIN_HEAP_LIMIT_BYTES`], the same from every engine.
+pub fn check_heap_limit(heap_limit_bytes: usize) -> Result<(), EngineError> {
+    if heap_limit_bytes < MIN_HEAP_LIMIT_BYTES {
+        return Err(EngineError::InvalidLimit(format!(
+            "a heap limit of {heap_limit_bytes} bytes is below the minimum of \
+             {MIN_HEAP_LIMIT_BYTES} bytes (8 MiB)"
+        )));
+    }
+    Ok(())
+}
+
+/// The error of a cell stopped at its heap limit, the same from every engine.
+pub fn heap_limit_error(heap_limit_bytes: usize) -> String {
+    format!(
+        "heap limit exceeded: the cell used more than its {} MiB of JavaScript memory and was \
+         stopped; process the data in smaller pieces or ask for a higher heap limit",
+        heap_limit_bytes / (1024 * 1024)
+    )
+}
+
+/// The error of a cell stopped at its CPU-time limit, the same from every engine.
+pub fn cpu_time_limit_error(budget: Duration) -> String {
+    format!(
+        "cpu time limit exceeded: the cell computed for more than {:.1} s of CPU time (its \
+         cpu_time_limit) and was stopped; do less work per cell, or split the work across cells",
+        budget.as_secs_f64()
+    )
 }
 
 /// What the runtime thread does when it has nothing runnable (no microtask, no due timer) while the

@@ -24,7 +24,7 @@ use std::sync::mpsc;
 use codemode_engine::{
     CellStart, Engine, EngineError, EngineHandles, EventSender, TerminateHandle,
 };
-use codemode_protocol::limits::{DEFAULT_HEAP_LIMIT_BYTES, MIN_HEAP_LIMIT_BYTES};
+use codemode_protocol::limits::DEFAULT_HEAP_LIMIT_BYTES;
 
 pub use crate::hard_stop::{HardStop, HardStopReason, set_hard_stop_hook};
 use crate::pool::WarmPool;
@@ -54,6 +54,11 @@ pub fn bare_isolate_cycle() -> Result<std::time::Duration, String> {
     let _ = runtime.run_microtasks();
     drop(runtime);
     Ok(started.elapsed())
+}
+
+/// Whether V8 can run here: initialises it once, or says why it cannot.
+pub fn v8_available() -> Result<(), String> {
+    ffi::initialize()
 }
 
 /// The version of the V8 this crate is linked against, such as `10.2.154.26-node.36`.
@@ -132,12 +137,7 @@ impl Engine for V8Engine {
     }
 
     fn start(&self, cell: CellStart, events: EventSender) -> Result<EngineHandles, EngineError> {
-        if cell.limits.heap_limit_bytes < MIN_HEAP_LIMIT_BYTES {
-            return Err(EngineError::InvalidLimit(format!(
-                "a heap limit of {} bytes is below the minimum of {} bytes (8 MiB)",
-                cell.limits.heap_limit_bytes, MIN_HEAP_LIMIT_BYTES
-            )));
-        }
+        codemode_engine::check_heap_limit(cell.limits.heap_limit_bytes)?;
         ffi::initialize().map_err(EngineError::Unavailable)?;
         let (command_tx, command_rx) = mpsc::channel();
         let (control_tx, control_rx) = mpsc::channel();

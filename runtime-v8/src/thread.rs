@@ -367,21 +367,16 @@ impl CellThread {
             None => {}
         }
         if self.runtime.heap_limit_hit() {
-            return Step::End(EndReason::Completed(Some(format!(
-                "heap limit exceeded: the cell used more than its {} MiB of JavaScript memory and \
-                 was stopped; process the data in smaller pieces or ask for a higher heap limit",
-                self.heap_limit_bytes / (1024 * 1024)
-            ))));
+            return Step::End(EndReason::Completed(Some(
+                codemode_engine::heap_limit_error(self.heap_limit_bytes),
+            )));
         }
         if let Some((watch, budget)) = &self.cpu_watch
             && watch.exceeded()
         {
-            return Step::End(EndReason::Completed(Some(format!(
-                "cpu time limit exceeded: the cell computed for more than {:.1} s of CPU time (its \
-                 cpu_time_limit) and was stopped; do less work per cell, or split the work across \
-                 cells",
-                budget.as_secs_f64()
-            ))));
+            return Step::End(EndReason::Completed(Some(
+                codemode_engine::cpu_time_limit_error(*budget),
+            )));
         }
         match status {
             RunStatus::Ok => Step::Continue,

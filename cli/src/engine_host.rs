@@ -1,0 +1,51 @@
+//! The hidden engine-host mode (`codemode-v8 engine-host`): the program an engine process runs.
+//! The parent (`codemode run` or `codemode mcp` with the default engine) starts it with its
+//! standard input as the channel; it runs V8 cells until the parent goes away.
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use codemode_engine_process::HardStopKind;
+use codemode_runtime_v8::{HardStop, HardStopReason, V8Engine};
+
+/// How long to wait for the warm runtimes before saying ready anyway (cells then start cold).
+const WARM_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Runs the engine-process loop with a V8 engine.
+pub fn serve() -> ExitCode {
+    codemode_engine_process::child::serve(|settings| {
+        codemode_runtime_v8::set_hard_stop_hook(
+            Duration::from_millis(settings.hard_stop_grace_ms),
+            on_hard_stop,
+        );
+        let engine = V8Engine::with_warm_runtimes_for_heap(
+            settings.warm_runtimes,
+            settings.warm_heap_limit_bytes,
+        );
+        // Warm before the sandbox closes and before the parent counts on this process.
+        let deadline = std::time::Instant::now() + WARM_TIMEOUT;
+        while engine.ready_runtimes() < settings.warm_runtimes
+            && std::time::Instant::now() < deadline
+        {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        codemode_runtime_v8::v8_available()?;
+        Ok(Box::new(engine))
+    })
+}
+
+fn on_hard_stop(stop: &HardStop) {
+    let (kind, message) = match stop.reason {
+        HardStopReason::HeapLimit => (HardStopKind::HeapLimit, stop.message.clone()),
+        HardStopReason::CpuTimeLimit => (HardStopKind::CpuTimeLimit, stop.message.clone()),
+        HardStopReason::OutOfMemory => (
+            HardStopKind::Fatal,
+            format!("out of memory: {}", stop.message),
+        ),
+        _ => (
+            HardStopKind::Fatal,
+            format!("V8 fatal error: {}", stop.message),
+        ),
+    };
+    codemode_engine_process::child::hard_stop(stop.call_id.as_deref(), kind, &message)
+}

@@ -1,0 +1,303 @@
+//! Cells in engine processes: the real `codemode-v8` binary in its engine-host mode, driven
+//! through the `ProcessEngine` library API. What a crash, a hard stop and the sandbox do to the
+//! cells of a process, and that nothing else is touched.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use codemode_engine::{
+    CellLimits, CellStart, Engine, EngineHandles, EventReceiver, PendingMode, RuntimeCommand,
+    RuntimeEvent, event_channel,
+};
+use codemode_engine_process::{Probe, ProcessEngine, ProcessEngineConfig};
+use codemode_protocol::{OutputItem, ToolDefinition, ToolName};
+use serde_json::{Value, json};
+
+const HANG_GUARD: Duration = Duration::from_secs(60);
+
+fn config() -> ProcessEngineConfig {
+    let mut config = ProcessEngineConfig::new(env!("CARGO_BIN_EXE_codemode-v8"), ["engine-host"])
+        .with_test_hooks();
+    if let Some(path) = std::env::var_os("LD_LIBRARY_PATH") {
+        config = config.with_env("LD_LIBRARY_PATH", path);
+    }
+    config
+}
+
+fn cell(source: &str) -> CellStart {
+    CellStart {
+        call_id: "call-1".into(),
+        source: source.into(),
+        enabled_tools: vec![ToolDefinition::function(ToolName::plain("echo"), "echo")],
+        stored_values: HashMap::new(),
+        limits: CellLimits::default(),
+        pending_mode: PendingMode::Continue,
+    }
+}
+
+struct Running {
+    handles: EngineHandles,
+    events: EventReceiver,
+}
+
+fn start(engine: &ProcessEngine, cell: CellStart) -> Running {
+    let (sender, events) = event_channel(None);
+    let handles = engine.start(cell, sender).expect("the cell starts");
+    Running { handles, events }
+}
+
+/// What a cell ended with: its texts, and its result (`None`: ended without one, terminated).
+#[derive(Debug)]
+struct Ended {
+    texts: Vec<String>,
+    result: Option<(HashMap<String, Value>, Option<String>)>,
+}
+
+impl Running {
+    /// Answers `echo` calls until the cell ends.
+    fn finish(mut self) -> Ended {
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        let commands = self.handles.commands.clone();
+        std::thread::spawn(move || {
+            let mut texts = Vec::new();
+            let mut result = None;
+            while let Some(event) = self.events.blocking_recv() {
+                match event {
+                    RuntimeEvent::ContentItem(OutputItem::Text { text }) => texts.push(text),
+                    RuntimeEvent::ToolCall { id, input, .. } => {
+                        let _ = commands.send(RuntimeCommand::ToolResponse {
+                            id,
+                            result: input.unwrap_or(Value::Null),
+                        });
+                    }
+                    RuntimeEvent::Result {
+                        stored_value_writes,
+                        error_text,
+                    } => result = Some((stored_value_writes, error_text)),
+                    _ => {}
+                }
+            }
+            let _ = done_tx.send(Ended { texts, result });
+        });
+        done_rx
+            .recv_timeout(HANG_GUARD)
+            .expect("hung: the cell never ended")
+    }
+
+    /// Waits for the first text the cell emits.
+    fn first_text(&mut self) -> String {
+        let deadline = std::time::Instant::now() + HANG_GUARD;
+        loop {
+            assert!(std::time::Instant::now() < deadline, "hung: no text");
+            match self.events.try_recv() {
+                Some(RuntimeEvent::ContentItem(OutputItem::Text { text })) => return text,
+                Some(_) => {}
+                None => std::thread::sleep(Duration::from_millis(2)),
+            }
+        }
+    }
+}
+
+fn error_of(ended: &Ended) -> &str {
+    ended
+        .result
+        .as_ref()
+        .and_then(|(_, error)| error.as_deref())
+        .unwrap_or_else(|| panic!("expected a failed cell, got {ended:?}"))
+}
+
+#[test]
+fn a_cell_runs_in_another_process_with_tools_and_stored_values() {
+    let engine = ProcessEngine::new(config());
+    let ended = start(
+        &engine,
+        cell(r#"const back = await tools.echo({n: 41}); text(String(back.n + 1)); store("k", {v: 1});"#),
+    )
+    .finish();
+    assert_eq!(ended.texts, ["42"]);
+    let (writes, error) = ended.result.expect("completed");
+    assert_eq!(error, None);
+    assert_eq!(writes["k"], json!({"v": 1}));
+    let pids = engine.process_ids();
+    assert!(
+        !pids.is_empty() && !pids.contains(&std::process::id()),
+        "{pids:?}"
+    );
+    assert!(engine.describe().contains("V8"), "{}", engine.describe());
+}
+
+#[test]
+fn a_fatal_heap_error_ends_its_cell_with_the_limit_and_its_neighbour_with_a_reason() {
+    let engine = ProcessEngine::new(config().with_spare_processes(0));
+    // A neighbour in the same process, waiting on a tool call that is never answered.
+    let mut neighbour = start(&engine, cell(r#"text("parked"); await tools.echo(1);"#));
+    assert_eq!(neighbour.first_text(), "parked");
+    let crashing = start(
+        &engine,
+        cell(
+            r#"text("before");const a="x".repeat(2**29-24);a.indexOf("y");const b="y".repeat(2**29-24);b.indexOf("x")"#,
+        ),
+    );
+    let crashed = crashing.finish();
+    assert_eq!(
+        crashed.texts,
+        ["before"],
+        "output emitted before the crash is kept"
+    );
+    assert!(
+        error_of(&crashed).starts_with("heap limit exceeded"),
+        "{crashed:?}"
+    );
+    assert!(
+        crashed.result.as_ref().unwrap().0.is_empty(),
+        "nothing is committed"
+    );
+    // The neighbour's events were already consumed up to its text; it ends with a reason.
+    let neighbour = Running {
+        handles: neighbour.handles,
+        events: neighbour.events,
+    }
+    .finish();
+    assert!(
+        error_of(&neighbour).contains("another cell in its engine process"),
+        "{neighbour:?}"
+    );
+    // The engine goes on with a new process.
+    let after = start(&engine, cell(r#"text("still here")"#)).finish();
+    assert_eq!(after.texts, ["still here"]);
+}
+
+#[test]
+fn a_killed_process_ends_its_cells_as_crashed_and_keeps_their_output() {
+    let engine = ProcessEngine::new(config());
+    let mut parked = start(
+        &engine,
+        cell(r#"text("kept"); store("x", 1); await tools.echo(1);"#),
+    );
+    assert_eq!(parked.first_text(), "kept");
+    let killed = engine.process_ids();
+    for &pid in &killed {
+        let status = std::process::Command::new("kill")
+            .args(["-9", &pid.to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+    let ended = parked.finish();
+    let error = error_of(&ended);
+    assert!(
+        error.starts_with("the engine process running this cell crashed (killed by SIGKILL"),
+        "{error}"
+    );
+    assert!(
+        ended.result.as_ref().unwrap().0.is_empty(),
+        "no stored values"
+    );
+    // Once the engine has seen every killed process go, a new cell runs in a new one.
+    let deadline = std::time::Instant::now() + HANG_GUARD;
+    while engine.process_ids().iter().any(|pid| killed.contains(pid)) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "hung: killed processes still listed"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let after = start(&engine, cell(r#"text("replacement")"#)).finish();
+    assert_eq!(after.texts, ["replacement"]);
+}
+
+#[test]
+fn a_termination_that_does_not_take_effect_kills_the_process_after_the_grace_period() {
+    let engine = ProcessEngine::new(
+        config()
+            .with_spare_processes(0)
+            .with_hard_stop_grace(Duration::from_millis(100)),
+    );
+    let mut neighbour = start(&engine, cell(r#"text("parked"); await tools.echo(1);"#));
+    assert_eq!(neighbour.first_text(), "parked");
+    // A long built-in that never reaches an interrupt check.
+    let mut stuck = start(&engine, cell(r#"text("before"); new Array(1e9).fill(0)"#));
+    assert_eq!(stuck.first_text(), "before");
+    std::thread::sleep(Duration::from_millis(200));
+    stuck.handles.terminate.terminate();
+    let stuck = stuck.finish();
+    assert!(
+        stuck.result.is_none(),
+        "terminated cells have no result: {stuck:?}"
+    );
+    let neighbour = neighbour.finish();
+    assert!(
+        error_of(&neighbour).contains("another cell in its engine process"),
+        "{neighbour:?}"
+    );
+}
+
+#[test]
+fn a_cpu_limit_that_does_not_take_effect_ends_the_cell_with_the_limit_error() {
+    let engine = ProcessEngine::new(config().with_hard_stop_grace(Duration::from_millis(100)));
+    let mut limited = cell(r#"text("before"); new Array(1e9).fill(0)"#);
+    limited.limits = CellLimits::default()
+        .with_heap_limit_bytes(4 << 30)
+        .with_cpu_time_limit(Some(Duration::from_millis(200)));
+    let ended = start(&engine, limited).finish();
+    assert_eq!(ended.texts, ["before"]);
+    assert!(
+        error_of(&ended).starts_with("cpu time limit exceeded"),
+        "{ended:?}"
+    );
+}
+
+#[test]
+fn the_engine_process_is_sandboxed() {
+    let engine = ProcessEngine::new(config());
+    let ended = start(&engine, cell(r#"text("up")"#)).finish();
+    assert_eq!(ended.texts, ["up"]);
+    let pid = engine.process_ids()[0];
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    assert!(
+        status
+            .lines()
+            .any(|line| line.split_whitespace().collect::<Vec<_>>() == ["Seccomp:", "2"]),
+        "no seccomp filter in force:\n{status}"
+    );
+    for what in [Probe::OpenForWriting, Probe::Socket, Probe::Exec] {
+        let (allowed, detail) = engine.probe_sandbox(what).unwrap();
+        assert!(!allowed, "{what:?} was allowed");
+        assert!(detail.contains("not permitted"), "{what:?}: {detail}");
+    }
+    // The environment holds only the library path; the working directory is the root.
+    let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap();
+    let names: Vec<String> = environ
+        .split(|byte| *byte == 0)
+        .filter(|entry| !entry.is_empty())
+        .map(|entry| {
+            String::from_utf8_lossy(entry)
+                .split('=')
+                .next()
+                .unwrap()
+                .to_owned()
+        })
+        .collect();
+    assert!(
+        names.iter().all(|name| name == "LD_LIBRARY_PATH"),
+        "{names:?}"
+    );
+    assert_eq!(
+        std::fs::read_link(format!("/proc/{pid}/cwd")).unwrap(),
+        std::path::Path::new("/")
+    );
+    // The engine still runs cells after the probes.
+    let ended = start(&engine, cell(r#"text("after")"#)).finish();
+    assert_eq!(ended.texts, ["after"]);
+}
+
+#[test]
+fn a_program_that_is_not_an_engine_host_is_a_clear_error() {
+    let engine = ProcessEngine::new(
+        ProcessEngineConfig::new("/bin/true", Vec::<String>::new()).with_spare_processes(0),
+    );
+    let error = engine.check().unwrap_err().to_string();
+    assert!(error.contains("ended before it was ready"), "{error}");
+    let (sender, _events) = event_channel(None);
+    assert!(engine.start(cell("text(1)"), sender).is_err());
+}

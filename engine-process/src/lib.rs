@@ -1,0 +1,225 @@
+//! An engine that runs cells in child engine processes, any engine inside: the wall behind the
+//! isolate. Inside one process a JavaScript engine can always end the process (a fatal
+//! out-of-memory, a failed internal check, a bug); here that ends one engine process, and the
+//! cells it hosted end with a clear error while everything else goes on.
+//!
+//! [`ProcessEngine`] implements [`Engine`] on the parent side. Each engine process is a program
+//! (the `codemode` binary in its hidden engine-host mode) that runs [`child::serve`] with a real
+//! engine. Parent and child speak length-prefixed JSON frames over a Unix socket pair (see `wire`);
+//! the child's standard output and error are pipes the parent reads and logs through `tracing`,
+//! truncated and rate-limited, so nothing a cell makes its engine print reaches a standard stream
+//! of the parent.
+//!
+//! # Placement
+//!
+//! A process hosts up to [`ProcessEngineConfig::cells_per_process`] live cells (16 by default),
+//! each in its own isolate on its own thread as in-process, and is retired after
+//! [`ProcessEngineConfig::cells_per_process_lifetime`] cells. The blast radius of a crash, or of a
+//! hard stop, is the cells of one process. Sharing keeps a parked cell cheap: a process costs
+//! about 40 MiB of its own, a parked cell about 1 MiB (see the benchmark suite and `SECURITY.md`).
+//! Warm processes wait ready (V8 initialised, runtimes warm, sandbox on), so a start never pays for
+//! a process spawn unless a burst outruns them.
+//!
+//! # Stops
+//!
+//! Termination first asks the engine to stop the cell; a cell whose runtime has not ended within
+//! [`ProcessEngineConfig::hard_stop_grace`] has its process killed. The child ends itself (after
+//! telling the parent which cell and why) when a cell's heap goes on growing past its limit or its
+//! CPU-time limit is not honoured within the grace period, or the engine hits a fatal error. The
+//! cell responsible ends as it would have (terminated, or failed with its limit's error); the
+//! other cells of that process end with an error that says why.
+//!
+//! This crate knows no concrete engine: the binary that hosts engine processes chooses one.
+
+#![deny(missing_docs)]
+#![forbid(unsafe_code)]
+
+pub mod child;
+mod log;
+mod process;
+mod sandbox;
+mod wire;
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use codemode_engine::{CellStart, Engine, EngineError, EngineHandles, EventSender};
+use codemode_protocol::limits::DEFAULT_HEAP_LIMIT_BYTES;
+
+pub use crate::wire::{HardStopKind, Probe};
+
+/// How long a cell may go on after it was asked to stop before its process is killed.
+pub const DEFAULT_HARD_STOP_GRACE: Duration = Duration::from_millis(100);
+
+/// How many live cells one engine process hosts by default.
+pub const DEFAULT_CELLS_PER_PROCESS: usize = 16;
+
+/// How an engine process is started and what it may do.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct ProcessEngineConfig {
+    /// The program that runs [`child::serve`].
+    pub program: PathBuf,
+    /// Its arguments (the hidden engine-host mode).
+    pub args: Vec<OsString>,
+    /// The only environment the child gets (typically the library path its loader needs).
+    pub env: Vec<(OsString, OsString)>,
+    /// How many live cells one process hosts.
+    pub cells_per_process: usize,
+    /// How many cells a process hosts over its life before it is retired.
+    pub cells_per_process_lifetime: usize,
+    /// How many ready processes with no cells are kept for the next starts.
+    pub spare_processes: usize,
+    /// How long a cell asked to stop may go on before its process is killed.
+    pub hard_stop_grace: Duration,
+    /// The most memory a process may map for data (`RLIMIT_DATA`); `None`: cells per process
+    /// times the warm heap limit, times two, plus 1 GiB for the engine itself.
+    pub memory_ceiling_bytes: Option<u64>,
+    /// Whether the child applies its seccomp filter (Linux).
+    pub seccomp: bool,
+    /// The heap limit each process keeps runtimes warm for.
+    pub warm_heap_limit_bytes: usize,
+    /// How many runtimes each process keeps warm.
+    pub warm_runtimes: usize,
+    /// Test hooks in the child (sandbox probes). Never for real cells.
+    #[doc(hidden)]
+    pub test_hooks: bool,
+}
+
+impl ProcessEngineConfig {
+    /// Engine processes started as `program args…`, with the defaults.
+    pub fn new(
+        program: impl Into<PathBuf>,
+        args: impl IntoIterator<Item = impl Into<OsString>>,
+    ) -> Self {
+        ProcessEngineConfig {
+            program: program.into(),
+            args: args.into_iter().map(Into::into).collect(),
+            env: Vec::new(),
+            cells_per_process: DEFAULT_CELLS_PER_PROCESS,
+            cells_per_process_lifetime: 1000,
+            spare_processes: 1,
+            hard_stop_grace: DEFAULT_HARD_STOP_GRACE,
+            memory_ceiling_bytes: None,
+            seccomp: true,
+            warm_heap_limit_bytes: DEFAULT_HEAP_LIMIT_BYTES,
+            warm_runtimes: 2,
+            test_hooks: false,
+        }
+    }
+
+    /// With one more environment variable for the child.
+    pub fn with_env(mut self, name: impl Into<OsString>, value: impl Into<OsString>) -> Self {
+        self.env.push((name.into(), value.into()));
+        self
+    }
+
+    /// With another number of live cells per process (at least 1).
+    pub fn with_cells_per_process(mut self, cells: usize) -> Self {
+        self.cells_per_process = cells.max(1);
+        self
+    }
+
+    /// With another number of cells a process hosts over its life (at least 1).
+    pub fn with_cells_per_process_lifetime(mut self, cells: usize) -> Self {
+        self.cells_per_process_lifetime = cells.max(1);
+        self
+    }
+
+    /// With another number of spare processes.
+    pub fn with_spare_processes(mut self, spares: usize) -> Self {
+        self.spare_processes = spares;
+        self
+    }
+
+    /// With another grace period before a hard stop.
+    pub fn with_hard_stop_grace(mut self, grace: Duration) -> Self {
+        self.hard_stop_grace = grace;
+        self
+    }
+
+    /// With another memory ceiling per process.
+    pub fn with_memory_ceiling_bytes(mut self, bytes: Option<u64>) -> Self {
+        self.memory_ceiling_bytes = bytes;
+        self
+    }
+
+    /// With the seccomp filter on or off.
+    pub fn with_seccomp(mut self, seccomp: bool) -> Self {
+        self.seccomp = seccomp;
+        self
+    }
+
+    /// Keep `count` runtimes warm in each process for cells whose heap limit is `heap_limit_bytes`.
+    pub fn with_warm_runtimes(mut self, count: usize, heap_limit_bytes: usize) -> Self {
+        self.warm_runtimes = count;
+        self.warm_heap_limit_bytes = heap_limit_bytes;
+        self
+    }
+
+    /// With the child's test hooks on.
+    #[doc(hidden)]
+    pub fn with_test_hooks(mut self) -> Self {
+        self.test_hooks = true;
+        self
+    }
+
+    fn memory_ceiling(&self) -> u64 {
+        self.memory_ceiling_bytes.unwrap_or_else(|| {
+            let heaps = (self.cells_per_process as u64)
+                .saturating_mul(self.warm_heap_limit_bytes as u64)
+                .saturating_mul(2);
+            heaps.saturating_add(1 << 30)
+        })
+    }
+}
+
+/// Runs cells in child engine processes. Cheap to clone (clones share the processes).
+#[derive(Debug, Clone)]
+pub struct ProcessEngine {
+    pool: Arc<process::Pool>,
+}
+
+impl ProcessEngine {
+    /// An engine whose processes are started with `config`. Starts the spare processes in the
+    /// background; the first start waits for one if none is ready.
+    pub fn new(config: ProcessEngineConfig) -> Self {
+        ProcessEngine {
+            pool: process::Pool::new(config),
+        }
+    }
+
+    /// Starts one engine process now and waits until it is ready: an error says why the program
+    /// cannot host cells (not found, not an engine host, its engine failed).
+    pub fn check(&self) -> Result<String, EngineError> {
+        self.pool.check()
+    }
+
+    /// The process ids of the engine processes alive now.
+    pub fn process_ids(&self) -> Vec<u32> {
+        self.pool.process_ids()
+    }
+
+    /// Asks the engine process hosting the most recent cell to try `what`, which its sandbox
+    /// should forbid; returns whether it was allowed and what happened. Only with test hooks.
+    #[doc(hidden)]
+    pub fn probe_sandbox(&self, what: Probe) -> Result<(bool, String), EngineError> {
+        self.pool.probe(what)
+    }
+}
+
+impl Engine for ProcessEngine {
+    fn describe(&self) -> String {
+        match self.pool.describe() {
+            Some(engine) => format!("{engine} in engine processes"),
+            None => "engine processes".to_owned(),
+        }
+    }
+
+    fn start(&self, cell: CellStart, events: EventSender) -> Result<EngineHandles, EngineError> {
+        codemode_engine::check_heap_limit(cell.limits.heap_limit_bytes)?;
+        self.pool.start(cell, events)
+    }
+}

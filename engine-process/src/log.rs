@@ -1,0 +1,61 @@
+//! What an engine process prints: captured from its standard output and error, truncated and
+//! rate-limited, and logged through `tracing`, never passed to a standard stream of the parent.
+
+use std::io::{BufRead, BufReader, Read};
+use std::time::{Duration, Instant};
+
+/// The longest line logged; the rest is cut.
+const MAX_LINE_CHARS: usize = 500;
+/// How many lines of one stream are logged per window.
+const LINES_PER_WINDOW: usize = 20;
+/// The rate-limit window.
+const WINDOW: Duration = Duration::from_secs(10);
+/// The longest line read; the rest of a longer one is skipped, not buffered.
+const MAX_READ_BYTES: u64 = 64 * 1024;
+
+/// Reads `pipe` on a thread of its own until it closes, logging what it carries.
+pub(crate) fn capture(pid: u32, stream: &'static str, pipe: Box<dyn Read + Send>) {
+    let spawned = std::thread::Builder::new()
+        .name(format!("codemode-engine-{stream}"))
+        .spawn(move || {
+            let mut reader = BufReader::new(pipe);
+            let mut window = Instant::now();
+            let mut logged = 0usize;
+            let mut dropped = 0usize;
+            let mut line = Vec::new();
+            loop {
+                line.clear();
+                match (&mut reader)
+                    .take(MAX_READ_BYTES)
+                    .read_until(b'\n', &mut line)
+                {
+                    Ok(0) | Err(_) => break,
+                    Ok(_) => {}
+                }
+                if window.elapsed() >= WINDOW {
+                    if dropped > 0 {
+                        tracing::info!(
+                            pid,
+                            stream,
+                            dropped,
+                            "an engine process printed more lines than are logged"
+                        );
+                    }
+                    window = Instant::now();
+                    logged = 0;
+                    dropped = 0;
+                }
+                if logged >= LINES_PER_WINDOW {
+                    dropped += 1;
+                    continue;
+                }
+                logged += 1;
+                let text = String::from_utf8_lossy(&line);
+                let text: String = text.trim_end().chars().take(MAX_LINE_CHARS).collect();
+                tracing::info!(pid, stream, "engine process printed: {text}");
+            }
+        });
+    if spawned.is_err() {
+        tracing::error!(pid, stream, "cannot read what an engine process prints");
+    }
+}

@@ -1,0 +1,709 @@
+//! The parent side: the pool of engine processes, one process's channel and reader, and what
+//! happens to a process's cells when it ends.
+//!
+//! Every change to a process's cells happens under its `state` lock; the one place a process's
+//! end is handled is [`EngineProcess::ended`], called once by its reader thread when the channel
+//! closes.
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::os::unix::net::UnixStream;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::SendError;
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
+use std::time::Duration;
+
+use codemode_engine::{
+    CellStart, CommandSender, EngineError, EngineHandles, EventSender, RuntimeEvent, Terminate,
+    TerminateHandle,
+};
+
+use crate::ProcessEngineConfig;
+use crate::wire::{
+    self, CellNumber, ChildSettings, HardStopKind, Probe, ToChild, ToParent, WireStart,
+};
+
+/// How long a new process may take to say it is ready.
+const READY_TIMEOUT: Duration = Duration::from_secs(30);
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// The engine processes of one [`crate::ProcessEngine`].
+#[derive(Debug)]
+pub(crate) struct Pool {
+    config: ProcessEngineConfig,
+    processes: Mutex<Processes>,
+    next_cell: AtomicU64,
+    engine: OnceLock<String>,
+    /// Where the answer to a sandbox probe goes.
+    probe_answer: Mutex<Option<std::sync::mpsc::Sender<(bool, String)>>>,
+    myself: Weak<Pool>,
+}
+
+#[derive(Debug, Default)]
+struct Processes {
+    /// Processes that take new cells, oldest first.
+    active: Vec<Arc<EngineProcess>>,
+    /// Ready processes with no cells yet.
+    spares: Vec<Arc<EngineProcess>>,
+    /// Spares being started.
+    spawning: usize,
+    /// The process that took the most recent cell.
+    latest: Option<Weak<EngineProcess>>,
+}
+
+impl Pool {
+    pub(crate) fn new(config: ProcessEngineConfig) -> Arc<Pool> {
+        let pool = Arc::new_cyclic(|myself| Pool {
+            config,
+            processes: Mutex::default(),
+            next_cell: AtomicU64::new(1),
+            engine: OnceLock::new(),
+            probe_answer: Mutex::new(None),
+            myself: myself.clone(),
+        });
+        pool.refill();
+        pool
+    }
+
+    pub(crate) fn describe(&self) -> Option<String> {
+        self.engine.get().cloned()
+    }
+
+    pub(crate) fn check(&self) -> Result<String, EngineError> {
+        let process = self.spawn()?;
+        lock(&self.processes).spares.push(process);
+        Ok(self.describe().unwrap_or_default())
+    }
+
+    pub(crate) fn process_ids(&self) -> Vec<u32> {
+        let processes = lock(&self.processes);
+        processes
+            .active
+            .iter()
+            .chain(&processes.spares)
+            .filter(|process| process.alive())
+            .map(|process| process.pid)
+            .collect()
+    }
+
+    pub(crate) fn probe(&self, what: Probe) -> Result<(bool, String), EngineError> {
+        let process = lock(&self.processes)
+            .latest
+            .as_ref()
+            .and_then(Weak::upgrade)
+            .ok_or_else(|| EngineError::Unavailable("no engine process has run a cell".into()))?;
+        let (sender, receiver) = std::sync::mpsc::channel();
+        *lock(&self.probe_answer) = Some(sender);
+        process.send(&ToChild::Probe { what })?;
+        receiver.recv_timeout(Duration::from_secs(30)).map_err(|_| {
+            EngineError::Unavailable("the engine process did not answer the probe".into())
+        })
+    }
+
+    pub(crate) fn start(
+        &self,
+        cell: CellStart,
+        events: EventSender,
+    ) -> Result<EngineHandles, EngineError> {
+        let number = self.next_cell.fetch_add(1, Ordering::Relaxed);
+        let heap_limit_bytes = cell.limits.heap_limit_bytes;
+        let cpu_time_limit = cell.limits.cpu_time_limit;
+        let (call_id, start) = WireStart::from_start(cell);
+        let frame = wire::encode(&ToChild::Start {
+            cell: number,
+            start,
+        })
+        .map_err(|error| {
+            EngineError::Unavailable(format!(
+                "cannot send the cell to an engine process: {error}"
+            ))
+        })?;
+        // A process that died a moment ago may still look alive: its channel refuses the cell,
+        // and the next process takes it.
+        let mut attempts = 0;
+        let process = loop {
+            attempts += 1;
+            let process = self.place()?;
+            lock(&process.state).cells.insert(
+                number,
+                CellSlot {
+                    events: events.clone(),
+                    call_id: call_id.clone(),
+                    heap_limit_bytes,
+                    cpu_time_limit,
+                    terminating: false,
+                },
+            );
+            match process.send_frame(&frame) {
+                Ok(()) => break process,
+                Err(error) => {
+                    {
+                        let mut state = lock(&process.state);
+                        state.cells.remove(&number);
+                        state.retired = true;
+                    }
+                    if attempts >= 3 {
+                        return Err(error);
+                    }
+                }
+            }
+        };
+        let commands = {
+            let process = Arc::downgrade(&process);
+            CommandSender::forward(move |command: codemode_engine::RuntimeCommand| {
+                match process.upgrade() {
+                    Some(process) if process.hosts(number) => {
+                        let _ = process.send(&ToChild::Command {
+                            cell: number,
+                            command: command.into(),
+                        });
+                        Ok(())
+                    }
+                    _ => Err(SendError(command)),
+                }
+            })
+        };
+        let control = {
+            let process = Arc::downgrade(&process);
+            CommandSender::forward(move |control: codemode_engine::RuntimeControl| {
+                match process.upgrade() {
+                    Some(process) if process.hosts(number) => {
+                        let _ = process.send(&ToChild::Control {
+                            cell: number,
+                            control: control.into(),
+                        });
+                        Ok(())
+                    }
+                    _ => Err(SendError(control)),
+                }
+            })
+        };
+        let terminate = TerminateHandle::new(Arc::new(CellTerminator {
+            process: Arc::downgrade(&process),
+            cell: number,
+            grace: self.config.hard_stop_grace,
+        }));
+        Ok(EngineHandles {
+            commands,
+            control,
+            terminate,
+        })
+    }
+
+    /// A process with room for one more cell, counted as placed: an active one, else a spare,
+    /// else one started now.
+    fn place(&self) -> Result<Arc<EngineProcess>, EngineError> {
+        let mut processes = lock(&self.processes);
+        processes.active.retain(|process| process.alive());
+        processes.spares.retain(|process| process.alive());
+        let found = processes
+            .active
+            .iter()
+            .find(|process| process.take_place(&self.config))
+            .cloned();
+        let process = match found {
+            Some(process) => process,
+            None => match pop_usable_spare(&mut processes.spares, &self.config) {
+                Some(spare) => {
+                    processes.active.push(Arc::clone(&spare));
+                    drop(processes);
+                    self.refill();
+                    processes = lock(&self.processes);
+                    spare
+                }
+                None => {
+                    drop(processes);
+                    // A burst outran the spares: this start pays for a process.
+                    let process = self.spawn()?;
+                    process.take_place(&self.config);
+                    processes = lock(&self.processes);
+                    processes.active.push(Arc::clone(&process));
+                    drop(processes);
+                    self.refill();
+                    processes = lock(&self.processes);
+                    process
+                }
+            },
+        };
+        processes.latest = Some(Arc::downgrade(&process));
+        Ok(process)
+    }
+
+    /// Starts spares in the background until there are as many as configured.
+    fn refill(&self) {
+        let missing = {
+            let mut processes = lock(&self.processes);
+            let have = processes.spares.len() + processes.spawning;
+            let missing = self.config.spare_processes.saturating_sub(have);
+            processes.spawning += missing;
+            missing
+        };
+        for _ in 0..missing {
+            let pool = self.myself.clone();
+            let started = std::thread::Builder::new()
+                .name("codemode-engine-spawn".into())
+                .spawn(move || {
+                    let Some(pool) = pool.upgrade() else { return };
+                    let spawned = pool.spawn();
+                    let mut processes = lock(&pool.processes);
+                    processes.spawning -= 1;
+                    match spawned {
+                        Ok(process) => processes.spares.push(process),
+                        Err(error) => {
+                            tracing::error!(%error, "cannot start a spare engine process")
+                        }
+                    }
+                });
+            if started.is_err() {
+                lock(&self.processes).spawning -= 1;
+            }
+        }
+    }
+
+    /// Starts one engine process and waits until it is ready.
+    fn spawn(&self) -> Result<Arc<EngineProcess>, EngineError> {
+        let unavailable = |what: String| EngineError::Unavailable(what);
+        let program = self.config.program.display().to_string();
+        let (parent_end, child_end) = UnixStream::pair().map_err(|error| {
+            unavailable(format!(
+                "cannot make a channel for an engine process: {error}"
+            ))
+        })?;
+        let mut child = Command::new(&self.config.program)
+            .args(&self.config.args)
+            .env_clear()
+            .envs(self.config.env.iter().map(|(name, value)| (name, value)))
+            .current_dir("/")
+            .stdin(Stdio::from(std::os::fd::OwnedFd::from(child_end)))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|error| {
+                unavailable(format!(
+                    "cannot start the engine process `{program}`: {error}"
+                ))
+            })?;
+        let pid = child.id();
+        for (stream, pipe) in [
+            (
+                "stdout",
+                child
+                    .stdout
+                    .take()
+                    .map(|pipe| Box::new(pipe) as Box<dyn std::io::Read + Send>),
+            ),
+            (
+                "stderr",
+                child
+                    .stderr
+                    .take()
+                    .map(|pipe| Box::new(pipe) as Box<dyn std::io::Read + Send>),
+            ),
+        ] {
+            if let Some(pipe) = pipe {
+                crate::log::capture(pid, stream, pipe);
+            }
+        }
+        let failed = |child: &mut Child, why: String| {
+            let _ = child.kill();
+            let _ = child.wait();
+            unavailable(format!(
+                "the engine process `{program}` could not start: {why}"
+            ))
+        };
+        let mut reader = match parent_end.try_clone() {
+            Ok(reader) => reader,
+            Err(error) => return Err(failed(&mut child, error.to_string())),
+        };
+        let mut writer = parent_end;
+        let settings = ChildSettings {
+            warm_heap_limit_bytes: self.config.warm_heap_limit_bytes,
+            warm_runtimes: self.config.warm_runtimes,
+            memory_ceiling_bytes: Some(self.config.memory_ceiling()),
+            seccomp: self.config.seccomp,
+            hard_stop_grace_ms: u64::try_from(self.config.hard_stop_grace.as_millis())
+                .unwrap_or(u64::MAX),
+            test_hooks: self.config.test_hooks,
+        };
+        let ended_early = |child: &mut Child| {
+            let status = child.wait().map(describe_exit).unwrap_or_default();
+            unavailable(format!(
+                "the engine process `{program}` ended before it was ready ({status}); is it a \
+                 codemode binary that has the engine-host mode?"
+            ))
+        };
+        let broken = |error: &std::io::Error| {
+            matches!(
+                error.kind(),
+                std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset
+            )
+        };
+        if let Err(error) = wire::write(&mut writer, &ToChild::Settings(settings)) {
+            if broken(&error) {
+                return Err(ended_early(&mut child));
+            }
+            return Err(failed(
+                &mut child,
+                format!("it did not take its settings ({error})"),
+            ));
+        }
+        let _ = reader.set_read_timeout(Some(READY_TIMEOUT));
+        let engine = match wire::read::<ToParent>(&mut reader) {
+            Ok(Some(ToParent::Ready { engine })) => engine,
+            Ok(Some(ToParent::Failed { error })) => return Err(failed(&mut child, error)),
+            Ok(Some(other)) => {
+                return Err(failed(
+                    &mut child,
+                    format!("it said {other:?} before it was ready"),
+                ));
+            }
+            Ok(None) => return Err(ended_early(&mut child)),
+            Err(error) if broken(&error) => return Err(ended_early(&mut child)),
+            Err(error) => return Err(failed(&mut child, format!("no answer ({error})"))),
+        };
+        let _ = reader.set_read_timeout(None);
+        let _ = self.engine.set(engine);
+        let process = Arc::new(EngineProcess {
+            pid,
+            writer: Mutex::new(writer),
+            state: Mutex::new(ProcessState::default()),
+            child: Mutex::new(Some(child)),
+        });
+        let reading = Arc::clone(&process);
+        let pool = self.myself.clone();
+        std::thread::Builder::new()
+            .name(format!("codemode-engine-{pid}"))
+            .spawn(move || reading.read_until_closed(reader, pool))
+            .map_err(|error| {
+                process.kill();
+                unavailable(format!(
+                    "cannot start the reader of an engine process: {error}"
+                ))
+            })?;
+        Ok(process)
+    }
+
+    /// `process` has no cells left: retire it if the pool has enough idle ones without it.
+    fn idle(&self, process: &Arc<EngineProcess>) {
+        let mut processes = lock(&self.processes);
+        let idle_active = processes
+            .active
+            .iter()
+            .filter(|other| other.alive() && lock(&other.state).cells.is_empty())
+            .count();
+        let retired = lock(&process.state).retired;
+        if retired || idle_active > 1 {
+            processes
+                .active
+                .retain(|other| !Arc::ptr_eq(other, process));
+            drop(processes);
+            process.close();
+        }
+    }
+
+    fn answer_probe(&self, allowed: bool, detail: String) {
+        if let Some(sender) = lock(&self.probe_answer).take() {
+            let _ = sender.send((allowed, detail));
+        }
+    }
+}
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        let processes = lock(&self.processes);
+        for process in processes.active.iter().chain(&processes.spares) {
+            process.close();
+        }
+    }
+}
+
+/// The newest spare that can take a cell, counted as placed; spares that cannot are dropped.
+fn pop_usable_spare(
+    spares: &mut Vec<Arc<EngineProcess>>,
+    config: &ProcessEngineConfig,
+) -> Option<Arc<EngineProcess>> {
+    while let Some(spare) = spares.pop() {
+        if spare.take_place(config) {
+            return Some(spare);
+        }
+    }
+    None
+}
+
+/// One engine process.
+#[derive(Debug)]
+struct EngineProcess {
+    pid: u32,
+    writer: Mutex<UnixStream>,
+    state: Mutex<ProcessState>,
+    /// `None` once reaped.
+    child: Mutex<Option<Child>>,
+}
+
+#[derive(Debug, Default)]
+struct ProcessState {
+    cells: HashMap<CellNumber, CellSlot>,
+    /// Cells placed over the process's life.
+    hosted: usize,
+    /// Takes no new cells; closed once its last cell ends.
+    retired: bool,
+    /// The channel closed: the process is gone or going.
+    ended: bool,
+    /// What the child said before it ended itself.
+    hard_stop: Option<(Option<CellNumber>, HardStopKind, String)>,
+    /// The cell whose stop the parent enforced by killing the process.
+    killed_for: Option<CellNumber>,
+}
+
+#[derive(Debug)]
+struct CellSlot {
+    events: EventSender,
+    call_id: String,
+    heap_limit_bytes: usize,
+    cpu_time_limit: Option<Duration>,
+    /// Termination was asked: the cell ends without a result, whatever happens to the process.
+    terminating: bool,
+}
+
+impl EngineProcess {
+    fn alive(&self) -> bool {
+        !lock(&self.state).ended
+    }
+
+    fn hosts(&self, cell: CellNumber) -> bool {
+        lock(&self.state).cells.contains_key(&cell)
+    }
+
+    /// Counts one more cell placed here if there is room.
+    fn take_place(&self, config: &ProcessEngineConfig) -> bool {
+        let mut state = lock(&self.state);
+        if state.ended || state.retired || state.cells.len() >= config.cells_per_process {
+            return false;
+        }
+        state.hosted += 1;
+        if state.hosted >= config.cells_per_process_lifetime {
+            state.retired = true;
+        }
+        true
+    }
+
+    fn send(&self, message: &ToChild) -> Result<(), EngineError> {
+        let frame = wire::encode(message).map_err(|error| {
+            EngineError::Unavailable(format!("cannot encode for the engine process: {error}"))
+        })?;
+        self.send_frame(&frame)
+    }
+
+    fn send_frame(&self, frame: &[u8]) -> Result<(), EngineError> {
+        lock(&self.writer).write_all(frame).map_err(|error| {
+            EngineError::Unavailable(format!("the engine process is gone: {error}"))
+        })
+    }
+
+    /// Ends the channel: the child ends once it reads to the end.
+    fn close(&self) {
+        let _ = lock(&self.writer).shutdown(std::net::Shutdown::Write);
+    }
+
+    fn kill(&self) {
+        if let Some(child) = lock(&self.child).as_mut() {
+            let _ = child.kill();
+        }
+    }
+
+    /// Kills the process because `cell` did not stop within its grace period.
+    fn kill_for(&self, cell: CellNumber) {
+        {
+            let mut state = lock(&self.state);
+            if state.ended || !state.cells.contains_key(&cell) {
+                return;
+            }
+            state.killed_for.get_or_insert(cell);
+        }
+        tracing::warn!(
+            pid = self.pid,
+            "a cell did not stop within its grace period: killing its engine process"
+        );
+        self.kill();
+    }
+
+    fn read_until_closed(self: Arc<Self>, mut reader: UnixStream, pool: Weak<Pool>) {
+        loop {
+            let message = match wire::read::<ToParent>(&mut reader) {
+                Ok(Some(message)) => message,
+                Ok(None) => break,
+                Err(error) => {
+                    tracing::error!(pid = self.pid, %error, "the channel of an engine process broke");
+                    break;
+                }
+            };
+            match message {
+                ToParent::Event { cell, event } => {
+                    let target = lock(&self.state)
+                        .cells
+                        .get(&cell)
+                        .map(|slot| (slot.events.clone(), slot.call_id.clone()));
+                    if let Some((events, call_id)) = target {
+                        // Blocks while a bounded queue is full: back-pressure reaches the child.
+                        let _ = events.send_blocking(event.into_event(&call_id));
+                    }
+                }
+                ToParent::Ended { cell } => {
+                    let now_idle = {
+                        let mut state = lock(&self.state);
+                        state.cells.remove(&cell);
+                        state.cells.is_empty()
+                    };
+                    if now_idle && let Some(pool) = pool.upgrade() {
+                        pool.idle(&self);
+                    }
+                }
+                ToParent::StartFailed { cell, error } => {
+                    let slot = lock(&self.state).cells.remove(&cell);
+                    if let Some(slot) = slot {
+                        let _ = slot.events.send_blocking(RuntimeEvent::Started);
+                        let _ = slot.events.send_blocking(failure(error));
+                    }
+                }
+                ToParent::HardStop {
+                    cell,
+                    reason,
+                    message,
+                } => {
+                    lock(&self.state).hard_stop = Some((cell, reason, message));
+                }
+                ToParent::ProbeResult { allowed, detail } => {
+                    if let Some(pool) = pool.upgrade() {
+                        pool.answer_probe(allowed, detail);
+                    }
+                }
+                ToParent::Ready { .. } | ToParent::Failed { .. } => {}
+            }
+        }
+        self.ended();
+    }
+
+    /// The channel closed: reap the process and end each of its cells as its fate says.
+    fn ended(&self) {
+        // Nothing more comes from it; make sure it is gone before it is reaped.
+        self.kill();
+        let status = lock(&self.child)
+            .take()
+            .and_then(|mut child| child.wait().ok());
+        let (cells, hard_stop, killed_for) = {
+            let mut state = lock(&self.state);
+            state.ended = true;
+            (
+                std::mem::take(&mut state.cells),
+                state.hard_stop.take(),
+                state.killed_for,
+            )
+        };
+        let crash = match (&hard_stop, status) {
+            (Some((_, HardStopKind::Fatal, message)), _) => message.clone(),
+            (_, Some(status)) => describe_exit(status),
+            (_, None) => "it could not be waited for".to_owned(),
+        };
+        if !cells.is_empty() {
+            tracing::warn!(pid = self.pid, cells = cells.len(), reason = %crash, "an engine process ended with cells in it");
+        }
+        let stopped_for = match (&hard_stop, killed_for) {
+            (Some((Some(cell), HardStopKind::HeapLimit | HardStopKind::CpuTimeLimit, _)), _) => {
+                Some(*cell)
+            }
+            (_, Some(cell)) => Some(cell),
+            _ => None,
+        };
+        for (number, slot) in cells {
+            if slot.terminating || killed_for == Some(number) {
+                // Terminated, as asked: no result.
+                continue;
+            }
+            let error = match &hard_stop {
+                Some((Some(cell), HardStopKind::HeapLimit, _)) if *cell == number => {
+                    codemode_engine::heap_limit_error(slot.heap_limit_bytes)
+                }
+                Some((Some(cell), HardStopKind::CpuTimeLimit, _)) if *cell == number => {
+                    codemode_engine::cpu_time_limit_error(slot.cpu_time_limit.unwrap_or_default())
+                }
+                _ if stopped_for.is_some() => "the cell was stopped: another cell in its engine process \
+                     could not be stopped in time, and the process had to be ended with it; run the \
+                     cell again"
+                    .to_owned(),
+                _ => format!("the engine process running this cell crashed ({crash})"),
+            };
+            let _ = slot.events.send_blocking(failure(error));
+        }
+    }
+}
+
+fn failure(error_text: String) -> RuntimeEvent {
+    RuntimeEvent::Result {
+        stored_value_writes: HashMap::new(),
+        error_text: Some(error_text),
+    }
+}
+
+/// How a process ended, in words: its exit code, or its signal by name.
+fn describe_exit(status: std::process::ExitStatus) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    if let Some(signal) = status.signal() {
+        let name = nix::sys::signal::Signal::try_from(signal)
+            .map(|signal| signal.as_str().to_owned())
+            .unwrap_or_else(|_| format!("signal {signal}"));
+        let hint = match name.as_str() {
+            "SIGKILL" => ", perhaps the system's out-of-memory killer",
+            "SIGABRT" | "SIGTRAP" => ", a fatal error in the engine",
+            "SIGSYS" => ", a system call its sandbox forbids",
+            _ => "",
+        };
+        format!("killed by {name}{hint}")
+    } else {
+        match status.code() {
+            Some(code) => format!("exit code {code}"),
+            None => status.to_string(),
+        }
+    }
+}
+
+/// Stops one cell of an engine process: asks the child, then kills the process if the cell has
+/// not ended within the grace period.
+struct CellTerminator {
+    process: Weak<EngineProcess>,
+    cell: CellNumber,
+    grace: Duration,
+}
+
+impl Terminate for CellTerminator {
+    fn terminate(&self) {
+        let Some(process) = self.process.upgrade() else {
+            return;
+        };
+        {
+            let mut state = lock(&process.state);
+            match state.cells.get_mut(&self.cell) {
+                Some(slot) if !slot.terminating => slot.terminating = true,
+                _ => return,
+            }
+        }
+        let _ = process.send(&ToChild::Terminate { cell: self.cell });
+        let (process, cell, grace) = (Arc::downgrade(&process), self.cell, self.grace);
+        let watched = std::thread::Builder::new()
+            .name("codemode-engine-grace".into())
+            .spawn(move || {
+                std::thread::sleep(grace);
+                if let Some(process) = process.upgrade() {
+                    process.kill_for(cell);
+                }
+            });
+        if watched.is_err() {
+            tracing::error!("cannot watch a termination's grace period");
+        }
+    }
+}

@@ -1,0 +1,439 @@
+//! The protocol between the parent and an engine process: length-prefixed JSON frames over a Unix
+//! socket pair (the child's standard input).
+//!
+//! A frame is a little-endian `u32` length, then that many bytes of one JSON message. JSON rather
+//! than a binary codec because tool inputs, results and stored values are arbitrary JSON already
+//! (`serde_json::Value`), which the compact binary codecs of serde cannot carry; messages are
+//! small and the encoding is a few microseconds of a round trip (see the benchmark suite).
+//!
+//! Cells are named on the wire by a number the parent assigns. The child runs each cell with that
+//! number as its `call_id`, so that a fatal error on a runtime thread names its cell; the parent
+//! puts the real `call_id` back on what it forwards.
+
+use std::collections::HashMap;
+use std::io::{self, Read, Write};
+
+use codemode_engine::{
+    CellLimits, CellStart, PendingMode, RuntimeCommand, RuntimeControl, RuntimeEvent,
+};
+use codemode_protocol::{OutputItem, ToolDefinition, ToolKind, ToolName};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// The largest frame either side accepts: a cell's source (4 MiB at most) and its stored values
+/// travel in one frame, and a stored value may itself be large.
+pub(crate) const MAX_FRAME_BYTES: usize = 256 * 1024 * 1024;
+
+/// The parent's number for a cell, unique within one engine.
+pub(crate) type CellNumber = u64;
+
+/// What the child is told once, before anything else.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ChildSettings {
+    /// The heap limit the child's engine keeps runtimes warm for.
+    pub warm_heap_limit_bytes: usize,
+    /// How many runtimes the child's engine keeps warm.
+    pub warm_runtimes: usize,
+    /// The most memory the process may map for data (`RLIMIT_DATA`), if any.
+    pub memory_ceiling_bytes: Option<u64>,
+    /// Whether to apply the seccomp filter.
+    pub seccomp: bool,
+    /// How long a cell past its CPU-time limit may go on before the process is ended.
+    pub hard_stop_grace_ms: u64,
+    /// Whether the child answers [`ToChild::Probe`] (tests only).
+    pub test_hooks: bool,
+}
+
+/// A message from the parent.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) enum ToChild {
+    Settings(ChildSettings),
+    Start {
+        cell: CellNumber,
+        start: WireStart,
+    },
+    Command {
+        cell: CellNumber,
+        command: WireCommand,
+    },
+    Control {
+        cell: CellNumber,
+        control: WireControl,
+    },
+    Terminate {
+        cell: CellNumber,
+    },
+    /// Try something the sandbox forbids, and report how it went (tests only).
+    Probe {
+        what: Probe,
+    },
+}
+
+/// What a sandbox probe tries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub enum Probe {
+    /// Open a file under `/tmp` for writing.
+    OpenForWriting,
+    /// Create a TCP socket.
+    Socket,
+    /// Start another program.
+    Exec,
+}
+
+/// A message from the child.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) enum ToParent {
+    /// The engine is up (and sandboxed): cells may start.
+    Ready {
+        engine: String,
+    },
+    /// The engine could not start.
+    Failed {
+        error: String,
+    },
+    Event {
+        cell: CellNumber,
+        event: WireEvent,
+    },
+    /// The cell's runtime has ended; nothing more comes for it.
+    Ended {
+        cell: CellNumber,
+    },
+    StartFailed {
+        cell: CellNumber,
+        error: String,
+    },
+    /// A cell could not be stopped from inside the engine (or the engine hit a fatal error): the
+    /// process ends right after this frame.
+    HardStop {
+        cell: Option<CellNumber>,
+        reason: HardStopKind,
+        message: String,
+    },
+    ProbeResult {
+        allowed: bool,
+        detail: String,
+    },
+}
+
+/// Why a child ended itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub enum HardStopKind {
+    /// A cell's heap went past its limit and termination did not take effect.
+    HeapLimit,
+    /// A cell ran past its CPU-time limit and did not stop within the grace period.
+    CpuTimeLimit,
+    /// The engine itself failed (a fatal error, out of memory).
+    Fatal,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct WireStart {
+    pub source: String,
+    pub enabled_tools: Vec<ToolDefinition>,
+    pub stored_values: HashMap<String, Value>,
+    pub heap_limit_bytes: usize,
+    pub cpu_time_limit_ns: Option<u64>,
+    pub pause_until_resumed: bool,
+}
+
+impl WireStart {
+    pub(crate) fn from_start(cell: CellStart) -> (String, WireStart) {
+        let wire = WireStart {
+            source: cell.source,
+            enabled_tools: cell.enabled_tools,
+            stored_values: cell.stored_values,
+            heap_limit_bytes: cell.limits.heap_limit_bytes,
+            cpu_time_limit_ns: cell
+                .limits
+                .cpu_time_limit
+                .map(|limit| u64::try_from(limit.as_nanos()).unwrap_or(u64::MAX)),
+            pause_until_resumed: cell.pending_mode == PendingMode::PauseUntilResumed,
+        };
+        (cell.call_id, wire)
+    }
+
+    pub(crate) fn into_start(self, call_id: String) -> CellStart {
+        CellStart {
+            call_id,
+            source: self.source,
+            enabled_tools: self.enabled_tools,
+            stored_values: self.stored_values,
+            limits: CellLimits::default()
+                .with_heap_limit_bytes(self.heap_limit_bytes)
+                .with_cpu_time_limit(self.cpu_time_limit_ns.map(std::time::Duration::from_nanos)),
+            pending_mode: if self.pause_until_resumed {
+                PendingMode::PauseUntilResumed
+            } else {
+                PendingMode::Continue
+            },
+        }
+    }
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) enum WireEvent {
+    Started,
+    ContentItem(OutputItem),
+    ToolCall {
+        id: String,
+        name: ToolName,
+        kind: ToolKind,
+        input: Option<Value>,
+    },
+    Notify {
+        text: String,
+    },
+    YieldRequested,
+    Pending,
+    Result {
+        stored_value_writes: HashMap<String, Value>,
+        error_text: Option<String>,
+    },
+    ThreadPanicked,
+}
+
+impl WireEvent {
+    /// The wire form of `event`; `None` for an event this version does not carry.
+    pub(crate) fn from_event(event: RuntimeEvent) -> Option<WireEvent> {
+        Some(match event {
+            RuntimeEvent::Started => WireEvent::Started,
+            RuntimeEvent::ContentItem(item) => WireEvent::ContentItem(item),
+            RuntimeEvent::ToolCall {
+                id,
+                name,
+                kind,
+                input,
+            } => WireEvent::ToolCall {
+                id,
+                name,
+                kind,
+                input,
+            },
+            RuntimeEvent::Notify { text, .. } => WireEvent::Notify { text },
+            RuntimeEvent::YieldRequested => WireEvent::YieldRequested,
+            RuntimeEvent::Pending => WireEvent::Pending,
+            RuntimeEvent::Result {
+                stored_value_writes,
+                error_text,
+            } => WireEvent::Result {
+                stored_value_writes,
+                error_text,
+            },
+            RuntimeEvent::ThreadPanicked => WireEvent::ThreadPanicked,
+            _ => return None,
+        })
+    }
+
+    /// The event, with the cell's real `call_id` put back.
+    pub(crate) fn into_event(self, call_id: &str) -> RuntimeEvent {
+        match self {
+            WireEvent::Started => RuntimeEvent::Started,
+            WireEvent::ContentItem(item) => RuntimeEvent::ContentItem(item),
+            WireEvent::ToolCall {
+                id,
+                name,
+                kind,
+                input,
+            } => RuntimeEvent::ToolCall {
+                id,
+                name,
+                kind,
+                input,
+            },
+            WireEvent::Notify { text } => RuntimeEvent::Notify {
+                call_id: call_id.to_owned(),
+                text,
+            },
+            WireEvent::YieldRequested => RuntimeEvent::YieldRequested,
+            WireEvent::Pending => RuntimeEvent::Pending,
+            WireEvent::Result {
+                stored_value_writes,
+                error_text,
+            } => RuntimeEvent::Result {
+                stored_value_writes,
+                error_text,
+            },
+            WireEvent::ThreadPanicked => RuntimeEvent::ThreadPanicked,
+        }
+    }
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) enum WireCommand {
+    ToolResponse { id: String, result: Value },
+    ToolError { id: String, error_text: String },
+    TimeoutFired { id: u64 },
+    ObservePendingFrontier,
+    Terminate,
+}
+
+impl From<RuntimeCommand> for WireCommand {
+    fn from(command: RuntimeCommand) -> Self {
+        match command {
+            RuntimeCommand::ToolResponse { id, result } => WireCommand::ToolResponse { id, result },
+            RuntimeCommand::ToolError { id, error_text } => {
+                WireCommand::ToolError { id, error_text }
+            }
+            RuntimeCommand::TimeoutFired { id } => WireCommand::TimeoutFired { id },
+            RuntimeCommand::ObservePendingFrontier => WireCommand::ObservePendingFrontier,
+            RuntimeCommand::Terminate => WireCommand::Terminate,
+        }
+    }
+}
+
+impl From<WireCommand> for RuntimeCommand {
+    fn from(command: WireCommand) -> Self {
+        match command {
+            WireCommand::ToolResponse { id, result } => RuntimeCommand::ToolResponse { id, result },
+            WireCommand::ToolError { id, error_text } => {
+                RuntimeCommand::ToolError { id, error_text }
+            }
+            WireCommand::TimeoutFired { id } => RuntimeCommand::TimeoutFired { id },
+            WireCommand::ObservePendingFrontier => RuntimeCommand::ObservePendingFrontier,
+            WireCommand::Terminate => RuntimeCommand::Terminate,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub(crate) enum WireControl {
+    Continue,
+    Resume,
+    Terminate,
+}
+
+impl From<RuntimeControl> for WireControl {
+    fn from(control: RuntimeControl) -> Self {
+        match control {
+            RuntimeControl::Continue => WireControl::Continue,
+            RuntimeControl::Resume => WireControl::Resume,
+            RuntimeControl::Terminate => WireControl::Terminate,
+        }
+    }
+}
+
+impl From<WireControl> for RuntimeControl {
+    fn from(control: WireControl) -> Self {
+        match control {
+            WireControl::Continue => RuntimeControl::Continue,
+            WireControl::Resume => RuntimeControl::Resume,
+            WireControl::Terminate => RuntimeControl::Terminate,
+        }
+    }
+}
+
+/// Encodes `message` as one frame, ready for a single write.
+pub(crate) fn encode<T: Serialize>(message: &T) -> io::Result<Vec<u8>> {
+    let mut frame = vec![0u8; 4];
+    serde_json::to_writer(&mut frame, message).map_err(io::Error::other)?;
+    let length = frame.len() - 4;
+    if length > MAX_FRAME_BYTES {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "a message of {length} bytes is larger than the engine-process limit of {MAX_FRAME_BYTES}"
+            ),
+        ));
+    }
+    frame[..4].copy_from_slice(&(length as u32).to_le_bytes());
+    Ok(frame)
+}
+
+/// Writes `message` as one frame.
+pub(crate) fn write<T: Serialize>(writer: &mut impl Write, message: &T) -> io::Result<()> {
+    writer.write_all(&encode(message)?)
+}
+
+/// Reads one frame; `Ok(None)` at a clean end of the stream.
+pub(crate) fn read<T: for<'de> Deserialize<'de>>(reader: &mut impl Read) -> io::Result<Option<T>> {
+    let mut header = [0u8; 4];
+    match reader.read_exact(&mut header) {
+        Ok(()) => {}
+        Err(error) if error.kind() == io::ErrorKind::UnexpectedEof => return Ok(None),
+        Err(error) => return Err(error),
+    }
+    let length = u32::from_le_bytes(header) as usize;
+    if length > MAX_FRAME_BYTES {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("a frame of {length} bytes is larger than the limit of {MAX_FRAME_BYTES}"),
+        ));
+    }
+    let mut body = vec![0u8; length];
+    reader.read_exact(&mut body)?;
+    serde_json::from_slice(&body)
+        .map(Some)
+        .map_err(|error| io::Error::new(io::ErrorKind::InvalidData, error))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_frame_round_trips_and_a_clean_end_is_none() {
+        let mut buffer = Vec::new();
+        write(&mut buffer, &ToParent::Ended { cell: 7 }).unwrap();
+        write(
+            &mut buffer,
+            &ToParent::Ready {
+                engine: "V8".into(),
+            },
+        )
+        .unwrap();
+        let mut reader = buffer.as_slice();
+        assert!(matches!(
+            read(&mut reader).unwrap(),
+            Some(ToParent::Ended { cell: 7 })
+        ));
+        assert!(
+            matches!(read(&mut reader).unwrap(), Some(ToParent::Ready { engine }) if engine == "V8")
+        );
+        assert!(read::<ToParent>(&mut reader).unwrap().is_none());
+    }
+
+    #[test]
+    fn an_oversized_or_garbled_frame_is_an_error_not_a_panic() {
+        let mut huge = (u32::MAX).to_le_bytes().to_vec();
+        huge.extend_from_slice(b"{}");
+        assert_eq!(
+            read::<ToParent>(&mut huge.as_slice()).unwrap_err().kind(),
+            io::ErrorKind::InvalidData
+        );
+        let mut garbled = 3u32.to_le_bytes().to_vec();
+        garbled.extend_from_slice(b"{{{");
+        assert_eq!(
+            read::<ToParent>(&mut garbled.as_slice())
+                .unwrap_err()
+                .kind(),
+            io::ErrorKind::InvalidData
+        );
+    }
+
+    #[test]
+    fn a_start_keeps_its_limits_and_mode() {
+        let start = CellStart {
+            call_id: "call-1".into(),
+            source: "text(1)".into(),
+            enabled_tools: vec![],
+            stored_values: HashMap::from([("k".to_owned(), Value::from(1))]),
+            limits: CellLimits::default()
+                .with_heap_limit_bytes(64 << 20)
+                .with_cpu_time_limit(Some(std::time::Duration::from_millis(1500))),
+            pending_mode: PendingMode::PauseUntilResumed,
+        };
+        let (call_id, wire) = WireStart::from_start(start);
+        let back = wire.into_start(call_id);
+        assert_eq!(back.call_id, "call-1");
+        assert_eq!(back.limits.heap_limit_bytes, 64 << 20);
+        assert_eq!(
+            back.limits.cpu_time_limit,
+            Some(std::time::Duration::from_millis(1500))
+        );
+        assert_eq!(back.pending_mode, PendingMode::PauseUntilResumed);
+        assert_eq!(back.stored_values["k"], Value::from(1));
+    }
+}
