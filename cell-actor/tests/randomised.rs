@@ -185,6 +185,7 @@ async fn run_case(
             OutputMode::Server {
                 event_queue_capacity: 2,
                 image_budget_bytes: 1024,
+                output_budget_bytes: usize::MAX,
             }
         } else {
             OutputMode::Client

@@ -676,6 +676,7 @@ async fn termination_drains_a_send_already_blocked_by_backpressure() {
         output_mode: OutputMode::Server {
             event_queue_capacity: 2,
             image_budget_bytes: 1024,
+            output_budget_bytes: usize::MAX,
         },
         failure_handler: None,
     };
@@ -729,6 +730,7 @@ async fn a_failed_yield_restores_the_image_allocation_and_the_omission_order() {
         output_mode: OutputMode::Server {
             event_queue_capacity: 16,
             image_budget_bytes: budget,
+            output_budget_bytes: usize::MAX,
         },
         failure_handler: None,
     };
@@ -780,6 +782,7 @@ async fn server_mode_omits_images_past_the_budget_in_order() {
         output_mode: OutputMode::Server {
             event_queue_capacity: 16,
             image_budget_bytes: 10,
+            output_budget_bytes: usize::MAX,
         },
         failure_handler: None,
     };

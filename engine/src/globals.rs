@@ -12,6 +12,7 @@
 
 use std::collections::HashMap;
 
+use codemode_protocol::limits::{MAX_STORED_BYTES_PER_CELL, MAX_TOOL_INPUT_BYTES};
 use codemode_protocol::{
     AudioItem, ImageDetail, ImageItem, OutputItem, ToolDefinition, ToolKind, ToolName,
 };
@@ -136,6 +137,8 @@ pub struct CellGlobals {
     tools: Vec<ToolDefinition>,
     stored_values: HashMap<String, Value>,
     stored_value_writes: HashMap<String, Value>,
+    /// The JSON length of each written value, whose sum is bounded.
+    stored_write_bytes: HashMap<String, usize>,
     tool_calls_made: u64,
 }
 
@@ -162,6 +165,7 @@ impl CellGlobals {
             tools,
             stored_values,
             stored_value_writes: HashMap::new(),
+            stored_write_bytes: HashMap::new(),
             tool_calls_made: 0,
         }
     }
@@ -190,6 +194,17 @@ impl CellGlobals {
             .tools
             .get(tool_index)
             .ok_or_else(|| Refusal::new(format!("unknown tool index {tool_index}")))?;
+        if let Some(json) = input_json
+            && json.len() > MAX_TOOL_INPUT_BYTES
+        {
+            return Err(Refusal::new(format!(
+                "tools.{}: the argument is {} bytes of JSON, past the limit of {} MiB; pass less \
+                 data per call (split it, or store it and pass a reference)",
+                tool.global_name(),
+                json.len(),
+                MAX_TOOL_INPUT_BYTES >> 20
+            )));
+        }
         let input = match input_json {
             None => None,
             Some(json) => Some(serde_json::from_str(json).map_err(|error| {
@@ -223,6 +238,22 @@ impl CellGlobals {
             )));
         }
         let key = key.text.clone();
+        let bytes = serialized.map_or(0, str::len);
+        let others: usize = self
+            .stored_write_bytes
+            .iter()
+            .filter(|(written, _)| **written != key)
+            .map(|(_, bytes)| bytes)
+            .sum();
+        if others.saturating_add(bytes) > MAX_STORED_BYTES_PER_CELL {
+            return Err(Refusal::new(format!(
+                "Unable to store {key:?}: the cell's stored values would hold {} bytes of JSON, \
+                 past the limit of {} MiB per cell; store less, or keep large data outside stored \
+                 values",
+                others.saturating_add(bytes),
+                MAX_STORED_BYTES_PER_CELL >> 20
+            )));
+        }
         let value: Value = match serialized {
             Some(json) => serde_json::from_str(json).map_err(|error| {
                 Refusal::new(format!(
@@ -237,6 +268,7 @@ impl CellGlobals {
             }
         };
         self.stored_values.insert(key.clone(), value.clone());
+        self.stored_write_bytes.insert(key.clone(), bytes);
         self.stored_value_writes.insert(key, value);
         Ok(())
     }
@@ -266,6 +298,7 @@ impl CellGlobals {
     /// The values this cell stored, to be committed when it completes; taken out, so a second
     /// call returns none.
     pub fn take_stored_value_writes(&mut self) -> HashMap<String, Value> {
+        self.stored_write_bytes.clear();
         std::mem::take(&mut self.stored_value_writes)
     }
 }
@@ -384,6 +417,31 @@ fn check_data_url(url: &str, kind: &str) -> Result<(), Refusal> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_tool_argument_past_the_limit_is_refused_with_the_limit() {
+        let mut globals = globals();
+        let big = format!("\"{}\"", "x".repeat(MAX_TOOL_INPUT_BYTES));
+        let refusal = globals.tool_call(0, Some(&big)).unwrap_err();
+        assert!(refusal.message.contains("past the limit of 16 MiB"), "{refusal}");
+        // A refused call takes no id: the next call is still tool-1.
+        let next = globals.tool_call(0, Some("1")).unwrap();
+        assert!(matches!(next, RuntimeEvent::ToolCall { ref id, .. } if id == "tool-1"));
+    }
+
+    #[test]
+    fn stored_values_past_the_per_cell_limit_are_refused_but_overwriting_is_counted_once() {
+        let mut globals = globals();
+        let key = |text: &str| JsString::decode(text.as_bytes());
+        let half = format!("\"{}\"", "x".repeat(MAX_STORED_BYTES_PER_CELL / 2 - 10));
+        globals.store(&key("a"), Some(&half)).unwrap();
+        // Writing the same key again replaces its size.
+        globals.store(&key("a"), Some(&half)).unwrap();
+        globals.store(&key("b"), Some(&half)).unwrap();
+        let refusal = globals.store(&key("c"), Some(&half)).unwrap_err();
+        assert!(refusal.message.contains("past the limit of 64 MiB per cell"), "{refusal}");
+        assert_eq!(globals.take_stored_value_writes().len(), 2);
+    }
 
     fn globals() -> CellGlobals {
         CellGlobals::new(

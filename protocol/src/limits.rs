@@ -46,9 +46,25 @@ pub const MIN_HEAP_LIMIT_BYTES: usize = 8 * 1024 * 1024;
 /// thread blocks (output and rendering).
 pub const BOUNDED_EVENT_QUEUE_CAPACITY: usize = 256;
 
+/// In client output mode, the total bytes of output (text, image and audio payloads) a cell may
+/// buffer; items beyond it are dropped and counted where they stood (output and rendering).
+pub const MAX_BUFFERED_OUTPUT_BYTES: usize = 64 * 1024 * 1024;
+
+/// In server output mode, the total bytes of output of every kind a cell may buffer between two
+/// observations; items beyond it are dropped and counted where they stood (output and rendering).
+pub const BOUNDED_OUTPUT_MAX_BYTES: usize = 16 * 1024 * 1024;
+
 /// In server output mode, the total bytes of image URLs a cell may buffer between two observations;
 /// images beyond it are dropped and counted (output and rendering).
 pub const BOUNDED_OUTPUT_MAX_IMAGE_BYTES: usize = 8 * 1024 * 1024;
+
+/// The largest argument of one tool call, as JSON text: a larger one rejects the call's promise.
+/// Host memory for arguments is outside the cell's heap, so it is bounded here.
+pub const MAX_TOOL_INPUT_BYTES: usize = 16 * 1024 * 1024;
+
+/// The most bytes of JSON text a cell's stored values may hold in all (each key counted once,
+/// at its latest value): a `store` past it is refused.
+pub const MAX_STORED_BYTES_PER_CELL: usize = 64 * 1024 * 1024;
 
 /// The largest source a cell accepts, in bytes: larger source is refused before anything runs.
 pub const MAX_SOURCE_BYTES: usize = 4 * 1024 * 1024;
