@@ -12,7 +12,9 @@
 
 use std::collections::HashMap;
 
-use codemode_protocol::limits::{MAX_STORED_BYTES_PER_CELL, MAX_TOOL_INPUT_BYTES};
+use codemode_protocol::limits::{
+    MAX_NOTIFY_BYTES, MAX_STORED_BYTES_PER_CELL, MAX_TOOL_INPUT_BYTES,
+};
 use codemode_protocol::{
     AudioItem, ImageDetail, ImageItem, OutputItem, ToolDefinition, ToolKind, ToolName,
 };
@@ -289,6 +291,14 @@ impl CellGlobals {
         if text.trim().is_empty() {
             return Err(Refusal::new("notify expects non-empty text"));
         }
+        if text.len() > MAX_NOTIFY_BYTES {
+            return Err(Refusal::new(format!(
+                "notify: the text is {} bytes, past the limit of {} KiB; notifications are for \
+                 short progress messages, put long output in text(...)",
+                text.len(),
+                MAX_NOTIFY_BYTES >> 10
+            )));
+        }
         Ok(RuntimeEvent::Notify {
             call_id: self.call_id.clone(),
             text,
@@ -423,7 +433,10 @@ mod tests {
         let mut globals = globals();
         let big = format!("\"{}\"", "x".repeat(MAX_TOOL_INPUT_BYTES));
         let refusal = globals.tool_call(0, Some(&big)).unwrap_err();
-        assert!(refusal.message.contains("past the limit of 16 MiB"), "{refusal}");
+        assert!(
+            refusal.message.contains("past the limit of 16 MiB"),
+            "{refusal}"
+        );
         // A refused call takes no id: the next call is still tool-1.
         let next = globals.tool_call(0, Some("1")).unwrap();
         assert!(matches!(next, RuntimeEvent::ToolCall { ref id, .. } if id == "tool-1"));
@@ -439,7 +452,12 @@ mod tests {
         globals.store(&key("a"), Some(&half)).unwrap();
         globals.store(&key("b"), Some(&half)).unwrap();
         let refusal = globals.store(&key("c"), Some(&half)).unwrap_err();
-        assert!(refusal.message.contains("past the limit of 64 MiB per cell"), "{refusal}");
+        assert!(
+            refusal
+                .message
+                .contains("past the limit of 64 MiB per cell"),
+            "{refusal}"
+        );
         assert_eq!(globals.take_stored_value_writes().len(), 2);
     }
 

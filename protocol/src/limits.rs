@@ -66,5 +66,9 @@ pub const MAX_TOOL_INPUT_BYTES: usize = 16 * 1024 * 1024;
 /// at its latest value): a `store` past it is refused.
 pub const MAX_STORED_BYTES_PER_CELL: usize = 64 * 1024 * 1024;
 
+/// The longest text of one `notify(...)`, in bytes: notifications go to the client at once, so a
+/// longer one is refused (long output belongs in `text(...)`).
+pub const MAX_NOTIFY_BYTES: usize = 64 * 1024;
+
 /// The largest source a cell accepts, in bytes: larger source is refused before anything runs.
 pub const MAX_SOURCE_BYTES: usize = 4 * 1024 * 1024;

@@ -125,7 +125,21 @@
   // ---- stored values ----
 
   function store(key, value) {
-    host(OP_STORE, $String(key), jsonOrUndefined(value));
+    const name = $String(key);
+    let json;
+    try {
+      json = jsonStringify(value);
+    } catch (error) {
+      // A cycle, a BigInt, a throwing getter or toJSON: say why, not only that it failed.
+      let reason;
+      try {
+        reason = $String(error !== null && typeof error === 'object' ? error.message : error);
+      } catch {
+        reason = 'it threw while being serialized';
+      }
+      throw new $Error(`Unable to store ${jsonStringify(name)}: the value cannot be serialized (${reason}).`);
+    }
+    host(OP_STORE, name, json);
   }
 
   function load(key) {
