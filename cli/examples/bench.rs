@@ -2,8 +2,10 @@
 //! runs) beside a yardstick measured in the same run, and their ratio. Prints one table and writes
 //! the same figures as JSON to the path given with `--json`.
 //!
-//! Rows are for the in-process engine; engine processes are not built yet, so their column says
-//! so. Run on a quiet machine: the figures are wall-clock times.
+//! Every row is measured twice, side by side: for the in-process engine (`V8Engine`, with the
+//! yardstick and ratio) and for engine processes (`ProcessEngine`, the binary's default), so the
+//! price of the process boundary is always visible. Run on a quiet machine: the figures are
+//! wall-clock times.
 //!
 //! ```text
 //! cargo xtask bench            # builds the release binary, then runs this
@@ -15,6 +17,7 @@ use std::time::{Duration, Instant};
 use codemode_engine::{CellLimits, CellStart, Engine, PendingMode, RuntimeEvent, event_channel};
 use codemode_host_adapters::{InProcessTools, MemoryStore};
 use codemode_protocol::ExecuteRequest;
+use codemode_engine_process::{ProcessEngine, ProcessEngineConfig};
 use codemode_runtime_v8::V8Engine;
 use codemode_session::{CellEvent, Session, SessionConfig};
 use rmcp::ServiceExt;
@@ -29,6 +32,8 @@ struct Row {
     yardstick_name: String,
     yardstick: Option<Stats>,
     unit: &'static str,
+    /// The same figure with engine processes.
+    process: Option<Stats>,
 }
 
 #[derive(Clone, Copy)]
@@ -62,7 +67,7 @@ fn cell(source: &str) -> CellStart {
 }
 
 /// Start to result of `text("hi")`.
-fn start_to_result(engine: &V8Engine) -> Duration {
+fn start_to_result(engine: &dyn Engine) -> Duration {
     let started = Instant::now();
     let (events, mut receiver) = event_channel(None);
     let _handles = engine.start(cell(r#"text("hi")"#), events).expect("starts");
@@ -74,7 +79,7 @@ fn start_to_result(engine: &V8Engine) -> Duration {
     panic!("no result");
 }
 
-fn spaced(engine: &V8Engine, runs: usize, spacing: Duration) -> Vec<f64> {
+fn spaced(engine: &dyn Engine, runs: usize, spacing: Duration) -> Vec<f64> {
     start_to_result(engine);
     std::thread::sleep(Duration::from_millis(50));
     (0..runs)
@@ -86,14 +91,14 @@ fn spaced(engine: &V8Engine, runs: usize, spacing: Duration) -> Vec<f64> {
 }
 
 /// `count` cells started at once; each one's start to result.
-fn concurrent(engine: &V8Engine, count: usize, rounds: usize) -> Vec<f64> {
+fn concurrent(engine: &Arc<dyn Engine>, count: usize, rounds: usize) -> Vec<f64> {
     let mut samples = Vec::new();
     for _ in 0..rounds {
         std::thread::sleep(Duration::from_millis(50));
         let threads: Vec<_> = (0..count)
             .map(|_| {
-                let engine = engine.clone();
-                std::thread::spawn(move || ms(start_to_result(&engine)))
+                let engine = Arc::clone(engine);
+                std::thread::spawn(move || ms(start_to_result(engine.as_ref())))
             })
             .collect();
         samples.extend(threads.into_iter().map(|thread| thread.join().unwrap()));
@@ -131,13 +136,13 @@ fn rss_kib() -> f64 {
 }
 
 /// Microseconds per awaited in-process tool call, from a cell that loops over one.
-async fn tool_round_trip(iterations: usize) -> f64 {
+async fn tool_round_trip(engine: Arc<dyn Engine>, iterations: usize) -> f64 {
     let tools = InProcessTools::new().function("echo", "Echo.", json!({}), |input| async move {
         Ok(input.unwrap_or(Value::Null))
     });
     let session = Session::open(
         "bench",
-        Arc::new(V8Engine::new()),
+        engine,
         Arc::new(MemoryStore::new()),
         Arc::new(tools),
         SessionConfig::default(),
@@ -186,7 +191,7 @@ fn oneshot_round_trip(iterations: usize, runtime: &tokio::runtime::Runtime) -> f
     started.elapsed().as_secs_f64() * 1e6 / iterations as f64
 }
 
-fn termination(engine: &V8Engine, runs: usize) -> Vec<f64> {
+fn termination(engine: &dyn Engine, runs: usize) -> Vec<f64> {
     (0..runs)
         .map(|_| {
             let (events, mut receiver) = event_channel(None);
@@ -201,10 +206,34 @@ fn termination(engine: &V8Engine, runs: usize) -> Vec<f64> {
         .collect()
 }
 
-/// MiB of resident memory per cell parked on a promise that never settles.
-fn parked_cells(engine: &V8Engine, count: usize) -> f64 {
+/// Proportional resident memory (KiB) of this process and `children`: shared pages (the V8
+/// library) are split between the processes that map them, so a process is not charged for the
+/// library again.
+fn pss_kib(children: &[u32]) -> f64 {
+    let pss = |pid: String| {
+        std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup"))
+            .ok()
+            .and_then(|rollup| {
+                rollup
+                    .lines()
+                    .find_map(|line| line.strip_prefix("Pss:"))
+                    .and_then(|value| value.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+            })
+            .unwrap_or(0.0)
+    };
+    pss("self".into()) + children.iter().map(|pid| pss(pid.to_string())).sum::<f64>()
+}
+
+/// MiB of memory per cell parked on a promise that never settles: resident memory of this
+/// process for the in-process engine; proportional memory of this process and its engine
+/// processes for engine processes.
+fn parked_cells(engine: &dyn Engine, processes: Option<&ProcessEngine>, count: usize) -> f64 {
     std::thread::sleep(Duration::from_millis(200));
-    let before = rss_kib();
+    let memory = || match processes {
+        Some(processes) => pss_kib(&processes.process_ids()),
+        None => rss_kib(),
+    };
+    let before = memory();
     let mut parked = Vec::new();
     for _ in 0..count {
         let (events, mut receiver) = event_channel(None);
@@ -221,7 +250,8 @@ fn parked_cells(engine: &V8Engine, count: usize) -> f64 {
         }
         parked.push((handles, receiver));
     }
-    let after = rss_kib();
+    std::thread::sleep(Duration::from_millis(200));
+    let after = memory();
     for (handles, _) in &parked {
         handles.terminate.terminate();
     }
@@ -258,20 +288,41 @@ fn flag(args: &[String], name: &str) -> Option<String> {
         .cloned()
 }
 
+/// Engine processes of the release binary beside `codemode` (the launcher), which this example's
+/// library path (set by cargo) lets start.
+fn process_engine(codemode: &str, warm_runtimes: usize) -> ProcessEngine {
+    let program = std::path::Path::new(codemode).with_file_name("codemode-v8");
+    let mut config = ProcessEngineConfig::new(program, ["engine-host"]).with_warm_runtimes(
+        warm_runtimes,
+        codemode_protocol::limits::DEFAULT_HEAP_LIMIT_BYTES,
+    );
+    if let Some(path) = std::env::var_os("LD_LIBRARY_PATH") {
+        config = config.with_env("LD_LIBRARY_PATH", path);
+    }
+    let engine = ProcessEngine::new(config);
+    engine.check().expect("engine processes start");
+    engine
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let json_path = flag(&args, "--json");
     let codemode = flag(&args, "--codemode").unwrap_or_else(|| "target/release/codemode".into());
     let runs = 200;
     let mut rows = Vec::new();
-    let row =
-        |name: &str, figure: Stats, yardstick_name: &str, yardstick: Option<Stats>, unit| Row {
-            name: name.to_owned(),
-            figure,
-            yardstick_name: yardstick_name.to_owned(),
-            yardstick,
-            unit,
-        };
+    let row = |name: &str,
+               figure: Stats,
+               yardstick_name: &str,
+               yardstick: Option<Stats>,
+               unit,
+               process: Option<Stats>| Row {
+        name: name.to_owned(),
+        figure,
+        yardstick_name: yardstick_name.to_owned(),
+        yardstick,
+        unit,
+        process,
+    };
 
     let bare: Vec<f64> = (0..runs)
         .map(|_| ms(codemode_runtime_v8::bare_isolate_cycle().unwrap()))
@@ -281,49 +332,66 @@ fn main() {
         runs,
         Duration::from_millis(20),
     );
+    let cold_process = spaced(
+        &process_engine(&codemode, 0),
+        runs,
+        Duration::from_millis(20),
+    );
     rows.push(row(
         "cold start (no pre-warming)",
         stats(cold),
         "bare isolate + context",
         Some(stats(bare)),
         "ms",
+        Some(stats(cold_process)),
     ));
 
-    let engine = V8Engine::new();
-    let warm = stats(spaced(&engine, runs, Duration::from_millis(20)));
+    let engine: Arc<dyn Engine> = Arc::new(V8Engine::new());
+    let processes = process_engine(&codemode, codemode_runtime_v8::DEFAULT_WARM_RUNTIMES);
+    let process: Arc<dyn Engine> = Arc::new(processes.clone());
+    let warm = stats(spaced(engine.as_ref(), runs, Duration::from_millis(20)));
+    let warm_process = stats(spaced(process.as_ref(), runs, Duration::from_millis(20)));
     rows.push(row(
         "warm start, 20 ms apart",
         warm,
         "node vm.createContext + run",
         node_vm(runs).map(stats),
         "ms",
+        Some(warm_process),
     ));
     for spacing in [5u64, 2, 0] {
-        let figure = stats(spaced(&engine, runs, Duration::from_millis(spacing)));
+        let spacing_of = Duration::from_millis(spacing);
+        let figure = stats(spaced(engine.as_ref(), runs, spacing_of));
+        let in_processes = stats(spaced(process.as_ref(), runs, spacing_of));
         rows.push(row(
             &format!("warm start, {spacing} ms apart"),
             figure,
             "warm, 20 ms apart",
             Some(warm),
             "ms",
+            Some(in_processes),
         ));
     }
-    let sustained = stats(spaced(&engine, 1000, Duration::ZERO));
+    let sustained = stats(spaced(engine.as_ref(), 1000, Duration::ZERO));
+    let sustained_process = stats(spaced(process.as_ref(), 1000, Duration::ZERO));
     rows.push(row(
         "sustained: 1,000 back to back",
         sustained,
         "warm, 20 ms apart",
         Some(warm),
         "ms",
+        Some(sustained_process),
     ));
     for count in [8usize, 32] {
         let figure = stats(concurrent(&engine, count, 10));
+        let in_processes = stats(concurrent(&process, count, 10));
         rows.push(row(
             &format!("{count} concurrent, each"),
             figure,
             "warm, 20 ms apart",
             Some(warm),
             "ms",
+            Some(in_processes),
         ));
     }
 
@@ -332,7 +400,10 @@ fn main() {
         .build()
         .unwrap();
     let round_trips: Vec<f64> = (0..5)
-        .map(|_| runtime.block_on(tool_round_trip(2000)))
+        .map(|_| runtime.block_on(tool_round_trip(Arc::clone(&engine), 2000)))
+        .collect();
+    let round_trips_process: Vec<f64> = (0..5)
+        .map(|_| runtime.block_on(tool_round_trip(Arc::clone(&process), 2000)))
         .collect();
     let oneshots: Vec<f64> = (0..5)
         .map(|_| oneshot_round_trip(20_000, &runtime))
@@ -343,37 +414,47 @@ fn main() {
         "tokio oneshot thread<->task",
         Some(stats(oneshots)),
         "µs",
+        Some(stats(round_trips_process)),
     ));
     rows.push(row(
         "terminate() to Terminated",
-        stats(termination(&engine, 100)),
+        stats(termination(engine.as_ref(), 100)),
         "",
         None,
         "ms",
+        Some(stats(termination(process.as_ref(), 100))),
     ));
-    let parked = parked_cells(&V8Engine::with_warm_runtimes(0), 1000);
+    let parked = parked_cells(&V8Engine::with_warm_runtimes(0), None, 1000);
+    let parked_processes = process_engine(&codemode, 0);
+    let parked_process = parked_cells(&parked_processes, Some(&parked_processes), 1000);
+    let single = |value: f64| Stats {
+        median: value,
+        p99: value,
+    };
     rows.push(row(
         "memory per parked cell (1,000)",
-        Stats {
-            median: parked,
-            p99: parked,
-        },
+        single(parked),
         "",
         None,
         "MiB",
+        Some(single(parked_process)),
     ));
 
     for (label, spacing) in [("back to back", 0u64), ("50 ms apart", 50)] {
         let spacing = Duration::from_millis(spacing);
-        let exec = runtime.block_on(mcp_calls(
-            tokio::process::Command::new(&codemode).configure(|command| {
-                command.arg("mcp");
-            }),
-            "exec",
-            json!({"code": "text(\"hi\")"}),
-            100,
-            spacing,
-        ));
+        let exec_with = |engine: &'static str| {
+            runtime.block_on(mcp_calls(
+                tokio::process::Command::new(&codemode).configure(|command| {
+                    command.args(["mcp", "--engine", engine]);
+                }),
+                "exec",
+                json!({"code": "text(\"hi\")"}),
+                100,
+                spacing,
+            ))
+        };
+        let exec = exec_with("in-process");
+        let exec_process = exec_with("process");
         let trivial = runtime.block_on(mcp_calls(
             tokio::process::Command::new(&codemode).configure(|command| {
                 command.arg("demo-mcp-server");
@@ -389,11 +470,14 @@ fn main() {
             "trivial MCP tool, same client",
             Some(stats(trivial)),
             "ms",
+            Some(stats(exec_process)),
         ));
     }
 
-    println!("| figure | median | p99 | yardstick | its median | ratio | engine processes |");
-    println!("|---|---|---|---|---|---|---|");
+    println!(
+        "| figure | in-process median | p99 | yardstick | its median | ratio | engine processes median | p99 | ratio to in-process |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|");
     let mut json_rows = Vec::new();
     for row in &rows {
         let (yardstick, ratio) = match (&row.yardstick, row.yardstick_name.as_str()) {
@@ -404,8 +488,16 @@ fn main() {
             (None, "") => (String::new(), String::new()),
             (None, _) => ("no node".into(), String::new()),
         };
+        let (process_median, process_p99, process_ratio) = match &row.process {
+            Some(process) => (
+                format!("{:.3} {}", process.median, row.unit),
+                format!("{:.3} {}", process.p99, row.unit),
+                format!("{:.2}", process.median / row.figure.median),
+            ),
+            None => ("not measured".into(), String::new(), String::new()),
+        };
         println!(
-            "| {} | {:.3} {unit} | {:.3} {unit} | {} | {yardstick} | {ratio} | not built yet |",
+            "| {} | {:.3} {unit} | {:.3} {unit} | {} | {yardstick} | {ratio} | {process_median} | {process_p99} | {process_ratio} |",
             row.name,
             row.figure.median,
             row.figure.p99,
@@ -416,6 +508,7 @@ fn main() {
             "figure": row.name, "unit": row.unit, "median": row.figure.median, "p99": row.figure.p99,
             "yardstick": row.yardstick_name, "yardstick_median": row.yardstick.map(|stats| stats.median),
             "ratio": row.yardstick.map(|stats| row.figure.median / stats.median),
+            "engine_processes": row.process.map(|stats| json!({"median": stats.median, "p99": stats.p99})),
         }));
     }
     if let Some(path) = json_path {

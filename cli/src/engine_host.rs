@@ -13,6 +13,11 @@ const WARM_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Runs the engine-process loop with a V8 engine.
 pub fn serve() -> ExitCode {
+    // Whatever the parent's parent leaked into this process goes before anything runs.
+    if let Err(error) = codemode_runtime_v8::close_inherited_descriptors() {
+        tracing::error!("engine process: {error}");
+        return ExitCode::FAILURE;
+    }
     codemode_engine_process::child::serve(|settings| {
         codemode_runtime_v8::set_hard_stop_hook(
             Duration::from_millis(settings.hard_stop_grace_ms),

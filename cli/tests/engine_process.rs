@@ -249,6 +249,8 @@ fn a_cpu_limit_that_does_not_take_effect_ends_the_cell_with_the_limit_error() {
 
 #[test]
 fn the_engine_process_is_sandboxed() {
+    // A pipe without close-on-exec: every process this test starts inherits it.
+    let leaked = nix::unistd::pipe().unwrap();
     let engine = ProcessEngine::new(config());
     let ended = start(&engine, cell(r#"text("up")"#)).finish();
     assert_eq!(ended.texts, ["up"]);
@@ -286,6 +288,19 @@ fn the_engine_process_is_sandboxed() {
         std::fs::read_link(format!("/proc/{pid}/cwd")).unwrap(),
         std::path::Path::new("/")
     );
+    // No descriptor but the channel (standard input and the process's own duplicates of it)
+    // and the two capture pipes, though this test leaked a pipe into it on purpose.
+    let channel = std::fs::read_link(format!("/proc/{pid}/fd/0")).unwrap();
+    for entry in std::fs::read_dir(format!("/proc/{pid}/fd")).unwrap() {
+        let entry = entry.unwrap();
+        let number: u32 = entry.file_name().to_string_lossy().parse().unwrap();
+        let target = std::fs::read_link(entry.path()).unwrap();
+        assert!(
+            number <= 2 || target == channel,
+            "descriptor {number} of the engine process is {target:?}"
+        );
+    }
+    drop(leaked);
     // The engine still runs cells after the probes.
     let ended = start(&engine, cell(r#"text("after")"#)).finish();
     assert_eq!(ended.texts, ["after"]);

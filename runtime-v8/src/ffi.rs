@@ -77,6 +77,7 @@ unsafe extern "C" {
     fn cm_runtime_module_state(runtime: *mut RawRuntime) -> i32;
     fn cm_current_thread_cpu_clock(clock: *mut i32) -> i32;
     fn cm_set_fatal_hook(hook: Option<FatalFn>);
+    fn cm_close_descriptors_from(first: i32) -> i32;
     fn cm_cpu_clock_nanos(clock: i32) -> i64;
 }
 
@@ -144,6 +145,21 @@ pub fn set_fatal_hook(hook: fn(FatalKind, &str)) {
     if FATAL_HOOK.set(hook).is_ok() {
         // SAFETY: the trampoline is a plain function that lives for the whole process.
         unsafe { cm_set_fatal_hook(Some(fatal_trampoline)) };
+    }
+}
+
+/// Closes every file descriptor of this process but standard input, output and error, including
+/// those inherited without close-on-exec. Only for a process that owns no other descriptor yet
+/// (an engine process, first thing): descriptors Rust values still hold become invalid.
+pub fn close_inherited_descriptors() -> Result<(), String> {
+    // SAFETY: close_range only closes descriptors; the caller promises no live Rust value owns
+    // one above 2 (it runs before the engine process opens anything).
+    match unsafe { cm_close_descriptors_from(3) } {
+        0 => Ok(()),
+        _ => Err(format!(
+            "cannot close inherited file descriptors: {}",
+            std::io::Error::last_os_error()
+        )),
     }
 }
 

@@ -56,6 +56,14 @@ pub fn bare_isolate_cycle() -> Result<std::time::Duration, String> {
     Ok(started.elapsed())
 }
 
+/// Closes every file descriptor of this process but its standard streams, including those it
+/// inherited without close-on-exec: the first thing an engine process does, so that it holds
+/// nothing but its channel (standard input) and its capture pipes. Call it only before the process
+/// opens anything else.
+pub fn close_inherited_descriptors() -> Result<(), String> {
+    ffi::close_inherited_descriptors()
+}
+
 /// Whether V8 can run here: initialises it once, or says why it cannot.
 pub fn v8_available() -> Result<(), String> {
     ffi::initialize()
@@ -66,7 +74,15 @@ pub fn v8_version() -> String {
     ffi::version()
 }
 
-/// Runs cells on V8. Cheap to clone (clones share the pool of pre-warmed runtimes).
+/// Runs cells on V8, in this process. Cheap to clone (clones share the pool of pre-warmed
+/// runtimes).
+///
+/// The trade-off: in-process cells start fastest and share the host's memory, but the isolate is
+/// their only wall. V8 can end the whole process (a fatal out-of-memory in a long built-in, a
+/// failed internal check, a bug), and a long built-in can run past every limit until it returns.
+/// For model-written code in a server, run cells in engine processes instead
+/// (`codemode-engine-process`, which runs this engine in sandboxed child processes); choose this
+/// engine when the code is trusted, or a crash of the host is acceptable.
 #[derive(Debug, Clone)]
 pub struct V8Engine {
     fault_injection: bool,
