@@ -15,9 +15,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use codemode_engine::{CellLimits, CellStart, Engine, PendingMode, RuntimeEvent, event_channel};
+use codemode_engine_process::{ProcessEngine, ProcessEngineConfig};
 use codemode_host_adapters::{InProcessTools, MemoryStore};
 use codemode_protocol::ExecuteRequest;
-use codemode_engine_process::{ProcessEngine, ProcessEngineConfig};
 use codemode_runtime_v8::V8Engine;
 use codemode_session::{CellEvent, Session, SessionConfig};
 use rmcp::ServiceExt;
@@ -173,6 +173,31 @@ async fn tool_round_trip(engine: Arc<dyn Engine>, iterations: usize) -> f64 {
     timings[0].saturating_sub(timings[1]).as_secs_f64() * 1e6 / (iterations - 1) as f64
 }
 
+/// Microseconds per one-byte ping-pong over a Unix socket pair between two plain threads that
+/// block: the floor of a round trip that crosses a process boundary (two blocking wake-ups).
+fn socket_ping_pong(iterations: usize) -> f64 {
+    use std::io::{Read, Write};
+    let (mut near, mut far) = std::os::unix::net::UnixStream::pair().unwrap();
+    let echo = std::thread::spawn(move || {
+        let mut byte = [0u8; 1];
+        while far.read(&mut byte).unwrap_or(0) == 1 {
+            if far.write_all(&byte).is_err() {
+                break;
+            }
+        }
+    });
+    let mut byte = [0u8; 1];
+    let started = Instant::now();
+    for _ in 0..iterations {
+        near.write_all(b"x").unwrap();
+        near.read_exact(&mut byte).unwrap();
+    }
+    let elapsed = started.elapsed();
+    drop(near);
+    let _ = echo.join();
+    elapsed.as_secs_f64() * 1e6 / iterations as f64
+}
+
 /// Microseconds per round trip between a plain thread and a tokio task over a oneshot.
 fn oneshot_round_trip(iterations: usize, runtime: &tokio::runtime::Runtime) -> f64 {
     let (requests, mut receiver) =
@@ -217,7 +242,14 @@ fn pss_kib(children: &[u32]) -> f64 {
                 rollup
                     .lines()
                     .find_map(|line| line.strip_prefix("Pss:"))
-                    .and_then(|value| value.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+                    .and_then(|value| {
+                        value
+                            .trim()
+                            .trim_end_matches("kB")
+                            .trim()
+                            .parse::<f64>()
+                            .ok()
+                    })
             })
             .unwrap_or(0.0)
     };
@@ -290,7 +322,7 @@ fn flag(args: &[String], name: &str) -> Option<String> {
 
 /// Engine processes of the release binary beside `codemode` (the launcher), which this example's
 /// library path (set by cargo) lets start.
-fn process_engine(codemode: &str, warm_runtimes: usize) -> ProcessEngine {
+fn process_config(codemode: &str, warm_runtimes: usize) -> ProcessEngineConfig {
     let program = std::path::Path::new(codemode).with_file_name("codemode-v8");
     let mut config = ProcessEngineConfig::new(program, ["engine-host"]).with_warm_runtimes(
         warm_runtimes,
@@ -299,13 +331,59 @@ fn process_engine(codemode: &str, warm_runtimes: usize) -> ProcessEngine {
     if let Some(path) = std::env::var_os("LD_LIBRARY_PATH") {
         config = config.with_env("LD_LIBRARY_PATH", path);
     }
-    let engine = ProcessEngine::new(config);
+    config
+}
+
+/// Engine processes as the binary runs them (one spare kept ready), with one process started.
+fn process_engine(codemode: &str, warm_runtimes: usize) -> ProcessEngine {
+    let engine = ProcessEngine::new(process_config(codemode, warm_runtimes));
     engine.check().expect("engine processes start");
     engine
 }
 
+/// What one engine process costs: spawn to ready (ms, each a fresh process), and its
+/// proportional memory when idle with its warm runtimes (MiB).
+fn process_cost(codemode: &str, runs: usize) -> (Stats, f64) {
+    let spawns: Vec<f64> = (0..runs)
+        .map(|_| {
+            let engine = ProcessEngine::new(
+                process_config(codemode, codemode_runtime_v8::DEFAULT_WARM_RUNTIMES)
+                    .with_spare_processes(0),
+            );
+            let started = Instant::now();
+            engine.check().expect("engine processes start");
+            ms(started.elapsed())
+        })
+        .collect();
+    let engine = ProcessEngine::new(
+        process_config(codemode, codemode_runtime_v8::DEFAULT_WARM_RUNTIMES)
+            .with_spare_processes(0),
+    );
+    engine.check().expect("engine processes start");
+    std::thread::sleep(Duration::from_millis(300));
+    let idle = (pss_kib(&engine.process_ids()) - pss_kib(&[])) / 1024.0;
+    (stats(spawns), idle)
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
+    if args.iter().any(|arg| arg == "--round-trip-only") {
+        // A quick look at one row, for profiling: not part of the suite's table.
+        let codemode =
+            flag(&args, "--codemode").unwrap_or_else(|| "target/release/codemode".into());
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let in_process: Arc<dyn Engine> = Arc::new(V8Engine::new());
+        let processes: Arc<dyn Engine> = Arc::new(process_engine(&codemode, 2));
+        for _ in 0..3 {
+            let a = runtime.block_on(tool_round_trip(Arc::clone(&in_process), 2000));
+            let b = runtime.block_on(tool_round_trip(Arc::clone(&processes), 2000));
+            println!("tool round trip: in-process {a:.1} µs, engine processes {b:.1} µs");
+        }
+        return;
+    }
     let json_path = flag(&args, "--json");
     let codemode = flag(&args, "--codemode").unwrap_or_else(|| "target/release/codemode".into());
     let runs = 200;
@@ -511,13 +589,28 @@ fn main() {
             "engine_processes": row.process.map(|stats| json!({"median": stats.median, "p99": stats.p99})),
         }));
     }
+    let (spawn, idle_mib) = process_cost(&codemode, 20);
+    let ping_pong = stats((0..5).map(|_| socket_ping_pong(20_000)).collect());
+    println!(
+        "\nOne engine process: spawn to ready {:.1} ms (p99 {:.1} ms); {:.1} MiB proportional memory when idle with its warm runtimes.",
+        spawn.median, spawn.p99, idle_mib
+    );
+    println!(
+        "Yardstick for the boundary: a one-byte ping-pong over a Unix socket between two blocking threads takes {:.1} µs.",
+        ping_pong.median
+    );
     if let Some(path) = json_path {
         if let Some(parent) = std::path::Path::new(&path).parent() {
             let _ = std::fs::create_dir_all(parent);
         }
         std::fs::write(
             &path,
-            serde_json::to_vec_pretty(&json!({ "rows": json_rows })).unwrap(),
+            serde_json::to_vec_pretty(&json!({
+                "rows": json_rows,
+                "engine_process": {"spawn_ms": {"median": spawn.median, "p99": spawn.p99}, "idle_pss_mib": idle_mib},
+                "socket_ping_pong_us": ping_pong.median,
+            }))
+            .unwrap(),
         )
         .unwrap();
         println!("\nwritten to {path}");

@@ -316,3 +316,18 @@ fn a_program_that_is_not_an_engine_host_is_a_clear_error() {
     let (sender, _events) = event_channel(None);
     assert!(engine.start(cell("text(1)"), sender).is_err());
 }
+
+#[test]
+fn large_output_emitted_before_a_hard_stop_is_kept() {
+    let engine = ProcessEngine::new(config());
+    let mut hostile = cell(
+        r#"text("x".repeat(1 << 20)); text("small"); text("y".repeat(1 << 20)); new Array(1e9).fill(0)"#,
+    );
+    hostile.limits = CellLimits::default().with_heap_limit_bytes(32 << 20);
+    let ended = start(&engine, hostile).finish();
+    assert_eq!(ended.texts.len(), 3, "{:?}", ended.result);
+    assert_eq!(ended.texts[0].len(), 1 << 20);
+    assert_eq!(ended.texts[1], "small");
+    assert_eq!(ended.texts[2], "y".repeat(1 << 20));
+    assert!(error_of(&ended).contains("limit exceeded"), "{ended:?}");
+}

@@ -3,7 +3,7 @@
 //!
 //! The channel is the process's standard input, a Unix socket the parent made. The loop reads
 //! the settings, builds the engine, sandboxes the process, says it is ready, then starts cells and
-//! forwards their commands; each cell's events go back on a task of a small forwarding runtime.
+//! forwards their commands; each cell's events are written to the channel by its runtime thread.
 //! When the parent goes away (the channel closes), the process ends.
 
 use std::collections::HashMap;
@@ -13,17 +13,32 @@ use std::os::unix::net::UnixStream;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use codemode_engine::{Engine, EngineHandles, event_channel};
+use codemode_engine::{Engine, EngineHandles, EventSender};
 
 use crate::wire::{
     self, CellNumber, ChildSettings, HardStopKind, Probe, ToChild, ToParent, WireEvent,
 };
 
-/// How many events of one cell may wait in the child before its runtime thread blocks.
-const EVENT_QUEUE: usize = 64;
+/// The channel's writing end, shared by the runtime threads, the writer thread and [`hard_stop`].
+static WRITER: OnceLock<Mutex<Writer>> = OnceLock::new();
 
-/// The channel's writing end, shared by the forwarders and [`hard_stop`].
-static WRITER: OnceLock<Mutex<UnixStream>> = OnceLock::new();
+/// Messages for the writer thread: large ones, and any that must wait behind them.
+static QUEUE: OnceLock<std::sync::mpsc::SyncSender<ToParent>> = OnceLock::new();
+
+/// How many messages may wait for the writer thread before a runtime thread blocks.
+const QUEUE_CAPACITY: usize = 64;
+
+/// Output up to this many bytes is encoded and written by the runtime thread itself (the fast
+/// path of a tool call); larger output is handed to the writer thread, so that encoding it is not
+/// charged to the cell's CPU time (in-process it costs the cell nothing either).
+const INLINE_PAYLOAD_BYTES: usize = 16 * 1024;
+
+/// The channel's writing end, and how many messages wait for the writer thread: while any wait,
+/// every message joins them, so that each cell's messages keep their order.
+struct Writer {
+    stream: UnixStream,
+    queued: usize,
+}
 
 /// The settings the parent sent, for the binary's engine (see [`serve`]).
 pub use crate::wire::ChildSettings as Settings;
@@ -51,11 +66,31 @@ fn run(
         .try_clone_to_owned()
         .map(UnixStream::from)
         .map_err(|error| format!("the channel to the parent is not open: {error}"))?;
-    let mut reader = channel;
-    let writer = reader
+    let writer = channel
         .try_clone()
         .map_err(|error| format!("cannot share the channel: {error}"))?;
-    let _ = WRITER.set(Mutex::new(writer));
+    let _ = WRITER.set(Mutex::new(Writer {
+        stream: writer,
+        queued: 0,
+    }));
+    let (queue, queued) = std::sync::mpsc::sync_channel::<ToParent>(QUEUE_CAPACITY);
+    let _ = QUEUE.set(queue);
+    std::thread::Builder::new()
+        .name("codemode-engine-writer".into())
+        .spawn(move || {
+            for message in queued {
+                let frame = wire::encode(&message);
+                let Some(writer) = WRITER.get() else { return };
+                let mut writer = lock(writer);
+                if let Ok(frame) = frame {
+                    let _ = writer.stream.write_all(&frame);
+                }
+                writer.queued -= 1;
+            }
+        })
+        .map_err(|error| format!("cannot start the writer thread: {error}"))?;
+    // Buffered: a frame's header and body come in one read.
+    let mut reader = std::io::BufReader::with_capacity(64 * 1024, channel);
     let settings = match wire::read::<ToChild>(&mut reader) {
         Ok(Some(ToChild::Settings(settings))) => settings,
         Ok(None) => return Ok(()),
@@ -65,30 +100,24 @@ fn run(
     let engine = match make_engine(&settings) {
         Ok(engine) => engine,
         Err(error) => {
-            send(&ToParent::Failed {
+            send(ToParent::Failed {
                 error: error.clone(),
             });
             return Err(error);
         }
     };
     if let Err(error) = crate::sandbox::enter(&settings) {
-        send(&ToParent::Failed {
+        send(ToParent::Failed {
             error: error.clone(),
         });
         return Err(error);
     }
-    let forwarding = tokio::runtime::Builder::new_current_thread()
-        .build()
-        .map_err(|error| format!("cannot build the forwarding runtime: {error}"))?;
-    let forwarder = forwarding.handle().clone();
-    std::thread::Builder::new()
-        .name("codemode-engine-forward".into())
-        .spawn(move || forwarding.block_on(std::future::pending::<()>()))
-        .map_err(|error| format!("cannot start the forwarding thread: {error}"))?;
-    send(&ToParent::Ready {
+    send(ToParent::Ready {
         engine: engine.describe(),
     });
-    let cells: Arc<Mutex<HashMap<CellNumber, EngineHandles>>> = Arc::default();
+    // A cell's slot is reserved before it starts and holds its handles once `start` returns;
+    // the slot goes when the cell's events end (which may be before `start` returns).
+    let cells: Cells = Arc::default();
     loop {
         let message = match wire::read::<ToChild>(&mut reader) {
             Ok(Some(message)) => message,
@@ -99,45 +128,54 @@ fn run(
         match message {
             ToChild::Settings(_) => {}
             ToChild::Start { cell, start } => {
-                let (events, mut receiver) = event_channel(Some(EVENT_QUEUE));
+                lock(&cells).insert(cell, None);
+                let end = CellEnd {
+                    cell,
+                    cells: Arc::clone(&cells),
+                };
+                // Small events go to the parent from the runtime thread itself, with no hop
+                // through another thread; a full channel blocks the cell (back-pressure).
+                let events = EventSender::forward(move |event| {
+                    let _end = &end;
+                    if let Some(event) = WireEvent::from_event(event) {
+                        send(ToParent::Event { cell, event });
+                    }
+                    Ok(())
+                });
+                // Held until the start's outcome is sent, so that a failed start is reported
+                // before the end of its events.
+                let held = events.clone();
                 match engine.start(start.into_start(cell.to_string()), events) {
                     Ok(handles) => {
-                        lock(&cells).insert(cell, handles);
-                        let cells = Arc::clone(&cells);
-                        forwarder.spawn(async move {
-                            while let Some(event) = receiver.recv().await {
-                                if let Some(event) = WireEvent::from_event(event) {
-                                    send(&ToParent::Event { cell, event });
-                                }
-                            }
-                            lock(&cells).remove(&cell);
-                            send(&ToParent::Ended { cell });
-                        });
+                        if let Some(slot) = lock(&cells).get_mut(&cell) {
+                            *slot = Some(handles);
+                        }
                     }
-                    Err(error) => send(&ToParent::StartFailed {
+                    Err(error) => send(ToParent::StartFailed {
                         cell,
                         error: error.to_string(),
                     }),
                 }
+                drop(held);
             }
             ToChild::Command { cell, command } => {
-                if let Some(handles) = lock(&cells).get(&cell) {
+                if let Some(Some(handles)) = lock(&cells).get(&cell) {
                     let _ = handles.commands.send(command.into());
                 }
             }
             ToChild::Control { cell, control } => {
-                if let Some(handles) = lock(&cells).get(&cell) {
+                if let Some(Some(handles)) = lock(&cells).get(&cell) {
                     let _ = handles.control.send(control.into());
                 }
             }
             ToChild::Terminate { cell } => {
-                if let Some(handles) = lock(&cells).get(&cell) {
+                if let Some(Some(handles)) = lock(&cells).get(&cell) {
                     handles.terminate.terminate();
                 }
             }
             ToChild::Probe { what } if settings.test_hooks => {
                 let (allowed, detail) = probe(what);
-                send(&ToParent::ProbeResult { allowed, detail });
+                send(ToParent::ProbeResult { allowed, detail });
             }
             ToChild::Probe { .. } => {}
         }
@@ -155,40 +193,125 @@ pub fn hard_stop(call_id: Option<&str>, reason: HardStopKind, message: &str) -> 
         message: message.chars().take(2000).collect(),
     });
     if let (Ok(frame), Some(writer)) = (frame, WRITER.get()) {
-        // A forwarder may hold the writer in the middle of a frame: wait a little for it, but
-        // never forever (the parent then sees a crash without the reason).
-        let deadline = Instant::now() + Duration::from_millis(200);
+        // Another thread may hold the writer in the middle of a frame, and output may still wait
+        // for the writer thread: wait a little for both (output emitted before the stop is
+        // kept), but never for long (the parent then sees a crash without the reason).
+        let deadline = Instant::now() + Duration::from_millis(500);
         loop {
-            match writer.try_lock() {
-                Ok(mut writer) => {
-                    let _ = writer.write_all(&frame);
+            let writer = match writer.try_lock() {
+                Ok(writer) => Some(writer),
+                Err(std::sync::TryLockError::Poisoned(poisoned)) => Some(poisoned.into_inner()),
+                Err(std::sync::TryLockError::WouldBlock) => None,
+            };
+            let waiting = Instant::now() < deadline;
+            match writer {
+                Some(mut writer) if writer.queued == 0 || !waiting => {
+                    let _ = writer.stream.write_all(&frame);
                     break;
                 }
-                Err(std::sync::TryLockError::Poisoned(poisoned)) => {
-                    let _ = poisoned.into_inner().write_all(&frame);
-                    break;
-                }
-                Err(std::sync::TryLockError::WouldBlock) if Instant::now() < deadline => {
-                    std::thread::sleep(Duration::from_millis(1));
-                }
-                Err(std::sync::TryLockError::WouldBlock) => break,
+                _ if waiting => std::thread::sleep(Duration::from_millis(1)),
+                _ => break,
             }
         }
     }
     std::process::abort()
 }
 
-fn send(message: &ToParent) {
-    let Ok(frame) = wire::encode(message) else {
-        tracing::error!("engine process: a message could not be encoded");
+/// The cells of this process, by number: `None` while a cell is starting.
+type Cells = Arc<Mutex<HashMap<CellNumber, Option<EngineHandles>>>>;
+
+/// Held by a cell's event sender: when the runtime drops its last sender, the cell's events are
+/// over, and the parent is told.
+struct CellEnd {
+    cell: CellNumber,
+    cells: Cells,
+}
+
+impl Drop for CellEnd {
+    fn drop(&mut self) {
+        let handles = lock(&self.cells).remove(&self.cell);
+        // Dropped outside the lock: the handles' senders may belong to a thread that ends now.
+        drop(handles);
+        send(ToParent::Ended { cell: self.cell });
+    }
+}
+
+/// Sends `message` to the parent: written at once when it is small and nothing waits for the
+/// writer thread, else queued for it.
+fn send(message: ToParent) {
+    let Some(writer) = WRITER.get() else {
         return;
     };
-    if let Some(writer) = WRITER.get() {
-        let mut writer = writer
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        // A parent that is gone ends the process through the reading side.
-        let _ = writer.write_all(&frame);
+    let mut guard = lock(writer);
+    if guard.queued == 0 && message.is_small() {
+        match wire::encode(&message) {
+            // A parent that is gone ends the process through the reading side.
+            Ok(frame) => {
+                let _ = guard.stream.write_all(&frame);
+            }
+            Err(error) => {
+                tracing::error!("engine process: a message could not be encoded: {error}")
+            }
+        }
+        return;
+    }
+    guard.queued += 1;
+    drop(guard);
+    if let Some(queue) = QUEUE.get()
+        && queue.send(message).is_ok()
+    {
+        return;
+    }
+    lock(writer).queued -= 1;
+}
+
+/// Whether `value` holds at most about `budget` bytes of strings and scalars (stops counting as
+/// soon as it does not).
+fn within_size(value: &serde_json::Value, budget: &mut usize) -> bool {
+    use serde_json::Value;
+    let cost = match value {
+        Value::String(text) => text.len() + 2,
+        Value::Array(_) | Value::Object(_) => 2,
+        _ => 8,
+    };
+    if cost > *budget {
+        return false;
+    }
+    *budget -= cost;
+    match value {
+        Value::Array(items) => items.iter().all(|item| within_size(item, budget)),
+        Value::Object(fields) => fields.iter().all(|(key, item)| {
+            key.len() + 3 <= *budget && {
+                *budget -= key.len() + 3;
+                within_size(item, budget)
+            }
+        }),
+        _ => true,
+    }
+}
+
+impl ToParent {
+    /// Whether encoding this costs little enough to do on a runtime thread.
+    fn is_small(&self) -> bool {
+        match self {
+            ToParent::Event { event, .. } => match event {
+                WireEvent::ContentItem(item) => item.payload_len() <= INLINE_PAYLOAD_BYTES,
+                WireEvent::ToolCall { input, .. } => input
+                    .as_ref()
+                    .is_none_or(|input| within_size(input, &mut { INLINE_PAYLOAD_BYTES })),
+                WireEvent::Result {
+                    stored_value_writes,
+                    error_text,
+                } => {
+                    stored_value_writes.is_empty()
+                        && error_text
+                            .as_ref()
+                            .is_none_or(|text| text.len() <= INLINE_PAYLOAD_BYTES)
+                }
+                _ => true,
+            },
+            _ => true,
+        }
     }
 }
 
@@ -213,5 +336,19 @@ fn probe(what: Probe) -> (bool, String) {
     match outcome {
         Ok(()) => (true, "allowed".to_owned()),
         Err(error) => (false, error.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn within_size_counts_strings_keys_and_scalars_and_stops_early() {
+        assert!(within_size(&json!({"a": "xx", "b": [1, 2]}), &mut { 100 }));
+        assert!(!within_size(&json!("x".repeat(200)), &mut { 100 }));
+        assert!(!within_size(&json!({"k".repeat(200): 1}), &mut { 100 }));
+        assert!(!within_size(&json!(vec![1; 100]), &mut { 100 }));
     }
 }

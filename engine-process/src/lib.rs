@@ -94,8 +94,16 @@ impl ProcessEngineConfig {
         program: impl Into<PathBuf>,
         args: impl IntoIterator<Item = impl Into<OsString>>,
     ) -> Self {
+        let program: PathBuf = program.into();
+        // The child starts in `/`: a relative path with a folder in it must not be resolved
+        // there. A bare name is looked up on PATH, as by a shell.
+        let program = if program.is_relative() && program.components().count() > 1 {
+            std::path::absolute(&program).unwrap_or(program)
+        } else {
+            program
+        };
         ProcessEngineConfig {
-            program: program.into(),
+            program,
             args: args.into_iter().map(Into::into).collect(),
             env: Vec::new(),
             cells_per_process: DEFAULT_CELLS_PER_PROCESS,

@@ -533,7 +533,9 @@ impl EngineProcess {
         self.kill();
     }
 
-    fn read_until_closed(self: Arc<Self>, mut reader: UnixStream, pool: Weak<Pool>) {
+    fn read_until_closed(self: Arc<Self>, reader: UnixStream, pool: Weak<Pool>) {
+        // Buffered: a frame's header and body come in one read.
+        let mut reader = std::io::BufReader::with_capacity(64 * 1024, reader);
         loop {
             let message = match wire::read::<ToParent>(&mut reader) {
                 Ok(Some(message)) => message,

@@ -155,12 +155,30 @@ impl<T> std::fmt::Debug for CommandSender<T> {
 }
 
 /// The runtime thread's end of the event channel.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
+#[non_exhaustive]
 pub enum EventSender {
     /// Client mode: nothing blocks.
     Unbounded(mpsc::UnboundedSender<RuntimeEvent>),
     /// Server mode: a full queue blocks the sending thread.
     Bounded(mpsc::Sender<RuntimeEvent>),
+    /// Each event goes straight to a function on the sending thread (an engine process writes it
+    /// to its channel), which may block for back-pressure and gives the event back when nobody
+    /// listens any more. Dropping the last clone is the end of the events, as for a channel.
+    Forward(std::sync::Arc<ForwardEventFn>),
+}
+
+/// What an [`EventSender::Forward`] calls for each event.
+pub type ForwardEventFn = dyn Fn(RuntimeEvent) -> Result<(), EventSendError> + Send + Sync;
+
+impl std::fmt::Debug for EventSender {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            EventSender::Unbounded(_) => "EventSender::Unbounded",
+            EventSender::Bounded(_) => "EventSender::Bounded",
+            EventSender::Forward(_) => "EventSender::Forward",
+        })
+    }
 }
 
 /// The actor's end of the event channel.
@@ -199,9 +217,17 @@ pub fn event_channel(capacity: Option<usize>) -> (EventSender, EventReceiver) {
 }
 
 impl EventSender {
+    /// A sender that hands each event to `forward` on the sending thread.
+    pub fn forward(
+        forward: impl Fn(RuntimeEvent) -> Result<(), EventSendError> + Send + Sync + 'static,
+    ) -> Self {
+        EventSender::Forward(std::sync::Arc::new(forward))
+    }
+
     /// Sends from async code (a scripted engine), waiting while a bounded queue is full.
     pub async fn send(&self, event: RuntimeEvent) -> Result<(), EventSendError> {
         match self {
+            EventSender::Forward(forward) => forward(event),
             EventSender::Unbounded(sender) => sender
                 .send(event)
                 .map_err(|error| EventSendError(Box::new(error.0))),
@@ -217,6 +243,7 @@ impl EventSender {
     /// Must not be called from inside an async runtime: a runtime thread is a plain OS thread.
     pub fn send_blocking(&self, event: RuntimeEvent) -> Result<(), EventSendError> {
         match self {
+            EventSender::Forward(forward) => forward(event),
             EventSender::Unbounded(sender) => sender
                 .send(event)
                 .map_err(|error| EventSendError(Box::new(error.0))),

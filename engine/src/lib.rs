@@ -35,8 +35,8 @@ use codemode_protocol::limits::{
 use serde_json::Value;
 
 pub use channel::{
-    CommandSender, EventReceiver, EventSendError, EventSender, RuntimeCommand, RuntimeControl,
-    RuntimeEvent, event_channel,
+    CommandSender, EventReceiver, EventSendError, EventSender, ForwardEventFn, RuntimeCommand,
+    RuntimeControl, RuntimeEvent, event_channel,
 };
 
 /// Everything an engine needs to start one cell.
