@@ -331,3 +331,36 @@ fn large_output_emitted_before_a_hard_stop_is_kept() {
     assert_eq!(ended.texts[2], "y".repeat(1 << 20));
     assert!(error_of(&ended).contains("limit exceeded"), "{ended:?}");
 }
+
+#[test]
+fn the_memory_ceiling_ends_only_the_process_that_reaches_it() {
+    // A heap limit far above the process's ceiling: the ceiling is what stops the cell.
+    let engine = ProcessEngine::new(config().with_memory_ceiling_bytes(Some(600 << 20)));
+    assert_eq!(start(&engine, cell(r#"text("up")"#)).finish().texts, ["up"]);
+    // The ceiling, and no core dumps, are in force in the process.
+    for pid in engine.process_ids() {
+        let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).unwrap();
+        let limit = |name: &str| -> Vec<String> {
+            let line = limits.lines().find(|line| line.starts_with(name)).unwrap();
+            line[name.len()..]
+                .split_whitespace()
+                .take(2)
+                .map(str::to_owned)
+                .collect()
+        };
+        let ceiling = (600u64 << 20).to_string();
+        assert_eq!(limit("Max data size"), [ceiling.as_str(), ceiling.as_str()]);
+        assert_eq!(limit("Max core file size"), ["0", "0"]);
+    }
+    let mut greedy =
+        cell(r#"text("before"); const a = []; for (;;) a.push(new Array(1e5).fill(1.5))"#);
+    greedy.limits = CellLimits::default().with_heap_limit_bytes(4 << 30);
+    let ended = start(&engine, greedy).finish();
+    assert_eq!(ended.texts, ["before"]);
+    // V8 takes a heap that cannot grow (its mapping refused at the ceiling) for a heap at its
+    // limit, and stops the cell so; the process, bounded, never grows past its ceiling.
+    let error = error_of(&ended);
+    assert!(error.starts_with("heap limit exceeded"), "{error}");
+    let after = start(&engine, cell(r#"text("next")"#)).finish();
+    assert_eq!(after.texts, ["next"]);
+}

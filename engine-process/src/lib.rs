@@ -15,10 +15,14 @@
 //! A process hosts up to [`ProcessEngineConfig::cells_per_process`] live cells (16 by default),
 //! each in its own isolate on its own thread as in-process, and is retired after
 //! [`ProcessEngineConfig::cells_per_process_lifetime`] cells. The blast radius of a crash, or of a
-//! hard stop, is the cells of one process. Sharing keeps a parked cell cheap: a process costs
-//! about 40 MiB of its own, a parked cell about 1 MiB (see the benchmark suite and `SECURITY.md`).
-//! Warm processes wait ready (V8 initialised, runtimes warm, sandbox on), so a start never pays for
-//! a process spawn unless a burst outruns them.
+//! hard stop, is the cells of one process. The choice comes from measurements (`cargo xtask
+//! bench`, 2 cores): an idle engine process with its warm runtimes costs about 11 MiB of
+//! proportional memory (36 MiB resident, the V8 library shared) and 42 ms from spawn to ready; a
+//! parked cell costs 1.25 MiB with 16 cells per process (0.93 MiB in-process). One cell per process
+//! would cost every parked cell a process of its own (about 12 MiB) and every start beyond the
+//! spares a 42 ms spawn. Starts in a shared process cost what in-process starts cost, within the
+//! noise of the suite. Warm processes wait ready (V8 initialised, runtimes warm, sandbox on), so a
+//! start never pays for a process spawn unless a burst outruns them.
 //!
 //! # Stops
 //!

@@ -404,9 +404,12 @@ void OnFatalError(const char* location, const char* message) {
   ReportFatal(CM_FATAL_ERROR, location, message);
 }
 
+// V8 calls a heap that cannot grow a heap OOM whether the heap reached its limit or the process
+// could not get memory (its ceiling, or the machine's): only the first is the cell's heap limit.
 void OnOutOfMemory(const char* location, bool is_heap_oom) {
-  ReportFatal(is_heap_oom ? CM_FATAL_HEAP_LIMIT : CM_FATAL_OUT_OF_MEMORY, location,
-              is_heap_oom ? "JavaScript heap out of memory" : "process out of memory");
+  bool heap_limit = is_heap_oom && location && std::strstr(location, "heap limit") != nullptr;
+  ReportFatal(heap_limit ? CM_FATAL_HEAP_LIMIT : CM_FATAL_OUT_OF_MEMORY, location,
+              heap_limit ? "JavaScript heap out of memory" : "process out of memory");
 }
 
 // Called by V8 as the heap approaches its limit: stop the cell, and give V8 room to unwind instead
