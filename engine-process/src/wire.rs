@@ -40,7 +40,7 @@ pub struct ChildSettings {
     pub seccomp: bool,
     /// How long a cell past its CPU-time limit may go on before the process is ended.
     pub hard_stop_grace_ms: u64,
-    /// Whether the child answers [`ToChild::Probe`] (tests only).
+    /// Whether the child answers sandbox probes (tests only).
     pub test_hooks: bool,
 }
 
