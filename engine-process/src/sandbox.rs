@@ -5,8 +5,9 @@
 //! channel use (memory, threads, futexes, clocks, signals, reading files already open or opened
 //! read-only, the channel's socket). Everything else fails with `EPERM`: opening a file for
 //! writing or creating one, sockets (`socket`, `connect`, `bind`…), starting programs (`execve`,
-//! `fork`, `clone` without thread flags), `ptrace`, and the rest. The list was taken from
-//! `strace -f` of engine processes running the adversarial corpus.
+//! `fork`, `clone` without thread flags), `ptrace`, and the rest. The list is the calls of glibc,
+//! V8 and the Rust standard library for these jobs; it is checked by running every test and the
+//! adversarial corpus with the filter on (a missing call would fail their cells).
 //!
 //! Limits: no core dumps (a crash must not write the cell's memory to disk), and a ceiling on
 //! the data the process may map (`RLIMIT_DATA`, which counts private writable mappings, not V8's
