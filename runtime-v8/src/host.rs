@@ -62,6 +62,13 @@ impl CellHost {
         }
     }
 
+    /// Lets go of the cell's event sender (a closed one takes its place), so that the cell's
+    /// owner sees its events end while the runtime is still being disposed of.
+    pub(crate) fn release_events(&mut self) {
+        let (closed, _) = codemode_engine::event_channel(None);
+        self.events = closed;
+    }
+
     /// Sends an event; returns false (and records that the cell is abandoned) if nobody listens.
     pub(crate) fn emit(&mut self, event: RuntimeEvent) -> bool {
         if self.events.send_blocking(event).is_ok() {

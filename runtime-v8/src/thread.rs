@@ -133,16 +133,19 @@ pub(crate) fn run(cell: CellStart, context: ThreadContext) {
 pub(crate) fn run_warm(warm: WarmRuntime, cell: CellStart, context: ThreadContext) {
     report(context.events.clone(), || {
         if context.events.send_blocking(RuntimeEvent::Started).is_err() {
-            return Ending::Abandoned;
+            return (Ending::Abandoned, None);
         }
         CellThread::run_on(warm, cell, context)
     });
 }
 
-/// Runs a cell's thread body and sends how it ended; a panic becomes `ThreadPanicked`.
-fn report(events: EventSender, body: impl FnOnce() -> Ending) {
+/// Runs a cell's thread body and sends how it ended; a panic becomes `ThreadPanicked`. The
+/// runtime the body hands back is disposed of only after that: disposing of an isolate takes
+/// about as long as running a small cell (unmapping its heap), and the cell's owner need not wait
+/// for it.
+fn report(events: EventSender, body: impl FnOnce() -> (Ending, Option<Disposal>)) {
     let outcome = catch_unwind(AssertUnwindSafe(body));
-    let ending = outcome.unwrap_or(Ending::Panicked);
+    let (ending, disposal) = outcome.unwrap_or((Ending::Panicked, None));
     let event = match ending {
         Ending::Finished {
             stored_value_writes,
@@ -157,7 +160,19 @@ fn report(events: EventSender, body: impl FnOnce() -> Ending) {
     if let Some(event) = event {
         let _ = events.send_blocking(event);
     }
+    // The last sender goes before the isolate: the owner sees the end of the events at once.
+    drop(events);
+    if disposal.is_some() {
+        // The owner was just woken, often onto this core (wake-affine), where it would wait for
+        // the disposal: let it run first (measured: a warm start's result reached its owner
+        // 1.1-1.2 ms after start() without this, 0.67-0.85 ms with it).
+        std::thread::yield_now();
+    }
+    drop(disposal);
 }
+
+/// A runtime whose cell has ended, to dispose of once the owner knows how it ended.
+type Disposal = V8Runtime<CellHost>;
 
 /// How a cell's thread ends.
 enum Ending {
@@ -240,21 +255,29 @@ impl WarmRuntime {
 
 impl CellThread {
     /// Runs `cell` on a runtime created now (the cold path).
-    fn run(cell: CellStart, context: ThreadContext) -> Ending {
+    fn run(cell: CellStart, context: ThreadContext) -> (Ending, Option<Disposal>) {
         if context.events.send_blocking(RuntimeEvent::Started).is_err() {
-            return Ending::Abandoned;
+            return (Ending::Abandoned, None);
         }
         match WarmRuntime::create(cell.limits.heap_limit_bytes, context.test_hooks) {
             Ok(warm) => CellThread::run_on(warm, cell, context),
-            Err(error_text) => Ending::Finished {
-                stored_value_writes: Default::default(),
-                error_text: Some(error_text),
-            },
+            Err(error_text) => (
+                Ending::Finished {
+                    stored_value_writes: Default::default(),
+                    error_text: Some(error_text),
+                },
+                None,
+            ),
         }
     }
 
-    /// Runs `cell` on a runtime created earlier, after `Started` was sent.
-    fn run_on(warm: WarmRuntime, cell: CellStart, context: ThreadContext) -> Ending {
+    /// Runs `cell` on a runtime created earlier, after `Started` was sent; hands the runtime
+    /// back for disposal, its events sender released.
+    fn run_on(
+        warm: WarmRuntime,
+        cell: CellStart,
+        context: ThreadContext,
+    ) -> (Ending, Option<Disposal>) {
         let ThreadContext {
             events,
             commands,
@@ -280,10 +303,14 @@ impl CellThread {
                 // A limit that cannot be enforced fails the cell rather than being ignored.
                 Err(error) => {
                     terminate.detach();
-                    return Ending::Finished {
-                        stored_value_writes: Default::default(),
-                        error_text: Some(error),
-                    };
+                    runtime.host().release_events();
+                    return (
+                        Ending::Finished {
+                            stored_value_writes: Default::default(),
+                            error_text: Some(error),
+                        },
+                        Some(runtime),
+                    );
                 }
             },
         };
@@ -302,7 +329,7 @@ impl CellThread {
         thread.cpu_watch = None;
         thread.terminate.detach();
         let CellThread { mut runtime, .. } = thread;
-        match reason {
+        let ending = match reason {
             EndReason::Completed(error_text) => Ending::Finished {
                 stored_value_writes: runtime.host().globals.take_stored_value_writes(),
                 error_text,
@@ -310,7 +337,9 @@ impl CellThread {
             EndReason::Terminated => Ending::Terminated,
             EndReason::Abandoned => Ending::Abandoned,
             EndReason::Panicked => Ending::Panicked,
-        }
+        };
+        runtime.host().release_events();
+        (ending, Some(runtime))
     }
 
     /// Installs the cell's tools, evaluates its module and runs it to its end.
