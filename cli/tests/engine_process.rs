@@ -357,10 +357,29 @@ fn the_memory_ceiling_ends_only_the_process_that_reaches_it() {
     greedy.limits = CellLimits::default().with_heap_limit_bytes(4 << 30);
     let ended = start(&engine, greedy).finish();
     assert_eq!(ended.texts, ["before"]);
-    // V8 takes a heap that cannot grow (its mapping refused at the ceiling) for a heap at its
-    // limit, and stops the cell so; the process, bounded, never grows past its ceiling.
+    // Which allocation reaches the ceiling decides how V8 takes it: a heap that cannot grow is
+    // stopped as a heap at its limit, an internal allocation that fails is a fatal error that
+    // ends the process. Either way the cell ends with a clear error and nothing else is touched.
     let error = error_of(&ended);
-    assert!(error.starts_with("heap limit exceeded"), "{error}");
+    assert!(
+        error.starts_with("heap limit exceeded")
+            || error.starts_with("the engine process running this cell crashed ("),
+        "{error}"
+    );
     let after = start(&engine, cell(r#"text("next")"#)).finish();
     assert_eq!(after.texts, ["next"]);
+}
+
+#[test]
+fn a_crash_names_the_fatal_error_the_engine_printed() {
+    let engine = ProcessEngine::new(config());
+    let mut parked = start(&engine, cell(r#"text("kept"); await tools.echo(1);"#));
+    assert_eq!(parked.first_text(), "kept");
+    engine.probe_sandbox(Probe::FatalError).unwrap();
+    let ended = parked.finish();
+    assert_eq!(
+        error_of(&ended),
+        "the engine process running this cell crashed (Check failed: a test-only fatal error.; \
+         killed by SIGABRT, a fatal error in the engine)"
+    );
 }

@@ -332,6 +332,12 @@ fn probe(what: Probe) -> (bool, String) {
             .map(|_| ()),
         Probe::Socket => std::net::UdpSocket::bind("127.0.0.1:0").map(|_| ()),
         Probe::Exec => std::process::Command::new("/bin/true").status().map(|_| ()),
+        Probe::FatalError => {
+            eprintln!(
+                "\n#\n# Fatal error in probe.cc, line 1\n# Check failed: a test-only fatal error.\n#"
+            );
+            std::process::abort()
+        }
     };
     match outcome {
         Ok(()) => (true, "allowed".to_owned()),

@@ -13,8 +13,30 @@ const WINDOW: Duration = Duration::from_secs(10);
 /// The longest line read; the rest of a longer one is skipped, not buffered.
 const MAX_READ_BYTES: u64 = 64 * 1024;
 
-/// Reads `pipe` on a thread of its own until it closes, logging what it carries.
-pub(crate) fn capture(pid: u32, stream: &'static str, pipe: Box<dyn Read + Send>) {
+/// What a reader thread keeps of its stream: the last fatal-error line V8 printed, if any.
+pub(crate) type FatalLine = std::sync::Arc<std::sync::Mutex<Option<String>>>;
+
+/// Whether V8 (or the C++ runtime) says with this line why it is about to end the process.
+fn is_fatal_line(line: &str) -> bool {
+    [
+        "Fatal error",
+        "Check failed",
+        "Fatal javascript OOM",
+        "Fatal process out of memory",
+        "Debug check failed",
+    ]
+    .iter()
+    .any(|marker| line.contains(marker))
+}
+
+/// Reads `pipe` on a thread of its own until it closes, logging what it carries and keeping the
+/// last fatal-error line in `fatal`. The thread ends when the process's end of the pipe closes.
+pub(crate) fn capture(
+    pid: u32,
+    stream: &'static str,
+    pipe: Box<dyn Read + Send>,
+    fatal: FatalLine,
+) -> Option<std::thread::JoinHandle<()>> {
     let spawned = std::thread::Builder::new()
         .name(format!("codemode-engine-{stream}"))
         .spawn(move || {
@@ -47,15 +69,43 @@ pub(crate) fn capture(pid: u32, stream: &'static str, pipe: Box<dyn Read + Send>
                 }
                 if logged >= LINES_PER_WINDOW {
                     dropped += 1;
+                    let text = String::from_utf8_lossy(&line);
+                    if is_fatal_line(&text) {
+                        let text: String = text
+                            .trim()
+                            .trim_start_matches('#')
+                            .trim()
+                            .chars()
+                            .take(MAX_LINE_CHARS)
+                            .collect();
+                        *fatal
+                            .lock()
+                            .unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(text);
+                    }
                     continue;
                 }
-                logged += 1;
                 let text = String::from_utf8_lossy(&line);
-                let text: String = text.trim_end().chars().take(MAX_LINE_CHARS).collect();
+                let text: String = text
+                    .trim()
+                    .trim_start_matches('#')
+                    .trim()
+                    .chars()
+                    .take(MAX_LINE_CHARS)
+                    .collect();
+                if is_fatal_line(&text) {
+                    *fatal
+                        .lock()
+                        .unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(text.clone());
+                }
+                logged += 1;
                 tracing::info!(pid, stream, "engine process printed: {text}");
             }
         });
-    if spawned.is_err() {
-        tracing::error!(pid, stream, "cannot read what an engine process prints");
+    match spawned {
+        Ok(thread) => Some(thread),
+        Err(_) => {
+            tracing::error!(pid, stream, "cannot read what an engine process prints");
+            None
+        }
     }
 }

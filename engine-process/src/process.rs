@@ -101,6 +101,9 @@ impl Pool {
         let (sender, receiver) = std::sync::mpsc::channel();
         *lock(&self.probe_answer) = Some(sender);
         process.send(&ToChild::Probe { what })?;
+        if what == Probe::FatalError {
+            return Ok((true, "sent".to_owned()));
+        }
         receiver.recv_timeout(Duration::from_secs(30)).map_err(|_| {
             EngineError::Unavailable("the engine process did not answer the probe".into())
         })
@@ -290,6 +293,8 @@ impl Pool {
                 ))
             })?;
         let pid = child.id();
+        let fatal_line = crate::log::FatalLine::default();
+        let mut readers = Vec::new();
         for (stream, pipe) in [
             (
                 "stdout",
@@ -307,7 +312,7 @@ impl Pool {
             ),
         ] {
             if let Some(pipe) = pipe {
-                crate::log::capture(pid, stream, pipe);
+                readers.extend(crate::log::capture(pid, stream, pipe, fatal_line.clone()));
             }
         }
         let failed = |child: &mut Child, why: String| {
@@ -374,6 +379,8 @@ impl Pool {
             writer: Mutex::new(writer),
             state: Mutex::new(ProcessState::default()),
             child: Mutex::new(Some(child)),
+            output_readers: Mutex::new(readers),
+            fatal_line,
         });
         let reading = Arc::clone(&process);
         let pool = self.myself.clone();
@@ -444,6 +451,10 @@ struct EngineProcess {
     state: Mutex<ProcessState>,
     /// `None` once reaped.
     child: Mutex<Option<Child>>,
+    /// The threads reading what the process prints; they end once it is gone.
+    output_readers: Mutex<Vec<std::thread::JoinHandle<()>>>,
+    /// The last fatal-error line the process printed, if any.
+    fatal_line: crate::log::FatalLine,
 }
 
 #[derive(Debug, Default)]
@@ -607,10 +618,17 @@ impl EngineProcess {
                 state.killed_for,
             )
         };
-        let crash = match (&hard_stop, status) {
-            (Some((_, HardStopKind::Fatal, message)), _) => message.clone(),
-            (_, Some(status)) => describe_exit(status),
-            (_, None) => "it could not be waited for".to_owned(),
+        // The process is gone, so its pipes close and the readers end: whatever it printed last
+        // has been read.
+        for reader in std::mem::take(&mut *lock(&self.output_readers)) {
+            let _ = reader.join();
+        }
+        let printed = lock(&self.fatal_line).take();
+        let crash = match (&hard_stop, status, printed) {
+            (Some((_, HardStopKind::Fatal, message)), _, _) => message.clone(),
+            (_, Some(status), Some(printed)) => format!("{printed}; {}", describe_exit(status)),
+            (_, Some(status), None) => describe_exit(status),
+            (_, None, _) => "it could not be waited for".to_owned(),
         };
         if !cells.is_empty() {
             tracing::warn!(pid = self.pid, cells = cells.len(), reason = %crash, "an engine process ended with cells in it");

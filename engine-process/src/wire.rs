@@ -79,6 +79,8 @@ pub enum Probe {
     Socket,
     /// Start another program.
     Exec,
+    /// Print a fatal error as V8 does and abort (the crash path; nothing answers).
+    FatalError,
 }
 
 /// A message from the child.
