@@ -13,11 +13,9 @@ use std::os::unix::net::UnixStream;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use codemode_engine::{Engine, EngineHandles, EventSender};
+use codemode_engine::{Engine, EngineHandles, EventSender, RuntimeEvent};
 
-use crate::wire::{
-    self, CellNumber, ChildSettings, HardStopKind, Probe, ToChild, ToParent, WireEvent,
-};
+use crate::wire::{self, CellNumber, ChildSettings, HardStopKind, Probe, ToChild, ToParent};
 
 /// The channel's writing end, shared by the runtime threads, the writer thread and [`hard_stop`].
 static WRITER: OnceLock<Mutex<Writer>> = OnceLock::new();
@@ -137,9 +135,7 @@ fn run(
                 // through another thread; a full channel blocks the cell (back-pressure).
                 let events = EventSender::forward(move |event| {
                     let _end = &end;
-                    if let Some(event) = WireEvent::from_event(event) {
-                        send(ToParent::Event { cell, event });
-                    }
+                    send(ToParent::Event { cell, event });
                     Ok(())
                 });
                 // Held until the start's outcome is sent, so that a failed start is reported
@@ -160,12 +156,12 @@ fn run(
             }
             ToChild::Command { cell, command } => {
                 if let Some(Some(handles)) = lock(&cells).get(&cell) {
-                    let _ = handles.commands.send(command.into());
+                    let _ = handles.commands.send(command);
                 }
             }
             ToChild::Control { cell, control } => {
                 if let Some(Some(handles)) = lock(&cells).get(&cell) {
-                    let _ = handles.control.send(control.into());
+                    let _ = handles.control.send(control);
                 }
             }
             ToChild::Terminate { cell } => {
@@ -295,11 +291,11 @@ impl ToParent {
     fn is_small(&self) -> bool {
         match self {
             ToParent::Event { event, .. } => match event {
-                WireEvent::ContentItem(item) => item.payload_len() <= INLINE_PAYLOAD_BYTES,
-                WireEvent::ToolCall { input, .. } => input
+                RuntimeEvent::ContentItem(item) => item.payload_len() <= INLINE_PAYLOAD_BYTES,
+                RuntimeEvent::ToolCall { input, .. } => input
                     .as_ref()
                     .is_none_or(|input| within_size(input, &mut { INLINE_PAYLOAD_BYTES })),
-                WireEvent::Result {
+                RuntimeEvent::Result {
                     stored_value_writes,
                     error_text,
                 } => {

@@ -67,35 +67,22 @@ pub(crate) fn capture(
                     logged = 0;
                     dropped = 0;
                 }
-                if logged >= LINES_PER_WINDOW {
-                    dropped += 1;
-                    let text = String::from_utf8_lossy(&line);
-                    if is_fatal_line(&text) {
-                        let text: String = text
-                            .trim()
-                            .trim_start_matches('#')
-                            .trim()
-                            .chars()
-                            .take(MAX_LINE_CHARS)
-                            .collect();
-                        *fatal
-                            .lock()
-                            .unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(text);
-                    }
-                    continue;
-                }
-                let text = String::from_utf8_lossy(&line);
-                let text: String = text
+                let text: String = String::from_utf8_lossy(&line)
                     .trim()
                     .trim_start_matches('#')
                     .trim()
                     .chars()
                     .take(MAX_LINE_CHARS)
                     .collect();
+                // Kept even when the line itself is not logged: it names a crash.
                 if is_fatal_line(&text) {
                     *fatal
                         .lock()
                         .unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(text.clone());
+                }
+                if logged >= LINES_PER_WINDOW {
+                    dropped += 1;
+                    continue;
                 }
                 logged += 1;
                 tracing::info!(pid, stream, "engine process printed: {text}");

@@ -164,7 +164,7 @@ impl Pool {
                     Some(process) if process.hosts(number) => {
                         let _ = process.send(&ToChild::Command {
                             cell: number,
-                            command: command.into(),
+                            command,
                         });
                         Ok(())
                     }
@@ -179,7 +179,7 @@ impl Pool {
                     Some(process) if process.hosts(number) => {
                         let _ = process.send(&ToChild::Control {
                             cell: number,
-                            control: control.into(),
+                            control,
                         });
                         Ok(())
                     }
@@ -557,15 +557,21 @@ impl EngineProcess {
                 }
             };
             match message {
-                ToParent::Event { cell, event } => {
-                    let target = lock(&self.state)
-                        .cells
-                        .get(&cell)
-                        .map(|slot| (slot.events.clone(), slot.call_id.clone()));
-                    if let Some((events, call_id)) = target {
-                        // Blocks while a bounded queue is full: back-pressure reaches the child.
-                        let _ = events.send_blocking(event.into_event(&call_id));
-                    }
+                ToParent::Event { cell, mut event } => {
+                    let events = {
+                        let state = lock(&self.state);
+                        let Some(slot) = state.cells.get(&cell) else {
+                            continue;
+                        };
+                        // The child knows the cell by its number: a notification gets the real
+                        // call id back.
+                        if let RuntimeEvent::Notify { call_id, .. } = &mut event {
+                            call_id.clone_from(&slot.call_id);
+                        }
+                        slot.events.clone()
+                    };
+                    // Blocks while a bounded queue is full: back-pressure reaches the child.
+                    let _ = events.send_blocking(event);
                 }
                 ToParent::Ended { cell } => {
                     let now_idle = {

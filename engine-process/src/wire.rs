@@ -6,9 +6,10 @@
 //! (`serde_json::Value`), which the compact binary codecs of serde cannot carry; messages are
 //! small and the encoding is a few microseconds of a round trip (see the benchmark suite).
 //!
-//! Cells are named on the wire by a number the parent assigns. The child runs each cell with that
-//! number as its `call_id`, so that a fatal error on a runtime thread names its cell; the parent
-//! puts the real `call_id` back on what it forwards.
+//! Engine events, commands and controls travel as the engine crate's own types. Cells are named on
+//! the wire by a number the parent assigns. The child runs each cell with that number as its
+//! `call_id`, so that a fatal error on a runtime thread names its cell; the parent puts the real
+//! `call_id` back on the notifications it forwards.
 
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
@@ -16,7 +17,7 @@ use std::io::{self, Read, Write};
 use codemode_engine::{
     CellLimits, CellStart, PendingMode, RuntimeCommand, RuntimeControl, RuntimeEvent,
 };
-use codemode_protocol::{OutputItem, ToolDefinition, ToolKind, ToolName};
+use codemode_protocol::ToolDefinition;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -54,11 +55,11 @@ pub(crate) enum ToChild {
     },
     Command {
         cell: CellNumber,
-        command: WireCommand,
+        command: RuntimeCommand,
     },
     Control {
         cell: CellNumber,
-        control: WireControl,
+        control: RuntimeControl,
     },
     Terminate {
         cell: CellNumber,
@@ -94,9 +95,10 @@ pub(crate) enum ToParent {
     Failed {
         error: String,
     },
+    /// A cell's event; a `Notify` carries the cell's number as its `call_id`.
     Event {
         cell: CellNumber,
-        event: WireEvent,
+        event: RuntimeEvent,
     },
     /// The cell's runtime has ended; nothing more comes for it.
     Ended {
@@ -171,158 +173,6 @@ impl WireStart {
             } else {
                 PendingMode::Continue
             },
-        }
-    }
-}
-
-#[derive(Debug, Serialize, Deserialize)]
-pub(crate) enum WireEvent {
-    Started,
-    ContentItem(OutputItem),
-    ToolCall {
-        id: String,
-        name: ToolName,
-        kind: ToolKind,
-        input: Option<Value>,
-    },
-    Notify {
-        text: String,
-    },
-    YieldRequested,
-    Pending,
-    Result {
-        stored_value_writes: HashMap<String, Value>,
-        error_text: Option<String>,
-    },
-    ThreadPanicked,
-}
-
-impl WireEvent {
-    /// The wire form of `event`; `None` for an event this version does not carry.
-    pub(crate) fn from_event(event: RuntimeEvent) -> Option<WireEvent> {
-        Some(match event {
-            RuntimeEvent::Started => WireEvent::Started,
-            RuntimeEvent::ContentItem(item) => WireEvent::ContentItem(item),
-            RuntimeEvent::ToolCall {
-                id,
-                name,
-                kind,
-                input,
-            } => WireEvent::ToolCall {
-                id,
-                name,
-                kind,
-                input,
-            },
-            RuntimeEvent::Notify { text, .. } => WireEvent::Notify { text },
-            RuntimeEvent::YieldRequested => WireEvent::YieldRequested,
-            RuntimeEvent::Pending => WireEvent::Pending,
-            RuntimeEvent::Result {
-                stored_value_writes,
-                error_text,
-            } => WireEvent::Result {
-                stored_value_writes,
-                error_text,
-            },
-            RuntimeEvent::ThreadPanicked => WireEvent::ThreadPanicked,
-            _ => return None,
-        })
-    }
-
-    /// The event, with the cell's real `call_id` put back.
-    pub(crate) fn into_event(self, call_id: &str) -> RuntimeEvent {
-        match self {
-            WireEvent::Started => RuntimeEvent::Started,
-            WireEvent::ContentItem(item) => RuntimeEvent::ContentItem(item),
-            WireEvent::ToolCall {
-                id,
-                name,
-                kind,
-                input,
-            } => RuntimeEvent::ToolCall {
-                id,
-                name,
-                kind,
-                input,
-            },
-            WireEvent::Notify { text } => RuntimeEvent::Notify {
-                call_id: call_id.to_owned(),
-                text,
-            },
-            WireEvent::YieldRequested => RuntimeEvent::YieldRequested,
-            WireEvent::Pending => RuntimeEvent::Pending,
-            WireEvent::Result {
-                stored_value_writes,
-                error_text,
-            } => RuntimeEvent::Result {
-                stored_value_writes,
-                error_text,
-            },
-            WireEvent::ThreadPanicked => RuntimeEvent::ThreadPanicked,
-        }
-    }
-}
-
-#[derive(Debug, Serialize, Deserialize)]
-pub(crate) enum WireCommand {
-    ToolResponse { id: String, result: Value },
-    ToolError { id: String, error_text: String },
-    TimeoutFired { id: u64 },
-    ObservePendingFrontier,
-    Terminate,
-}
-
-impl From<RuntimeCommand> for WireCommand {
-    fn from(command: RuntimeCommand) -> Self {
-        match command {
-            RuntimeCommand::ToolResponse { id, result } => WireCommand::ToolResponse { id, result },
-            RuntimeCommand::ToolError { id, error_text } => {
-                WireCommand::ToolError { id, error_text }
-            }
-            RuntimeCommand::TimeoutFired { id } => WireCommand::TimeoutFired { id },
-            RuntimeCommand::ObservePendingFrontier => WireCommand::ObservePendingFrontier,
-            RuntimeCommand::Terminate => WireCommand::Terminate,
-        }
-    }
-}
-
-impl From<WireCommand> for RuntimeCommand {
-    fn from(command: WireCommand) -> Self {
-        match command {
-            WireCommand::ToolResponse { id, result } => RuntimeCommand::ToolResponse { id, result },
-            WireCommand::ToolError { id, error_text } => {
-                RuntimeCommand::ToolError { id, error_text }
-            }
-            WireCommand::TimeoutFired { id } => RuntimeCommand::TimeoutFired { id },
-            WireCommand::ObservePendingFrontier => RuntimeCommand::ObservePendingFrontier,
-            WireCommand::Terminate => RuntimeCommand::Terminate,
-        }
-    }
-}
-
-#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
-pub(crate) enum WireControl {
-    Continue,
-    Resume,
-    Terminate,
-}
-
-impl From<RuntimeControl> for WireControl {
-    fn from(control: RuntimeControl) -> Self {
-        match control {
-            RuntimeControl::Continue => WireControl::Continue,
-            RuntimeControl::Resume => WireControl::Resume,
-            RuntimeControl::Terminate => WireControl::Terminate,
-        }
-    }
-}
-
-impl From<WireControl> for RuntimeControl {
-    fn from(control: WireControl) -> Self {
-        match control {
-            WireControl::Continue => RuntimeControl::Continue,
-            WireControl::Resume => RuntimeControl::Resume,
-            WireControl::Terminate => RuntimeControl::Terminate,
         }
     }
 }

@@ -14,8 +14,9 @@ use codemode_protocol::{OutputItem, ToolKind, ToolName};
 use serde_json::Value;
 use tokio::sync::mpsc;
 
-/// What a runtime thread reports to its cell actor.
-#[derive(Debug, Clone, PartialEq)]
+/// What a runtime thread reports to its cell actor. Serialisable, so that an engine in another
+/// process can send it over its channel.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 #[non_exhaustive]
 pub enum RuntimeEvent {
     /// The thread is up and about to evaluate the source; the yield clock starts here.
@@ -58,7 +59,7 @@ pub enum RuntimeEvent {
 }
 
 /// What the cell actor tells a running cell.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum RuntimeCommand {
     /// A tool call succeeded: its promise resolves with `result`.
     ToolResponse {
@@ -89,7 +90,7 @@ pub enum RuntimeCommand {
 }
 
 /// What the cell actor tells a cell paused at its pending frontier.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum RuntimeControl {
     /// Go on, and stop pausing at idle points until asked again.
     Continue,
