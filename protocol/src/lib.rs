@@ -20,4 +20,4 @@ pub use output::{AudioItem, ImageDetail, ImageItem, OutputItem, ParseImageDetail
 pub use pragma::{ExecInput, ExecInputError, MAX_SAFE_INTEGER, parse_exec_input};
 pub use request::{ExecuteRequest, WaitRequest};
 pub use tool::{ToolDefinition, ToolKind, ToolName, normalize_identifier};
-pub use typescript::{tool_declaration, tools_declaration};
+pub use typescript::{namespace_groups, tool_declaration, tools_declaration};

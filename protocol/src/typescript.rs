@@ -16,9 +16,9 @@ use serde_json::{Map, Value};
 /// Past this nesting depth a schema is `unknown`, to keep declarations readable.
 const MAX_DEPTH: usize = 6;
 
-/// The `declare const tools: {...};` block for `tools`: tools without a namespace first, then each
-/// namespace in order of first appearance.
-pub fn tools_declaration(tools: &[ToolDefinition]) -> String {
+/// The tools grouped by namespace (`None`: no namespace): tools without one first, then each
+/// namespace in order of first appearance, each group in the tools' order.
+pub fn namespace_groups(tools: &[ToolDefinition]) -> Vec<(Option<&str>, Vec<&ToolDefinition>)> {
     let mut groups: Vec<(Option<&str>, Vec<&ToolDefinition>)> = Vec::new();
     for tool in tools {
         let namespace = tool.name.namespace.as_deref();
@@ -28,6 +28,13 @@ pub fn tools_declaration(tools: &[ToolDefinition]) -> String {
         }
     }
     groups.sort_by_key(|(namespace, _)| namespace.is_some());
+    groups
+}
+
+/// The `declare const tools: {...};` block for `tools`: tools without a namespace first, then each
+/// namespace in order of first appearance.
+pub fn tools_declaration(tools: &[ToolDefinition]) -> String {
+    let groups = namespace_groups(tools);
     let mut out = String::from("declare const tools: {\n");
     for (index, (namespace, members)) in groups.iter().enumerate() {
         if index > 0 {

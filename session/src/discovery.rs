@@ -9,7 +9,7 @@
 use std::fmt::Write;
 
 use codemode_protocol::limits::BYTES_PER_TOKEN;
-use codemode_protocol::{ToolDefinition, tools_declaration};
+use codemode_protocol::{ToolDefinition, namespace_groups, tools_declaration};
 
 /// How the description shows the tools, richest first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,7 +59,7 @@ fn render(tools: &[ToolDefinition], form: ToolsShown) -> String {
         ToolsShown::Declarations => format!("```ts\n{}\n```", tools_declaration(tools)),
         ToolsShown::Summaries => {
             let mut out = String::from("Each line is `tools.<name>` and what it does.\n");
-            for (namespace, members) in groups(tools) {
+            for (namespace, members) in namespace_groups(tools) {
                 if let Some(namespace) = namespace {
                     let _ = writeln!(out, "{namespace}:");
                 }
@@ -77,7 +77,7 @@ fn render(tools: &[ToolDefinition], form: ToolsShown) -> String {
         ToolsShown::Names => {
             let mut out =
                 String::from("Tool names by namespace; call one as `tools.<namespace>__<name>`.\n");
-            for (namespace, members) in groups(tools) {
+            for (namespace, members) in namespace_groups(tools) {
                 let names: Vec<&str> = members.iter().map(|tool| tool.name.name.as_str()).collect();
                 let label = namespace.unwrap_or("(no namespace: `tools.<name>`)");
                 let _ = writeln!(out, "- {label}: {}", names.join(", "));
@@ -86,28 +86,13 @@ fn render(tools: &[ToolDefinition], form: ToolsShown) -> String {
         }
         ToolsShown::Namespaces => {
             let mut out = String::from("Tool namespaces and how many tools each has.\n");
-            for (namespace, members) in groups(tools) {
+            for (namespace, members) in namespace_groups(tools) {
                 let label = namespace.unwrap_or("(no namespace)");
                 let _ = writeln!(out, "- {label}: {} tools", members.len());
             }
             format!("{out}\n{discovery}")
         }
     }
-}
-
-/// The tools grouped by namespace: tools without one first, then each namespace in order of first
-/// appearance.
-fn groups(tools: &[ToolDefinition]) -> Vec<(Option<&str>, Vec<&ToolDefinition>)> {
-    let mut groups: Vec<(Option<&str>, Vec<&ToolDefinition>)> = Vec::new();
-    for tool in tools {
-        let namespace = tool.name.namespace.as_deref();
-        match groups.iter_mut().find(|(group, _)| *group == namespace) {
-            Some((_, members)) => members.push(tool),
-            None => groups.push((namespace, vec![tool])),
-        }
-    }
-    groups.sort_by_key(|(namespace, _)| namespace.is_some());
-    groups
 }
 
 /// The first line of a description, cut to [`SUMMARY_CHARACTERS`].
