@@ -13,7 +13,9 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use crate::{PREFIX_LIB, V8_RUNTIME_LIBRARIES, copy, run, v8_prefix, workspace_root};
+use crate::{
+    PREFIX_LIB, V8_RUNTIME_LIBRARIES, copy, run, stage_library, v8_prefix, workspace_root,
+};
 
 /// Libraries every Debian and Ubuntu system has: never bundled.
 const BASE_SYSTEM: [&str; 10] = [
@@ -64,14 +66,8 @@ pub fn dist() -> Result<PathBuf, String> {
     let v8_lib = v8_prefix().join(PREFIX_LIB);
     let bundled = libraries_to_bundle(&staging.join("bin/codemode-v8"), &v8_lib)?;
     for (soname, path) in &bundled {
-        copy(path, &staging.join("lib").join(soname))?;
         let (package, copyright) = copyright_of(soname, path)?;
-        copy(
-            &copyright,
-            &staging
-                .join("licenses")
-                .join(format!("{package}.copyright")),
-        )?;
+        stage_library(&staging, soname, path, &package, &copyright)?;
     }
     std::fs::write(staging.join("README.md"), readme(&bundled))
         .map_err(|error| format!("cannot write the README: {error}"))?;

@@ -199,13 +199,13 @@ fn install_for_user(prefix: &Path) -> Result<(), String> {
             .map_err(|error| format!("cannot create {}: {error}", staging.display()))?;
     }
     for (soname, package) in V8_RUNTIME_LIBRARIES {
-        copy(&source_lib.join(soname), &staging.join("lib").join(soname))?;
         let copyright = prefix.join("usr/share/doc").join(package).join("copyright");
-        copy(
+        stage_library(
+            &staging,
+            soname,
+            &source_lib.join(soname),
+            package,
             &copyright,
-            &staging
-                .join("licenses")
-                .join(format!("{package}.copyright")),
         )?;
     }
     let _ = std::fs::remove_dir_all(&destination);
@@ -224,6 +224,23 @@ fn install_for_user(prefix: &Path) -> Result<(), String> {
 }
 
 /// Copies the file `from` (following links) to `to`.
+/// Copies a library into `staging/lib` and its package's copyright file into `staging/licenses`.
+fn stage_library(
+    staging: &Path,
+    soname: &str,
+    library: &Path,
+    package: &str,
+    copyright: &Path,
+) -> Result<(), String> {
+    copy(library, &staging.join("lib").join(soname))?;
+    copy(
+        copyright,
+        &staging
+            .join("licenses")
+            .join(format!("{package}.copyright")),
+    )
+}
+
 fn copy(from: &Path, to: &Path) -> Result<(), String> {
     std::fs::copy(from, to).map(|_| ()).map_err(|error| {
         format!(
