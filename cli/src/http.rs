@@ -115,6 +115,7 @@ pub fn authentication(
     }
     let mut tokens = Vec::new();
     if let Some(path) = token_file {
+        check_private(path)?;
         let text = std::fs::read_to_string(path)
             .map_err(|error| format!("cannot read the token file {}: {error}", path.display()))?;
         for (index, line) in text.lines().enumerate() {
@@ -135,6 +136,14 @@ pub fn authentication(
                 .map_err(|error| format!("{} line {}: {error}", path.display(), index + 1))?;
             check_token(token)
                 .map_err(|error| format!("{} line {}: {error}", path.display(), index + 1))?;
+            if let Some((other, _)) = tokens.iter().find(|(_, known)| known == token) {
+                return Err(format!(
+                    "{} line {}: the tenant {tenant} has the same token as {other}; each tenant \
+                     needs its own token, or either could read the other's values",
+                    path.display(),
+                    index + 1
+                ));
+            }
             tokens.push((tenant.to_owned(), token.to_owned()));
         }
         if tokens.is_empty() {
@@ -145,6 +154,24 @@ pub fn authentication(
         tokens.push((DEFAULT_TENANT.to_owned(), token));
     }
     Ok((!tokens.is_empty()).then_some(Authentication::Tokens(tokens)))
+}
+
+/// Refuses a token file that users other than its owner may read or write: anyone who can
+/// read it can act as every tenant in it.
+fn check_private(path: &Path) -> Result<(), String> {
+    use std::os::unix::fs::PermissionsExt;
+    let metadata = std::fs::metadata(path)
+        .map_err(|error| format!("cannot read the token file {}: {error}", path.display()))?;
+    let mode = metadata.permissions().mode() & 0o777;
+    if mode & 0o077 != 0 {
+        return Err(format!(
+            "the token file {} may be read or written by other users (mode {mode:03o}), who \
+             could then act as its tenants; make it private with: chmod 600 {}",
+            path.display(),
+            path.display()
+        ));
+    }
+    Ok(())
 }
 
 fn check_token(token: &str) -> Result<(), String> {
@@ -223,6 +250,11 @@ impl Gate {
         }
     }
 
+    /// How many tenants hold tokens (1 without authentication).
+    pub fn tenants(&self) -> usize {
+        self.tokens.as_ref().map_or(1, |tokens| tokens.len())
+    }
+
     /// The `host` and `host:port` values a `Host` header may carry.
     pub fn allowed_hosts(&self) -> Vec<String> {
         self.allowed_hosts.iter().cloned().collect()
@@ -293,6 +325,188 @@ pub async fn guard(State(gate): State<Gate>, mut request: Request, next: Next) -
             refusal.into_response()
         }
     }
+}
+
+/// The tenant each MCP session belongs to, bound at the response that created the session: a
+/// request that names a session of another tenant (in `Mcp-Session-Id`) gets 404, whatever its
+/// method, and reaches nothing.
+#[derive(Clone)]
+pub struct SessionOwners {
+    owners: Arc<std::sync::Mutex<std::collections::HashMap<String, Tenant>>>,
+    /// The MCP sessions alive now, to forget the owners of those that ended.
+    sessions: Arc<rmcp::transport::streamable_http_server::session::local::LocalSessionManager>,
+}
+
+impl std::fmt::Debug for SessionOwners {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SessionOwners").finish_non_exhaustive()
+    }
+}
+
+/// The header that names an MCP session.
+const MCP_SESSION_HEADER: &str = "mcp-session-id";
+
+/// How many owners are remembered before those of ended sessions are forgotten.
+const OWNERS_BEFORE_PRUNING: usize = 1024;
+
+impl SessionOwners {
+    /// Owners of the sessions `sessions` holds.
+    pub fn new(
+        sessions: Arc<rmcp::transport::streamable_http_server::session::local::LocalSessionManager>,
+    ) -> Self {
+        SessionOwners {
+            owners: Arc::default(),
+            sessions,
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, Tenant>> {
+        self.owners
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    async fn remember(&self, session: String, tenant: Tenant) {
+        let crowded = {
+            let mut owners = self.lock();
+            owners.entry(session).or_insert(tenant);
+            owners.len() > OWNERS_BEFORE_PRUNING
+        };
+        if crowded {
+            let alive: HashSet<String> = self
+                .sessions
+                .sessions
+                .read()
+                .await
+                .keys()
+                .map(|id| id.to_string())
+                .collect();
+            self.lock().retain(|session, _| alive.contains(session));
+        }
+    }
+}
+
+/// The middleware behind [`guard`]: binds each MCP session to the tenant that created it.
+pub async fn bind_sessions(
+    State(owners): State<SessionOwners>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let tenant = request
+        .extensions()
+        .get::<Tenant>()
+        .cloned()
+        .unwrap_or_else(|| Tenant(ANONYMOUS_TENANT.to_owned()));
+    let named = request
+        .headers()
+        .get(MCP_SESSION_HEADER)
+        .and_then(|value| value.to_str().ok())
+        .map(str::to_owned);
+    if let Some(session) = &named {
+        let owner = owners.lock().get(session).cloned();
+        if owner.is_some_and(|owner| owner != tenant) {
+            tracing::warn!(
+                method = %request.method(),
+                "refused a request for another tenant's MCP session"
+            );
+            // The same answer as for a session that does not exist: nothing tells the client
+            // that the id is in use.
+            return Refusal {
+                status: StatusCode::NOT_FOUND,
+                message: "no such session".to_owned(),
+            }
+            .into_response();
+        }
+    }
+    let deleting = request.method() == axum::http::Method::DELETE;
+    let response = next.run(request).await;
+    if let Some(created) = response
+        .headers()
+        .get(MCP_SESSION_HEADER)
+        .and_then(|value| value.to_str().ok())
+    {
+        owners.remember(created.to_owned(), tenant).await;
+    }
+    if deleting
+        && response.status().is_success()
+        && let Some(session) = named
+    {
+        owners.lock().remove(&session);
+    }
+    response
+}
+
+/// How long a client may take to send a request's headers.
+pub const DEFAULT_HEADER_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// What bounds the connections of the server.
+#[derive(Debug, Clone, Copy)]
+pub struct ConnectionLimits {
+    /// The most connections open at once.
+    pub max_connections: usize,
+    /// How long a client may take to send a request's headers.
+    pub header_read_timeout: std::time::Duration,
+}
+
+/// Serves `router` on `listener` until `shutdown`, with at most `limits.max_connections`
+/// connections open (the next waits to be accepted until one closes) and a deadline for each
+/// request's headers, so that clients that connect and send nothing, or send slowly, cannot hold the
+/// server. On shutdown, open connections finish their requests (for at most 10 s).
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    router: axum::Router,
+    limits: ConnectionLimits,
+    shutdown: tokio_util::sync::CancellationToken,
+) -> std::io::Result<()> {
+    use hyper_util::rt::{TokioIo, TokioTimer};
+    use hyper_util::service::TowerToHyperService;
+    let slots = Arc::new(tokio::sync::Semaphore::new(limits.max_connections.max(1)));
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_read_timeout);
+    loop {
+        let permit = tokio::select! {
+            permit = Arc::clone(&slots).acquire_owned() => match permit {
+                Ok(permit) => permit,
+                Err(_) => break,
+            },
+            _ = shutdown.cancelled() => break,
+        };
+        let stream = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(error) => {
+                    // Out of descriptors, or a connection reset before it was accepted: wait a
+                    // little rather than spin.
+                    tracing::warn!(%error, "cannot accept a connection");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            _ = shutdown.cancelled() => break,
+        };
+        let _ = stream.set_nodelay(true);
+        let connection = builder.serve_connection(
+            TokioIo::new(stream),
+            TowerToHyperService::new(router.clone()),
+        );
+        let watched = graceful.watch(connection);
+        tokio::spawn(async move {
+            // A client that sends nothing, or breaks the protocol, ends its own connection.
+            let _ = watched.await;
+            drop(permit);
+        });
+    }
+    drop(listener);
+    tokio::select! {
+        _ = graceful.shutdown() => {}
+        _ = tokio::time::sleep(std::time::Duration::from_secs(10)) => {
+            tracing::warn!("connections still open 10 s after shutdown began; closing them");
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -375,33 +589,48 @@ mod tests {
         let folder = std::env::temp_dir().join(format!("codemode-tokens-{}", std::process::id()));
         std::fs::create_dir_all(&folder).unwrap();
         let path = folder.join("tokens");
-        std::fs::write(
-            &path,
-            format!(
-                "# tenants\nalpha {}\n\nbeta {}\n",
-                "x".repeat(16),
-                "y".repeat(32)
-            ),
-        )
-        .unwrap();
+        let write = |text: &str| {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::write(&path, text).unwrap();
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        };
+        write(&format!(
+            "# tenants\nalpha {}\n\nbeta {}\n",
+            "x".repeat(16),
+            "y".repeat(32)
+        ));
         let Some(Authentication::Tokens(tokens)) =
             authentication(Some(&path), None, false).unwrap()
         else {
             panic!("tokens expected");
         };
         assert_eq!(tokens.len(), 2);
-        std::fs::write(&path, "alpha short\n").unwrap();
+        write("alpha short\n");
         assert!(
             authentication(Some(&path), None, false)
                 .unwrap_err()
                 .contains("at least 16")
         );
-        std::fs::write(&path, "bad/name xxxxxxxxxxxxxxxxxxxx\n").unwrap();
+        write("bad/name xxxxxxxxxxxxxxxxxxxx\n");
         assert!(
             authentication(Some(&path), None, false)
                 .unwrap_err()
                 .contains("not valid")
         );
+        write(&format!(
+            "alpha {}\nbeta {}\n",
+            "z".repeat(20),
+            "z".repeat(20)
+        ));
+        let shared = authentication(Some(&path), None, false).unwrap_err();
+        assert!(shared.contains("same token as alpha"), "{shared}");
+        write(&format!("alpha {}\n", "z".repeat(20)));
+        for mode in [0o640, 0o604, 0o620] {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+            let open = authentication(Some(&path), None, false).unwrap_err();
+            assert!(open.contains("chmod 600"), "{mode:o}: {open}");
+        }
         assert_eq!(authentication(None, None, false).unwrap(), None);
         assert_eq!(
             authentication(None, None, true).unwrap(),

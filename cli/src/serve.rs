@@ -58,6 +58,21 @@ pub struct McpArgs {
     /// The most cells running (or waiting to be observed) across all sessions.
     #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_CELLS)]
     pub max_cells: usize,
+    /// The most MCP sessions one tenant may have at once (default: half of --max-sessions when
+    /// the server has several tenants, all of it when it has one).
+    #[arg(long, value_name = "N")]
+    pub max_sessions_per_tenant: Option<usize>,
+    /// The most cells one tenant may run at once (default: half of --max-cells when the server
+    /// has several tenants, all of it when it has one).
+    #[arg(long, value_name = "N")]
+    pub max_cells_per_tenant: Option<usize>,
+    /// HTTP: the most connections open at once; the next waits to be accepted until one closes.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_CONNECTIONS)]
+    pub max_connections: usize,
+    /// HTTP: how many seconds a client may take to send a request's headers before its
+    /// connection is closed.
+    #[arg(long, value_name = "SECONDS", default_value_t = http::DEFAULT_HEADER_READ_TIMEOUT.as_secs())]
+    pub header_read_timeout_secs: u64,
     /// After this many seconds without a request, a session's cells are terminated and its
     /// resources freed (its stored values stay in the store).
     #[arg(long, value_name = "SECONDS", default_value_t = DEFAULT_IDLE_TIMEOUT_SECS)]
@@ -78,6 +93,8 @@ pub struct McpArgs {
 const DEFAULT_MAX_SESSIONS: usize = 64;
 /// Default of `--max-cells`.
 const DEFAULT_MAX_CELLS: usize = 256;
+/// Default of `--max-connections`.
+const DEFAULT_MAX_CONNECTIONS: usize = 512;
 /// Default of `--idle-timeout-secs`: half an hour.
 const DEFAULT_IDLE_TIMEOUT_SECS: u64 = 1800;
 
@@ -97,12 +114,42 @@ struct Shared {
     shutting_down: CancellationToken,
 }
 
-/// The server-wide limits.
+/// The server-wide limits, and each tenant's share of them.
 #[derive(Debug, Clone, Copy)]
 struct ServerLimits {
     max_sessions: usize,
     max_cells: usize,
+    max_sessions_per_tenant: usize,
+    max_cells_per_tenant: usize,
     idle_timeout: Duration,
+}
+
+impl ServerLimits {
+    fn new(args: &McpArgs, tenants: usize) -> Self {
+        let max_sessions = args.max_sessions.max(1);
+        let max_cells = args.max_cells.max(1);
+        // With several tenants, none may take the whole server by default.
+        let share = |whole: usize| {
+            if tenants > 1 {
+                whole.div_ceil(2)
+            } else {
+                whole
+            }
+        };
+        ServerLimits {
+            max_sessions,
+            max_cells,
+            max_sessions_per_tenant: args
+                .max_sessions_per_tenant
+                .unwrap_or_else(|| share(max_sessions))
+                .clamp(1, max_sessions),
+            max_cells_per_tenant: args
+                .max_cells_per_tenant
+                .unwrap_or_else(|| share(max_cells))
+                .clamp(1, max_cells),
+            idle_timeout: Duration::from_secs(args.idle_timeout_secs.max(1)),
+        }
+    }
 }
 
 impl Shared {
@@ -137,15 +184,25 @@ pub async fn serve(args: McpArgs) -> ExitCode {
             return ExitCode::from(if usage { exit::USAGE } else { exit::FAILED });
         }
     };
+    // Over HTTP the gate (and its tenants) comes first: the limits depend on how many tenants
+    // share the server.
+    let gate = match &args.http {
+        None => None,
+        Some(address) if !args.print_exec_description => match http_gate(&args, address).await {
+            Ok(gate) => Some(gate),
+            Err(message) => {
+                eprintln!("error: {message}");
+                return ExitCode::from(exit::USAGE);
+            }
+        },
+        Some(_) => None,
+    };
+    let tenants = gate.as_ref().map_or(1, |(_, gate)| gate.tenants());
     let shared = Arc::new(Shared {
         args: args.session.clone(),
         store,
         tools,
-        limits: ServerLimits {
-            max_sessions: args.max_sessions.max(1),
-            max_cells: args.max_cells.max(1),
-            idle_timeout: Duration::from_secs(args.idle_timeout_secs.max(1)),
-        },
+        limits: ServerLimits::new(&args, tenants),
         live: std::sync::Mutex::new(Vec::new()),
         shutting_down: CancellationToken::new(),
     });
@@ -153,15 +210,15 @@ pub async fn serve(args: McpArgs) -> ExitCode {
         return print_exec_description(&shared).await;
     }
     tokio::spawn(cancel_on_signal(shared.shutting_down.clone()));
-    let served = match &args.http {
+    let served = match gate {
         None => serve_stdio(Arc::clone(&shared)).await,
-        Some(address) => match http_gate(&args, address).await {
-            Ok((listener, gate)) => serve_http(Arc::clone(&shared), listener, gate).await,
-            Err(message) => {
-                eprintln!("error: {message}");
-                return ExitCode::from(exit::USAGE);
-            }
-        },
+        Some((listener, gate)) => {
+            let connections = http::ConnectionLimits {
+                max_connections: args.max_connections,
+                header_read_timeout: Duration::from_secs(args.header_read_timeout_secs.max(1)),
+            };
+            serve_http(Arc::clone(&shared), listener, gate, connections).await
+        }
     };
     // Whatever ended the serving: stop every cell, and let the stores finish their commits.
     shared.shut_down_sessions().await;
@@ -357,6 +414,7 @@ async fn serve_http(
     shared: Arc<Shared>,
     listener: tokio::net::TcpListener,
     gate: http::Gate,
+    connections: http::ConnectionLimits,
 ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
     use rmcp::transport::streamable_http_server::{
@@ -370,27 +428,31 @@ async fn serve_http(
         .with_max_request_body_bytes(crate::stdio::MAX_LINE_BYTES);
     config.cancellation_token = shared.shutting_down.child_token();
     let factory_shared = Arc::clone(&shared);
+    let sessions = Arc::new(LocalSessionManager::default());
     let service: StreamableHttpService<CodemodeServer, LocalSessionManager> =
         StreamableHttpService::new(
             move || Ok(CodemodeServer::new(Arc::clone(&factory_shared))),
-            Default::default(),
+            Arc::clone(&sessions),
             config,
         );
+    // The gate runs first (the outer layer), then the binding of MCP sessions to tenants.
     let router = axum::Router::new()
         .nest_service("/mcp", service)
+        .layer(axum::middleware::from_fn_with_state(
+            http::SessionOwners::new(sessions),
+            http::bind_sessions,
+        ))
         .layer(axum::middleware::from_fn_with_state(gate, http::guard));
     // A parent process (or a test) reads where the server listens from this line.
     println!("listening on http://{}/mcp", listener.local_addr()?);
-    let shutting_down = shared.shutting_down.clone();
-    axum::serve(listener, router)
-        .with_graceful_shutdown(async move { shutting_down.cancelled().await })
-        .await?;
+    http::serve(listener, router, connections, shared.shutting_down.clone()).await?;
     Ok(())
 }
 
-/// One open codemode session of an MCP session, and when it was last used.
+/// One open codemode session of an MCP session, whose tenant it is, and when it was last used.
 struct LiveSession {
     session: Session,
+    tenant: String,
     last_used: std::sync::Mutex<Instant>,
 }
 
@@ -413,6 +475,8 @@ impl LiveSession {
 /// Whose stored values an MCP session uses: the store key of its codemode session.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Identity {
+    /// Whose token the client holds (over stdio, the one local tenant).
+    tenant: String,
     store_key: String,
 }
 
@@ -423,6 +487,7 @@ impl Identity {
     fn of(shared: &Shared, extensions: &rmcp::model::Extensions) -> Result<Self, ErrorData> {
         let Some(parts) = extensions.get::<axum::http::request::Parts>() else {
             return Ok(Identity {
+                tenant: LOCAL_TENANT.to_owned(),
                 store_key: shared.args.session.clone(),
             });
         };
@@ -444,9 +509,13 @@ impl Identity {
         };
         Ok(Identity {
             store_key: format!("{tenant}/{name}"),
+            tenant,
         })
     }
 }
+
+/// The tenant of a server over stdio: the parent process that owns it.
+const LOCAL_TENANT: &str = "local";
 
 /// 128 random bits, as hex: a name no other client can guess.
 fn fresh_session_name() -> Result<String, String> {
@@ -512,7 +581,8 @@ impl CodemodeServer {
                 identity
             }
         };
-        let open = shared.live_sessions().len();
+        let live = shared.live_sessions();
+        let open = live.len();
         if open >= shared.limits.max_sessions {
             return Err(ErrorData::internal_error(
                 format!(
@@ -523,6 +593,21 @@ impl CodemodeServer {
                 None,
             ));
         }
+        let yours = live
+            .iter()
+            .filter(|live| live.tenant == identity.tenant)
+            .count();
+        if yours >= shared.limits.max_sessions_per_tenant {
+            return Err(ErrorData::internal_error(
+                format!(
+                    "your tenant already has {yours} sessions, the --max-sessions-per-tenant \
+                     limit of {}; close one, or try again later",
+                    shared.limits.max_sessions_per_tenant
+                ),
+                None,
+            ));
+        }
+        drop(live);
         let mut config = shared.args.config();
         // A long-running server bounds what it buffers per cell (server output mode).
         config.output_mode = OutputMode::server();
@@ -538,6 +623,7 @@ impl CodemodeServer {
             .map_err(|error| ErrorData::internal_error(error.message, None))?;
         let live = Arc::new(LiveSession {
             session,
+            tenant: identity.tenant.clone(),
             last_used: std::sync::Mutex::new(Instant::now()),
         });
         shared
@@ -555,20 +641,32 @@ impl CodemodeServer {
         Ok(live)
     }
 
-    /// Refuses a new cell when the server runs its --max-cells limit of cells already.
-    fn check_cell_limit(&self) -> Result<(), ErrorData> {
-        let running: usize = self
-            .shared
-            .live_sessions()
+    /// Refuses a new cell when the server runs its --max-cells limit of cells already, or the
+    /// tenant its share.
+    fn check_cell_limit(&self, tenant: &str) -> Result<(), ErrorData> {
+        let live = self.shared.live_sessions();
+        let yours: usize = live
             .iter()
+            .filter(|live| live.tenant == tenant)
             .map(|live| live.session.active_cells())
             .sum();
+        let running: usize = live.iter().map(|live| live.session.active_cells()).sum();
         if running >= self.shared.limits.max_cells {
             return Err(ErrorData::internal_error(
                 format!(
                     "the server already runs {running} cells, its --max-cells limit of {}; wait \
                      for one to finish, or terminate one with wait {{\"terminate\": true}}",
                     self.shared.limits.max_cells
+                ),
+                None,
+            ));
+        }
+        if yours >= self.shared.limits.max_cells_per_tenant {
+            return Err(ErrorData::internal_error(
+                format!(
+                    "your tenant already runs {yours} cells, the --max-cells-per-tenant limit of \
+                     {}; wait for one to finish, or terminate one with wait {{\"terminate\": true}}",
+                    self.shared.limits.max_cells_per_tenant
                 ),
                 None,
             ));
@@ -592,7 +690,7 @@ impl CodemodeServer {
             .with_yield_time_ms(count_argument("exec", &arguments, "yield_time_ms")?)
             .with_max_output_tokens(count_argument("exec", &arguments, "max_output_tokens")?);
         let live = self.session(&context.extensions, &context.peer).await?;
-        self.check_cell_limit()?;
+        self.check_cell_limit(&live.tenant)?;
         let session = &live.session;
         let call_id = format!("mcp-{}", request_id_text(&context));
         let progress = Progress::start(&context, session, Watched::Call(call_id.clone()));

@@ -30,6 +30,10 @@ fn scratch(name: &str) -> PathBuf {
 fn server(folder: &Path, extra: &[&str]) -> ListeningServer {
     let tokens = folder.join("tokens");
     std::fs::write(&tokens, format!("alpha {ALPHA}\nbeta {BETA}\n")).unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&tokens, std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
     let config = folder.join("mcp.json");
     std::fs::write(
         &config,
@@ -383,4 +387,230 @@ fn http_without_a_token_refuses_to_start_and_says_how_to_set_one() {
         .unwrap();
     assert_eq!(weak.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&weak.stderr).contains("at least 16 characters"));
+}
+
+/// One raw HTTP request (`Connection: close`): its status, headers and body as text.
+fn raw_request(
+    url: &str,
+    method: &str,
+    headers: &[(&str, &str)],
+    body: Option<&Value>,
+) -> (u16, String) {
+    let address = url.trim_start_matches("http://").trim_end_matches("/mcp");
+    let body = body.map(Value::to_string).unwrap_or_default();
+    let mut request = format!(
+        "{method} /mcp HTTP/1.1\r\nHost: {address}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: {}\r\nConnection: close\r\n",
+        body.len()
+    );
+    for (name, value) in headers {
+        request.push_str(&format!("{name}: {value}\r\n"));
+    }
+    request.push_str("\r\n");
+    request.push_str(&body);
+    let mut stream = TcpStream::connect(address).unwrap();
+    stream
+        .set_read_timeout(Some(std::time::Duration::from_secs(30)))
+        .unwrap();
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut response = Vec::new();
+    let _ = stream.read_to_end(&mut response);
+    let response = String::from_utf8_lossy(&response).into_owned();
+    let status = response
+        .split_whitespace()
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or(0);
+    (status, response)
+}
+
+/// The value of header `name` in a raw response.
+fn header_of(response: &str, name: &str) -> Option<String> {
+    response.lines().find_map(|line| {
+        let (key, value) = line.split_once(':')?;
+        key.eq_ignore_ascii_case(name)
+            .then(|| value.trim().to_owned())
+    })
+}
+
+/// An MCP session opened with raw requests as `token`: its id.
+fn raw_session(url: &str, token: &str) -> String {
+    let bearer = format!("Bearer {token}");
+    let (status, response) = raw_request(
+        url,
+        "POST",
+        &[("Authorization", &bearer), ("X-Codemode-Session", "vault")],
+        Some(
+            &json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "raw", "version": "1"}}}),
+        ),
+    );
+    assert_eq!(status, 200, "{response}");
+    let session = header_of(&response, "mcp-session-id").expect("a session id");
+    let (status, response) = raw_request(
+        url,
+        "POST",
+        &[("Authorization", &bearer), ("Mcp-Session-Id", &session)],
+        Some(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"})),
+    );
+    assert_eq!(status, 202, "{response}");
+    session
+}
+
+fn raw_exec(url: &str, token: &str, session: &str, code: &str) -> (u16, String) {
+    raw_request(
+        url,
+        "POST",
+        &[
+            ("Authorization", &format!("Bearer {token}")),
+            ("Mcp-Session-Id", session),
+        ],
+        Some(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+            "params": {"name": "exec", "arguments": {"code": code}}})),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_tenants_session_id_gets_404_for_every_method_and_changes_nothing() {
+    let folder = scratch("session-binding");
+    let server = server(&folder, &[]);
+    let url = server.url().to_owned();
+    let session = raw_session(&url, ALPHA);
+    let (status, response) = raw_exec(
+        &url,
+        ALPHA,
+        &session,
+        r#"store("secret", "alpha's"); text("stored")"#,
+    );
+    assert!(status == 200 && response.contains("stored"), "{response}");
+    // Beta holds a valid token and alpha's session id: nothing runs, nothing is read.
+    let (status, response) = raw_exec(
+        &url,
+        BETA,
+        &session,
+        r#"await tools.demo__note({text: "intruder"}); text(load("secret"))"#,
+    );
+    assert_eq!(status, 404, "{response}");
+    assert!(!response.contains("alpha's"), "{response}");
+    let beta = format!("Bearer {BETA}");
+    for method in ["GET", "DELETE"] {
+        let (status, response) = raw_request(
+            &url,
+            method,
+            &[("Authorization", &beta), ("Mcp-Session-Id", &session)],
+            None,
+        );
+        assert_eq!(status, 404, "{method}: {response}");
+    }
+    assert!(notes(&folder).is_empty(), "{:?}", notes(&folder));
+    // Alpha's session is whole: its value is still there.
+    let (status, response) = raw_exec(&url, ALPHA, &session, r#"text(load("secret"))"#);
+    assert!(status == 200 && response.contains("alpha's"), "{response}");
+    // Its owner may end it.
+    let alpha = format!("Bearer {ALPHA}");
+    let (status, _) = raw_request(
+        &url,
+        "DELETE",
+        &[("Authorization", &alpha), ("Mcp-Session-Id", &session)],
+        None,
+    );
+    assert!((200..300).contains(&status), "{status}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_tenant_cannot_take_every_session_or_cell() {
+    let folder = scratch("tenant-limits");
+    // Two tenants: each may hold half of the server.
+    let server = server(
+        &folder,
+        &["--max-sessions", "4", "--max-cells", "2", "--demo-tools"],
+    );
+    let first = client(server.url(), ALPHA, Some("one")).await;
+    let running = exec(
+        &first,
+        "// @exec: {\"yield_time_ms\": 0}\nawait tools.sleep({ms: 60000});",
+    )
+    .await
+    .unwrap();
+    assert!(text_of(&running).starts_with("Script running"));
+    let refused = exec(&first, "text(1)").await.unwrap_err().to_string();
+    assert!(
+        refused.contains("--max-cells-per-tenant limit of 1"),
+        "{refused}"
+    );
+    // A second session of the same tenant opens (listing its tools opens it).
+    let second = client(server.url(), ALPHA, Some("two")).await;
+    within("list tools", second.list_all_tools())
+        .await
+        .expect("the tenant's second session opens");
+    let third = within(
+        "a third session",
+        ().serve(StreamableHttpClientTransport::from_config(
+            StreamableHttpClientTransportConfig::with_uri(server.url()).auth_header(ALPHA),
+        )),
+    )
+    .await;
+    match third {
+        Ok(third) => {
+            let refused = exec(&third, "text(1)").await.unwrap_err().to_string();
+            assert!(
+                refused.contains("--max-sessions-per-tenant limit of 2"),
+                "{refused}"
+            );
+        }
+        Err(error) => assert!(
+            error.to_string().contains("--max-sessions-per-tenant"),
+            "{error}"
+        ),
+    }
+    // The other tenant still gets its share.
+    let beta = client(server.url(), BETA, Some("one")).await;
+    assert_eq!(last_line(&beta, "text(6 * 7)").await, "42");
+    beta.cancel().await.unwrap();
+    first.cancel().await.unwrap();
+    second.cancel().await.unwrap();
+}
+
+#[test]
+fn a_client_that_sends_no_headers_is_cut_off_and_connections_are_capped() {
+    let folder = scratch("connections");
+    let server = server(
+        &folder,
+        &["--header-read-timeout-secs", "1", "--max-connections", "1"],
+    );
+    let address = server
+        .url()
+        .trim_start_matches("http://")
+        .trim_end_matches("/mcp")
+        .to_owned();
+    // A connection that never sends a byte is closed by the server.
+    let mut silent = TcpStream::connect(&address).unwrap();
+    silent
+        .set_read_timeout(Some(std::time::Duration::from_secs(30)))
+        .unwrap();
+    let mut buffer = Vec::new();
+    let read = silent.read_to_end(&mut buffer);
+    assert!(
+        read.is_ok(),
+        "the server closes the silent connection (a hang guard timed out instead: {read:?})"
+    );
+    // One connection at a time: while one is open, a second is not served; once it closes, the
+    // second is.
+    let held = TcpStream::connect(&address).unwrap();
+    let url = server.url().to_owned();
+    let (sender, answered) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = sender.send(raw_post(&url, &[]));
+    });
+    assert!(
+        answered
+            .recv_timeout(std::time::Duration::from_millis(300))
+            .is_err(),
+        "a second connection was served while the cap was reached"
+    );
+    drop(held);
+    let status = answered
+        .recv_timeout(std::time::Duration::from_secs(30))
+        .expect("served once the first connection closed");
+    assert_eq!(status, 401);
 }

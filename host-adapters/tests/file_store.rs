@@ -157,3 +157,26 @@ fn sigkill_during_commits_always_leaves_a_valid_committed_state() {
     );
     let _ = std::fs::remove_dir_all(&directory);
 }
+
+#[test]
+fn only_the_servers_user_can_read_the_store() {
+    use std::os::unix::fs::PermissionsExt;
+    let directory = fresh_directory("modes").join("nested");
+    let committed = fixture(&["commit", dir(&directory), "tenant-a", "secret", r#""s3""#]);
+    assert!(
+        committed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&committed.stderr)
+    );
+    let mode = |path: &Path| std::fs::metadata(path).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&directory), 0o700, "the store directory");
+    let files: Vec<PathBuf> = std::fs::read_dir(&directory)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .collect();
+    assert!(files.len() >= 2, "a document and its lock file: {files:?}");
+    for file in files {
+        assert_eq!(mode(&file), 0o600, "{}", file.display());
+    }
+    let _ = std::fs::remove_dir_all(directory.parent().unwrap());
+}

@@ -13,6 +13,7 @@
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::io::{ErrorKind, Write};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use async_trait::async_trait;
@@ -39,13 +40,20 @@ pub struct FileStore {
 impl FileStore {
     /// A store in `directory`, created if missing.
     pub fn open(directory: impl Into<PathBuf>) -> Result<Self, StoreError> {
+        use std::os::unix::fs::DirBuilderExt;
         let directory = directory.into();
-        std::fs::create_dir_all(&directory).map_err(|error| {
-            StoreError::new(format!(
-                "cannot create the store directory {}: {error}",
-                directory.display()
-            ))
-        })?;
+        // Only the server's user may list or read the documents: they hold every session's
+        // values.
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&directory)
+            .map_err(|error| {
+                StoreError::new(format!(
+                    "cannot create the store directory {}: {error}",
+                    directory.display()
+                ))
+            })?;
         Ok(FileStore { directory })
     }
 
@@ -107,6 +115,7 @@ impl FileStore {
             .create(true)
             .truncate(false)
             .write(true)
+            .mode(0o600)
             .open(&path)
             .map_err(|error| io_error("open the lock file", &path, error))?;
         // Released by the kernel if the process dies, and when `file` is dropped.
@@ -187,7 +196,12 @@ impl FileStore {
             std::process::id()
         ));
         let written = (|| {
-            let mut file = File::create(&temporary)?;
+            let mut file = OpenOptions::new()
+                .create(true)
+                .truncate(true)
+                .write(true)
+                .mode(0o600)
+                .open(&temporary)?;
             file.write_all(&bytes)?;
             file.sync_all()
         })();
