@@ -125,6 +125,7 @@ impl Engine for ScriptedEngine {
 async fn main() {
     let host = Arc::new(MapHost::default());
     let cell = CellStart {
+        tenant: None,
         call_id: "call-1".to_owned(),
         source: String::new(),
         enabled_tools: Vec::new(),

@@ -57,6 +57,7 @@ fn ms(duration: Duration) -> f64 {
 
 fn cell(source: &str) -> CellStart {
     CellStart {
+        tenant: None,
         call_id: "bench".into(),
         source: source.into(),
         enabled_tools: Vec::new(),

@@ -611,6 +611,8 @@ impl CodemodeServer {
         let mut config = shared.args.config();
         // A long-running server bounds what it buffers per cell (server output mode).
         config.output_mode = OutputMode::server();
+        // Cells of different tenants never share an engine process.
+        config.tenant = Some(identity.tenant.clone());
         let session = shared
             .args
             .open(

@@ -26,6 +26,7 @@ fn config() -> ProcessEngineConfig {
 
 fn cell(source: &str) -> CellStart {
     CellStart {
+        tenant: None,
         call_id: "call-1".into(),
         source: source.into(),
         enabled_tools: vec![ToolDefinition::function(ToolName::plain("echo"), "echo")],
@@ -263,7 +264,7 @@ fn the_engine_process_is_sandboxed() {
         "no seccomp filter in force:\n{status}"
     );
     for what in [Probe::OpenForWriting, Probe::Socket, Probe::Exec] {
-        let (allowed, detail) = engine.probe_sandbox(what).unwrap();
+        let (allowed, detail) = engine.probe_sandbox(what.clone()).unwrap();
         assert!(!allowed, "{what:?} was allowed");
         assert!(detail.contains("not permitted"), "{what:?}: {detail}");
     }
@@ -382,4 +383,128 @@ fn a_crash_names_the_fatal_error_the_engine_printed() {
         "the engine process running this cell crashed (Check failed: a test-only fatal error.; \
          killed by SIGABRT, a fatal error in the engine)"
     );
+}
+
+fn tenant_cell(tenant: &str, source: &str) -> CellStart {
+    let mut cell = cell(source);
+    cell.tenant = Some(tenant.to_owned());
+    cell
+}
+
+/// Waits until the cell has made its first tool call (so it is running in its process).
+fn until_tool_call(running: &mut Running) -> (String, Option<Value>) {
+    let deadline = std::time::Instant::now() + HANG_GUARD;
+    loop {
+        assert!(std::time::Instant::now() < deadline, "hung: no tool call");
+        match running.events.try_recv() {
+            Some(RuntimeEvent::ToolCall { id, input, .. }) => return (id, input),
+            Some(_) => {}
+            None => std::thread::sleep(Duration::from_millis(2)),
+        }
+    }
+}
+
+/// A cell that waits for one `echo` call, then says `word`.
+fn waiting(word: &str) -> String {
+    format!(r#"await tools.echo(1); text("{word}");"#)
+}
+
+impl Running {
+    /// Answers the tool call already taken from the events, then finishes.
+    fn answer_and_finish(self, id: String) -> Ended {
+        let _ = self.handles.commands.send(RuntimeCommand::ToolResponse {
+            id,
+            result: Value::Null,
+        });
+        self.finish()
+    }
+}
+
+#[test]
+fn cells_of_different_tenants_never_share_a_process() {
+    let engine = ProcessEngine::new(config().with_cells_per_process(16));
+    let mut first_a = start(&engine, tenant_cell("a", &waiting("a1")));
+    let call_a1 = until_tool_call(&mut first_a);
+    let mut only_b = start(&engine, tenant_cell("b", &waiting("b")));
+    let call_b = until_tool_call(&mut only_b);
+    let mut second_a = start(&engine, tenant_cell("a", &waiting("a2")));
+    let call_a2 = until_tool_call(&mut second_a);
+    assert!(
+        engine.process_ids().len() >= 2,
+        "{:?}",
+        engine.process_ids()
+    );
+    // The newest cell's process crashes: it takes tenant a's cells, and nothing of tenant b's.
+    engine.probe_sandbox(Probe::FatalError).unwrap();
+    let first_a = first_a.answer_and_finish(call_a1.0);
+    let second_a = second_a.answer_and_finish(call_a2.0);
+    let only_b = only_b.answer_and_finish(call_b.0);
+    assert!(error_of(&first_a).contains("crashed"), "{first_a:?}");
+    assert!(error_of(&second_a).contains("crashed"), "{second_a:?}");
+    assert_eq!(only_b.texts, ["b"], "{only_b:?}");
+    assert_eq!(only_b.result.map(|(_, error)| error), Some(None));
+}
+
+#[test]
+fn a_forged_or_oversized_frame_ends_its_process_and_reaches_no_cell() {
+    use codemode_engine_process::Forgery;
+    // The first cell of a fresh engine is number 1, the second number 2.
+    for (forgery, because) in [
+        (Forgery::EventForAnotherCell(1), "an event for cell 1"),
+        (Forgery::ResultForAnotherCell(1), "an event for cell 1"),
+        (
+            Forgery::OversizedToolCall(2),
+            "bytes where the limits allow",
+        ),
+        (Forgery::HugeHeader, "not valid"),
+    ] {
+        let engine = ProcessEngine::new(config());
+        let mut victim = start(&engine, tenant_cell("victim", &waiting("victim")));
+        let victim_call = until_tool_call(&mut victim);
+        let mut forger = start(&engine, tenant_cell("forger", &waiting("forger")));
+        let forger_call = until_tool_call(&mut forger);
+        engine.probe_sandbox(Probe::Forge(forgery.clone())).unwrap();
+        let forger = forger.answer_and_finish(forger_call.0);
+        let error = error_of(&forger);
+        assert!(
+            error.contains("was ended because") && error.contains(because),
+            "{forgery:?}: {error}"
+        );
+        // The victim saw nothing forged, and finishes as if nothing happened.
+        let victim = victim.answer_and_finish(victim_call.0);
+        assert_eq!(victim.texts, ["victim"], "{forgery:?}: {victim:?}");
+        let (writes, error) = victim.result.expect("completed");
+        assert_eq!(error, None, "{forgery:?}");
+        assert!(writes.is_empty(), "{forgery:?}: {writes:?}");
+    }
+}
+
+#[test]
+fn a_child_that_stops_reading_is_ended_and_holds_up_nothing_else() {
+    let engine = ProcessEngine::new(
+        config()
+            .with_cells_per_process(2)
+            .with_stall_deadline(Duration::from_millis(500)),
+    );
+    let mut wedged = start(&engine, tenant_cell("wedged", &waiting("never")));
+    let _ = until_tool_call(&mut wedged);
+    engine.probe_sandbox(Probe::StopReading).unwrap();
+    // A start of 3 MiB for the wedged process fills its channel; it is queued, not written
+    // by the caller, so the start returns.
+    let big = format!("// {}\ntext(1);", "x".repeat(3 << 20));
+    let stuffed = start(&engine, tenant_cell("wedged", &big));
+    // Meanwhile other tenants' cells run as usual.
+    for round in 0..3 {
+        let ended = start(
+            &engine,
+            tenant_cell("other", &format!("text('ok {round}')")),
+        )
+        .finish();
+        assert_eq!(ended.texts, [format!("ok {round}")]);
+    }
+    for running in [wedged, stuffed] {
+        let ended = running.finish();
+        let error = error_of(&ended);
+        assert!(error.contains("stopped reading its channel"), "{ended:?}");
+    }
 }

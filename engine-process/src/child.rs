@@ -15,7 +15,14 @@ use std::time::{Duration, Instant};
 
 use codemode_engine::{Engine, EngineHandles, EventSender, RuntimeEvent};
 
-use crate::wire::{self, CellNumber, ChildSettings, HardStopKind, Probe, ToChild, ToParent};
+#[cfg(feature = "test-hooks")]
+use crate::wire::Probe;
+use crate::wire::{self, CellNumber, ChildSettings, HardStopKind, ToChild, ToParent, WIRE_VERSION};
+
+/// A test-only attack run by native code of the engine host inside the sandbox (builds with the
+/// `test-hooks` feature): `(attack, target)` to `Ok(what happened)` if it succeeded, `Err(why
+/// not)` if it was refused.
+pub type NativeProbe = fn(&str, &str) -> Result<String, String>;
 
 /// The channel's writing end, shared by the runtime threads, the writer thread and [`hard_stop`].
 static WRITER: OnceLock<Mutex<Writer>> = OnceLock::new();
@@ -47,6 +54,19 @@ pub use crate::wire::ChildSettings as Settings;
 pub fn serve(
     make_engine: impl FnOnce(&ChildSettings) -> Result<Box<dyn Engine>, String>,
 ) -> std::process::ExitCode {
+    serve_with_probe(make_engine, None)
+}
+
+/// [`serve`], with a native attack probe that test builds run on request (see [`NativeProbe`]);
+/// without the `test-hooks` feature the probe is never called.
+pub fn serve_with_probe(
+    make_engine: impl FnOnce(&ChildSettings) -> Result<Box<dyn Engine>, String>,
+    native_probe: Option<NativeProbe>,
+) -> std::process::ExitCode {
+    #[cfg(not(feature = "test-hooks"))]
+    let _ = native_probe;
+    #[cfg(feature = "test-hooks")]
+    let _ = NATIVE_PROBE.set(native_probe);
     match run(make_engine) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(error) => {
@@ -89,10 +109,31 @@ fn run(
         .map_err(|error| format!("cannot start the writer thread: {error}"))?;
     // Buffered: a frame's header and body come in one read.
     let mut reader = std::io::BufReader::with_capacity(64 * 1024, channel);
-    let settings = match wire::read::<ToChild>(&mut reader) {
-        Ok(Some(ToChild::Settings(settings))) => settings,
+    // The settings are read as plain JSON first: a parent of another version may send them in
+    // another shape, and must be told so, not answered with a parse error.
+    let settings = match wire::read::<serde_json::Value>(&mut reader) {
+        Ok(Some(first)) => {
+            let version = first
+                .pointer("/Settings/wire_version")
+                .and_then(serde_json::Value::as_u64);
+            if version != Some(u64::from(WIRE_VERSION)) {
+                let error = format!(
+                    "this engine host speaks version {WIRE_VERSION} of the engine-process \
+                     protocol and the parent {}; run engine processes from the same build",
+                    version.map_or("another".to_owned(), |version| version.to_string())
+                );
+                send(ToParent::Failed {
+                    error: error.clone(),
+                });
+                return Err(error);
+            }
+            match serde_json::from_value::<ToChild>(first) {
+                Ok(ToChild::Settings(settings)) => settings,
+                Ok(other) => return Err(format!("expected the settings first, got {other:?}")),
+                Err(error) => return Err(format!("cannot read the settings: {error}")),
+            }
+        }
         Ok(None) => return Ok(()),
-        Ok(Some(other)) => return Err(format!("expected the settings first, got {other:?}")),
         Err(error) => return Err(format!("cannot read the settings: {error}")),
     };
     let engine = match make_engine(&settings) {
@@ -112,6 +153,7 @@ fn run(
     }
     send(ToParent::Ready {
         engine: engine.describe(),
+        wire_version: WIRE_VERSION,
     });
     // A cell's slot is reserved before it starts and holds its handles once `start` returns;
     // the slot goes when the cell's events end (which may be before `start` returns).
@@ -135,7 +177,10 @@ fn run(
                 // through another thread; a full channel blocks the cell (back-pressure).
                 let events = EventSender::forward(move |event| {
                     let _end = &end;
-                    send(ToParent::Event { cell, event });
+                    send(ToParent::Event {
+                        cell,
+                        event: within_wire_limits(event),
+                    });
                     Ok(())
                 });
                 // Held until the start's outcome is sent, so that a failed start is reported
@@ -169,10 +214,19 @@ fn run(
                     handles.terminate.terminate();
                 }
             }
+            #[cfg(feature = "test-hooks")]
             ToChild::Probe { what } if settings.test_hooks => {
-                let (allowed, detail) = probe(what);
-                send(ToParent::ProbeResult { allowed, detail });
+                if what == Probe::StopReading {
+                    // A wedged child: alive, never reading again.
+                    loop {
+                        std::thread::park();
+                    }
+                }
+                if let Some((allowed, detail)) = probe(what) {
+                    send(ToParent::ProbeResult { allowed, detail });
+                }
             }
+            #[cfg(feature = "test-hooks")]
             ToChild::Probe { .. } => {}
         }
     }
@@ -317,9 +371,100 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-/// Tries what `what` names, for tests of the sandbox.
-fn probe(what: Probe) -> (bool, String) {
+/// An event as the wire carries it: an error text past [`wire::MAX_ERROR_TEXT_BYTES`] is cut,
+/// and an output item past [`wire::MAX_CONTENT_ITEM_BYTES`] is replaced by a notice (the
+/// parent's output budgets would omit it; the parent ends a child that sends more).
+fn within_wire_limits(event: RuntimeEvent) -> RuntimeEvent {
+    match event {
+        RuntimeEvent::ContentItem(item) if item.payload_len() > wire::MAX_CONTENT_ITEM_BYTES => {
+            RuntimeEvent::ContentItem(codemode_protocol::OutputItem::text(format!(
+                "[an output item of {} bytes was omitted: one item may hold at most {} MiB]",
+                item.payload_len(),
+                wire::MAX_CONTENT_ITEM_BYTES >> 20
+            )))
+        }
+        RuntimeEvent::Result {
+            stored_value_writes,
+            error_text: Some(text),
+        } if text.len() > wire::MAX_ERROR_TEXT_BYTES => {
+            let mut end = wire::MAX_ERROR_TEXT_BYTES;
+            while !text.is_char_boundary(end) {
+                end -= 1;
+            }
+            RuntimeEvent::Result {
+                stored_value_writes,
+                error_text: Some(format!(
+                    "{}… [the error text was cut at {} KiB]",
+                    &text[..end],
+                    wire::MAX_ERROR_TEXT_BYTES >> 10
+                )),
+            }
+        }
+        other => other,
+    }
+}
+
+/// The native probe of the engine host, if it gave one.
+#[cfg(feature = "test-hooks")]
+static NATIVE_PROBE: OnceLock<Option<NativeProbe>> = OnceLock::new();
+
+/// Tries what `what` names, for tests of the walls: whether it was allowed and what happened,
+/// or `None` when nothing answers (the process crashes, or the parent ends it).
+#[cfg(feature = "test-hooks")]
+fn probe(what: Probe) -> Option<(bool, String)> {
+    use crate::wire::Forgery;
     let outcome = match what {
+        Probe::Native { attack, target } => {
+            let Some(Some(native)) = NATIVE_PROBE.get() else {
+                return Some((false, "this engine host has no native probe".to_owned()));
+            };
+            return Some(match native(&attack, &target) {
+                Ok(detail) => (true, detail),
+                Err(detail) => (false, detail),
+            });
+        }
+        Probe::Forge(forgery) => {
+            let forged = match forgery {
+                Forgery::EventForAnotherCell(cell) => ToParent::Event {
+                    cell,
+                    event: RuntimeEvent::ContentItem(codemode_protocol::OutputItem::text(
+                        "forged output",
+                    )),
+                },
+                Forgery::ResultForAnotherCell(cell) => ToParent::Event {
+                    cell,
+                    event: RuntimeEvent::Result {
+                        stored_value_writes: HashMap::from([(
+                            "forged".to_owned(),
+                            serde_json::Value::from(true),
+                        )]),
+                        error_text: None,
+                    },
+                },
+                Forgery::OversizedToolCall(cell) => ToParent::Event {
+                    cell,
+                    event: RuntimeEvent::ToolCall {
+                        id: "tool-forged".to_owned(),
+                        name: codemode_protocol::ToolName::plain("echo"),
+                        kind: codemode_protocol::ToolKind::Function,
+                        input: Some(serde_json::Value::String(
+                            "x".repeat(7 * codemode_protocol::limits::MAX_TOOL_INPUT_BYTES),
+                        )),
+                    },
+                },
+                Forgery::HugeHeader => {
+                    if let Some(writer) = WRITER.get() {
+                        let _ = lock(writer).stream.write_all(&u32::MAX.to_le_bytes());
+                    }
+                    return None;
+                }
+            };
+            if let (Ok(frame), Some(writer)) = (wire::encode(&forged), WRITER.get()) {
+                let _ = lock(writer).stream.write_all(&frame);
+            }
+            return None;
+        }
+        Probe::StopReading => return None,
         Probe::OpenForWriting => std::fs::OpenOptions::new()
             .write(true)
             .create(true)
@@ -335,10 +480,10 @@ fn probe(what: Probe) -> (bool, String) {
             std::process::abort()
         }
     };
-    match outcome {
+    Some(match outcome {
         Ok(()) => (true, "allowed".to_owned()),
         Err(error) => (false, error.to_string()),
-    }
+    })
 }
 
 #[cfg(test)]

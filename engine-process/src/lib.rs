@@ -52,10 +52,16 @@ use std::time::Duration;
 use codemode_engine::{CellStart, Engine, EngineError, EngineHandles, EventSender};
 use codemode_protocol::limits::DEFAULT_HEAP_LIMIT_BYTES;
 
-pub use crate::wire::{HardStopKind, Probe};
+pub use crate::wire::HardStopKind;
+#[cfg(feature = "test-hooks")]
+pub use crate::wire::{Forgery, Probe};
 
 /// How long a cell may go on after it was asked to stop before its process is killed.
 pub const DEFAULT_HARD_STOP_GRACE: Duration = Duration::from_millis(100);
+
+/// How long a child may leave its channel unread, with messages waiting for it, before it is
+/// ended.
+pub const DEFAULT_STALL_DEADLINE: Duration = Duration::from_secs(10);
 
 /// How many live cells one engine process hosts by default.
 pub const DEFAULT_CELLS_PER_PROCESS: usize = 16;
@@ -78,6 +84,9 @@ pub struct ProcessEngineConfig {
     pub spare_processes: usize,
     /// How long a cell asked to stop may go on before its process is killed.
     pub hard_stop_grace: Duration,
+    /// How long a process may leave its channel unread, with messages waiting for it, before it
+    /// is ended (its cells fail; nothing else waits for it).
+    pub stall_deadline: Duration,
     /// The most memory a process may map for data (`RLIMIT_DATA`); `None`: cells per process
     /// times the warm heap limit, times two, plus 1 GiB for the engine itself.
     pub memory_ceiling_bytes: Option<u64>,
@@ -87,7 +96,8 @@ pub struct ProcessEngineConfig {
     pub warm_heap_limit_bytes: usize,
     /// How many runtimes each process keeps warm.
     pub warm_runtimes: usize,
-    /// Test hooks in the child (sandbox probes). Never for real cells.
+    /// Test hooks in the child (probes, forged frames). Only builds with the `test-hooks` feature
+    /// have them; never for real cells.
     #[doc(hidden)]
     pub test_hooks: bool,
 }
@@ -114,6 +124,7 @@ impl ProcessEngineConfig {
             cells_per_process_lifetime: 1000,
             spare_processes: 1,
             hard_stop_grace: DEFAULT_HARD_STOP_GRACE,
+            stall_deadline: DEFAULT_STALL_DEADLINE,
             memory_ceiling_bytes: None,
             seccomp: true,
             warm_heap_limit_bytes: DEFAULT_HEAP_LIMIT_BYTES,
@@ -152,6 +163,12 @@ impl ProcessEngineConfig {
         self
     }
 
+    /// With another deadline for a process that stops reading its channel.
+    pub fn with_stall_deadline(mut self, deadline: Duration) -> Self {
+        self.stall_deadline = deadline;
+        self
+    }
+
     /// With another memory ceiling per process.
     pub fn with_memory_ceiling_bytes(mut self, bytes: Option<u64>) -> Self {
         self.memory_ceiling_bytes = bytes;
@@ -173,6 +190,7 @@ impl ProcessEngineConfig {
 
     /// With the child's test hooks on.
     #[doc(hidden)]
+    #[cfg(feature = "test-hooks")]
     pub fn with_test_hooks(mut self) -> Self {
         self.test_hooks = true;
         self
@@ -217,6 +235,7 @@ impl ProcessEngine {
     /// Asks the engine process hosting the most recent cell to try `what`, which its sandbox
     /// should forbid; returns whether it was allowed and what happened. Only with test hooks.
     #[doc(hidden)]
+    #[cfg(feature = "test-hooks")]
     pub fn probe_sandbox(&self, what: Probe) -> Result<(bool, String), EngineError> {
         self.pool.probe(what)
     }

@@ -5,13 +5,13 @@
 //! end is handled is [`EngineProcess::ended`], called once by its reader thread when the channel
 //! closes.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::io::Write;
 use std::os::unix::net::UnixStream;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::SendError;
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::Duration;
 
 use codemode_engine::{
@@ -20,12 +20,24 @@ use codemode_engine::{
 };
 
 use crate::ProcessEngineConfig;
+#[cfg(feature = "test-hooks")]
+use crate::wire::Probe;
 use crate::wire::{
-    self, CellNumber, ChildSettings, HardStopKind, Probe, ToChild, ToParent, WireStart,
+    self, CellNumber, ChildSettings, HardStopKind, ToChild, ToParent, WIRE_VERSION, WireStart,
 };
 
 /// How long a new process may take to say it is ready.
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The most bytes waiting to be written to one process; past it the process is taken to have
+/// stopped reading.
+const MAX_OUTBOX_BYTES: usize = 512 * 1024 * 1024;
+
+/// The most messages waiting to be written to one process.
+const MAX_OUTBOX_FRAMES: usize = 16 * 1024;
+
+/// Whose cells a process holds: bound when its first cell is placed, never changed.
+type Tenant = Option<String>;
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex
@@ -41,6 +53,7 @@ pub(crate) struct Pool {
     next_cell: AtomicU64,
     engine: OnceLock<String>,
     /// Where the answer to a sandbox probe goes.
+    #[cfg(feature = "test-hooks")]
     probe_answer: Mutex<Option<std::sync::mpsc::Sender<(bool, String)>>>,
     myself: Weak<Pool>,
 }
@@ -64,6 +77,7 @@ impl Pool {
             processes: Mutex::default(),
             next_cell: AtomicU64::new(1),
             engine: OnceLock::new(),
+            #[cfg(feature = "test-hooks")]
             probe_answer: Mutex::new(None),
             myself: myself.clone(),
         });
@@ -92,6 +106,7 @@ impl Pool {
             .collect()
     }
 
+    #[cfg(feature = "test-hooks")]
     pub(crate) fn probe(&self, what: Probe) -> Result<(bool, String), EngineError> {
         let process = lock(&self.processes)
             .latest
@@ -100,8 +115,12 @@ impl Pool {
             .ok_or_else(|| EngineError::Unavailable("no engine process has run a cell".into()))?;
         let (sender, receiver) = std::sync::mpsc::channel();
         *lock(&self.probe_answer) = Some(sender);
+        let answered = !matches!(
+            what,
+            Probe::FatalError | Probe::Forge(_) | Probe::StopReading
+        );
         process.send(&ToChild::Probe { what })?;
-        if what == Probe::FatalError {
+        if !answered {
             return Ok((true, "sent".to_owned()));
         }
         receiver.recv_timeout(Duration::from_secs(30)).map_err(|_| {
@@ -115,6 +134,7 @@ impl Pool {
         events: EventSender,
     ) -> Result<EngineHandles, EngineError> {
         let number = self.next_cell.fetch_add(1, Ordering::Relaxed);
+        let tenant = cell.tenant.clone();
         let heap_limit_bytes = cell.limits.heap_limit_bytes;
         let cpu_time_limit = cell.limits.cpu_time_limit;
         let (call_id, start) = WireStart::from_start(cell);
@@ -132,7 +152,7 @@ impl Pool {
         let mut attempts = 0;
         let process = loop {
             attempts += 1;
-            let process = self.place()?;
+            let process = self.place(&tenant)?;
             lock(&process.state).cells.insert(
                 number,
                 CellSlot {
@@ -143,7 +163,7 @@ impl Pool {
                     terminating: false,
                 },
             );
-            match process.send_frame(&frame) {
+            match process.send_frame(frame.clone()) {
                 Ok(()) => break process,
                 Err(error) => {
                     {
@@ -199,20 +219,21 @@ impl Pool {
         })
     }
 
-    /// A process with room for one more cell, counted as placed: an active one, else a spare,
-    /// else one started now.
-    fn place(&self) -> Result<Arc<EngineProcess>, EngineError> {
+    /// A process of `tenant` with room for one more cell, counted as placed: an active one, else
+    /// a spare (bound to the tenant from now on), else one started now. A process never holds
+    /// cells of two tenants: a cell that takes its process over reaches only its own tenant's.
+    fn place(&self, tenant: &Tenant) -> Result<Arc<EngineProcess>, EngineError> {
         let mut processes = lock(&self.processes);
         processes.active.retain(|process| process.alive());
         processes.spares.retain(|process| process.alive());
         let found = processes
             .active
             .iter()
-            .find(|process| process.take_place(&self.config))
+            .find(|process| process.take_place(&self.config, tenant))
             .cloned();
         let process = match found {
             Some(process) => process,
-            None => match pop_usable_spare(&mut processes.spares, &self.config) {
+            None => match pop_usable_spare(&mut processes.spares, &self.config, tenant) {
                 Some(spare) => {
                     processes.active.push(Arc::clone(&spare));
                     drop(processes);
@@ -224,7 +245,7 @@ impl Pool {
                     drop(processes);
                     // A burst outran the spares: this start pays for a process.
                     let process = self.spawn()?;
-                    process.take_place(&self.config);
+                    process.take_place(&self.config, tenant);
                     processes = lock(&self.processes);
                     processes.active.push(Arc::clone(&process));
                     drop(processes);
@@ -328,6 +349,7 @@ impl Pool {
         };
         let mut writer = parent_end;
         let settings = ChildSettings {
+            wire_version: WIRE_VERSION,
             warm_heap_limit_bytes: self.config.warm_heap_limit_bytes,
             warm_runtimes: self.config.warm_runtimes,
             memory_ceiling_bytes: Some(self.config.memory_ceiling()),
@@ -359,8 +381,22 @@ impl Pool {
             ));
         }
         let _ = reader.set_read_timeout(Some(READY_TIMEOUT));
-        let engine = match wire::read::<ToParent>(&mut reader) {
-            Ok(Some(ToParent::Ready { engine })) => engine,
+        let engine = match wire::read_bounded::<ToParent>(&mut reader, wire::MAX_CHILD_FRAME_BYTES)
+            .map(|frame| frame.map(|(message, _)| message))
+        {
+            Ok(Some(ToParent::Ready {
+                engine,
+                wire_version,
+            })) if wire_version == WIRE_VERSION => engine,
+            Ok(Some(ToParent::Ready { wire_version, .. })) => {
+                return Err(failed(
+                    &mut child,
+                    format!(
+                        "it speaks version {wire_version} of the engine-process protocol and this \
+                         program version {WIRE_VERSION}; run engine processes from the same build"
+                    ),
+                ));
+            }
             Ok(Some(ToParent::Failed { error })) => return Err(failed(&mut child, error)),
             Ok(Some(other)) => {
                 return Err(failed(
@@ -373,15 +409,29 @@ impl Pool {
             Err(error) => return Err(failed(&mut child, format!("no answer ({error})"))),
         };
         let _ = reader.set_read_timeout(None);
+        // A child that stops reading makes a write wait past this, and is ended.
+        let _ = writer.set_write_timeout(Some(self.config.stall_deadline));
         let _ = self.engine.set(engine);
         let process = Arc::new(EngineProcess {
             pid,
-            writer: Mutex::new(writer),
+            outbox: Mutex::new(Outbox::default()),
+            outbox_ready: Condvar::new(),
             state: Mutex::new(ProcessState::default()),
             child: Mutex::new(Some(child)),
             output_readers: Mutex::new(readers),
             fatal_line,
         });
+        let writing = Arc::clone(&process);
+        let stall_deadline = self.config.stall_deadline;
+        if let Err(error) = std::thread::Builder::new()
+            .name(format!("codemode-engine-{pid}-writer"))
+            .spawn(move || writing.write_until_closed(writer, stall_deadline))
+        {
+            process.kill();
+            return Err(unavailable(format!(
+                "cannot start the writer of an engine process: {error}"
+            )));
+        }
         let reading = Arc::clone(&process);
         let pool = self.myself.clone();
         std::thread::Builder::new()
@@ -396,16 +446,23 @@ impl Pool {
         Ok(process)
     }
 
-    /// `process` has no cells left: retire it if the pool has enough idle ones without it.
+    /// `process` has no cells left: retire it if its tenant has another idle process, or the
+    /// pool has enough idle ones without it.
     fn idle(&self, process: &Arc<EngineProcess>) {
         let mut processes = lock(&self.processes);
-        let idle_active = processes
+        let tenant = lock(&process.state).tenant.clone();
+        let idle: Vec<Option<Tenant>> = processes
             .active
             .iter()
-            .filter(|other| other.alive() && lock(&other.state).cells.is_empty())
-            .count();
+            .filter(|other| other.alive() && !Arc::ptr_eq(other, process))
+            .filter_map(|other| {
+                let state = lock(&other.state);
+                state.cells.is_empty().then(|| state.tenant.clone())
+            })
+            .collect();
         let retired = lock(&process.state).retired;
-        if retired || idle_active > 1 {
+        let twin = idle.contains(&tenant);
+        if retired || twin || idle.len() >= MAX_IDLE_PROCESSES {
             processes
                 .active
                 .retain(|other| !Arc::ptr_eq(other, process));
@@ -414,6 +471,7 @@ impl Pool {
         }
     }
 
+    #[cfg(feature = "test-hooks")]
     fn answer_probe(&self, allowed: bool, detail: String) {
         if let Some(sender) = lock(&self.probe_answer).take() {
             let _ = sender.send((allowed, detail));
@@ -430,13 +488,18 @@ impl Drop for Pool {
     }
 }
 
-/// The newest spare that can take a cell, counted as placed; spares that cannot are dropped.
+/// How many processes with no cells are kept (each bound to its tenant) besides the spares.
+const MAX_IDLE_PROCESSES: usize = 4;
+
+/// The newest spare that can take a cell of `tenant`, counted as placed; spares that cannot are
+/// dropped.
 fn pop_usable_spare(
     spares: &mut Vec<Arc<EngineProcess>>,
     config: &ProcessEngineConfig,
+    tenant: &Tenant,
 ) -> Option<Arc<EngineProcess>> {
     while let Some(spare) = spares.pop() {
-        if spare.take_place(config) {
+        if spare.take_place(config, tenant) {
             return Some(spare);
         }
     }
@@ -447,7 +510,10 @@ fn pop_usable_spare(
 #[derive(Debug)]
 struct EngineProcess {
     pid: u32,
-    writer: Mutex<UnixStream>,
+    /// What waits to be written to the child, by its writer thread: no thread of the server ever
+    /// blocks on a child that does not read.
+    outbox: Mutex<Outbox>,
+    outbox_ready: Condvar,
     state: Mutex<ProcessState>,
     /// `None` once reaped.
     child: Mutex<Option<Child>>,
@@ -457,8 +523,21 @@ struct EngineProcess {
     fatal_line: crate::log::FatalLine,
 }
 
+/// The frames waiting for a process's writer thread.
+#[derive(Debug, Default)]
+struct Outbox {
+    frames: VecDeque<Vec<u8>>,
+    bytes: usize,
+    /// Write what waits, then end the channel.
+    closing: bool,
+    /// The process is gone or being ended: nothing more is written.
+    stopped: bool,
+}
+
 #[derive(Debug, Default)]
 struct ProcessState {
+    /// Whose cells it holds: `None` until its first cell is placed.
+    tenant: Option<Tenant>,
     cells: HashMap<CellNumber, CellSlot>,
     /// Cells placed over the process's life.
     hosted: usize,
@@ -470,6 +549,9 @@ struct ProcessState {
     hard_stop: Option<(Option<CellNumber>, HardStopKind, String)>,
     /// The cell whose stop the parent enforced by killing the process.
     killed_for: Option<CellNumber>,
+    /// Why the parent ended the process for misbehaving: a frame it did not ask for or that
+    /// breaks a limit, or a channel it stopped reading.
+    misbehaved: Option<String>,
 }
 
 #[derive(Debug)]
@@ -491,11 +573,17 @@ impl EngineProcess {
         lock(&self.state).cells.contains_key(&cell)
     }
 
-    /// Counts one more cell placed here if there is room.
-    fn take_place(&self, config: &ProcessEngineConfig) -> bool {
+    /// Counts one more cell of `tenant` placed here if there is room and the process is that
+    /// tenant's (or no one's yet).
+    fn take_place(&self, config: &ProcessEngineConfig, tenant: &Tenant) -> bool {
         let mut state = lock(&self.state);
         if state.ended || state.retired || state.cells.len() >= config.cells_per_process {
             return false;
+        }
+        match &state.tenant {
+            Some(owner) if owner != tenant => return false,
+            Some(_) => {}
+            None => state.tenant = Some(tenant.clone()),
         }
         state.hosted += 1;
         if state.hosted >= config.cells_per_process_lifetime {
@@ -508,18 +596,96 @@ impl EngineProcess {
         let frame = wire::encode(message).map_err(|error| {
             EngineError::Unavailable(format!("cannot encode for the engine process: {error}"))
         })?;
-        self.send_frame(&frame)
+        self.send_frame(frame)
     }
 
-    fn send_frame(&self, frame: &[u8]) -> Result<(), EngineError> {
-        lock(&self.writer).write_all(frame).map_err(|error| {
-            EngineError::Unavailable(format!("the engine process is gone: {error}"))
-        })
+    /// Queues `frame` for the writer thread; never blocks.
+    fn send_frame(&self, frame: Vec<u8>) -> Result<(), EngineError> {
+        let mut outbox = lock(&self.outbox);
+        if outbox.stopped || outbox.closing {
+            return Err(EngineError::Unavailable(
+                "the engine process is gone".to_owned(),
+            ));
+        }
+        if outbox.frames.len() >= MAX_OUTBOX_FRAMES
+            || outbox.bytes.saturating_add(frame.len()) > MAX_OUTBOX_BYTES
+        {
+            let waiting = outbox.bytes;
+            drop(outbox);
+            self.misbehaved(format!(
+                "it stopped reading its channel ({waiting} bytes waited to be written to it)"
+            ));
+            return Err(EngineError::Unavailable(
+                "the engine process stopped reading".to_owned(),
+            ));
+        }
+        outbox.bytes += frame.len();
+        outbox.frames.push_back(frame);
+        drop(outbox);
+        self.outbox_ready.notify_one();
+        Ok(())
     }
 
-    /// Ends the channel: the child ends once it reads to the end.
+    /// Ends the channel once what waits is written: the child ends once it reads to the end.
     fn close(&self) {
-        let _ = lock(&self.writer).shutdown(std::net::Shutdown::Write);
+        lock(&self.outbox).closing = true;
+        self.outbox_ready.notify_one();
+    }
+
+    /// The writer thread: writes what the outbox holds, in order, until the channel closes or
+    /// the process ends. A write that waits past `stall_deadline` ends the process.
+    fn write_until_closed(self: Arc<Self>, mut writer: UnixStream, stall_deadline: Duration) {
+        loop {
+            let frame = {
+                let mut outbox = lock(&self.outbox);
+                loop {
+                    if outbox.stopped {
+                        return;
+                    }
+                    if let Some(frame) = outbox.frames.pop_front() {
+                        outbox.bytes -= frame.len();
+                        break frame;
+                    }
+                    if outbox.closing {
+                        let _ = writer.shutdown(std::net::Shutdown::Write);
+                        return;
+                    }
+                    outbox = self
+                        .outbox_ready
+                        .wait(outbox)
+                        .unwrap_or_else(|poisoned| poisoned.into_inner());
+                }
+            };
+            if let Err(error) = writer.write_all(&frame) {
+                if matches!(
+                    error.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) {
+                    self.misbehaved(format!(
+                        "it stopped reading its channel for {} ms",
+                        stall_deadline.as_millis()
+                    ));
+                }
+                lock(&self.outbox).stopped = true;
+                return;
+            }
+        }
+    }
+
+    /// Ends the process for misbehaving: what it sends from now on is not read, and its cells
+    /// fail with `why`.
+    fn misbehaved(&self, why: String) {
+        {
+            let mut state = lock(&self.state);
+            if state.ended {
+                return;
+            }
+            state.misbehaved.get_or_insert(why.clone());
+        }
+        lock(&self.outbox).stopped = true;
+        self.outbox_ready.notify_one();
+        tracing::error!(pid = self.pid, reason = %why, "ending an engine process that misbehaved");
+        self.kill();
     }
 
     fn kill(&self) {
@@ -548,14 +714,26 @@ impl EngineProcess {
         // Buffered: a frame's header and body come in one read.
         let mut reader = std::io::BufReader::with_capacity(64 * 1024, reader);
         loop {
-            let message = match wire::read::<ToParent>(&mut reader) {
-                Ok(Some(message)) => message,
+            let (message, length) = match wire::read_bounded::<ToParent>(
+                &mut reader,
+                wire::MAX_CHILD_FRAME_BYTES,
+            ) {
+                Ok(Some(frame)) => frame,
                 Ok(None) => break,
+                Err(error) if error.kind() == std::io::ErrorKind::InvalidData => {
+                    self.misbehaved(format!("it sent a frame that is not valid: {error}"));
+                    break;
+                }
                 Err(error) => {
                     tracing::error!(pid = self.pid, %error, "the channel of an engine process broke");
                     break;
                 }
             };
+            if let Err(why) = self.check(&message, length) {
+                // Nothing of a misbehaving process reaches a session from here on.
+                self.misbehaved(why);
+                break;
+            }
             match message {
                 ToParent::Event { cell, mut event } => {
                     let events = {
@@ -597,6 +775,7 @@ impl EngineProcess {
                 } => {
                     lock(&self.state).hard_stop = Some((cell, reason, message));
                 }
+                #[cfg(feature = "test-hooks")]
                 ToParent::ProbeResult { allowed, detail } => {
                     if let Some(pool) = pool.upgrade() {
                         pool.answer_probe(allowed, detail);
@@ -608,6 +787,37 @@ impl EngineProcess {
         self.ended();
     }
 
+    /// Checks a frame from the child against what the parent sent it: a cell it hosts, within
+    /// the limits of what such a frame may carry. The child is hostile native code once it has
+    /// run a cell; an error ends it.
+    fn check(&self, message: &ToParent, length: usize) -> Result<(), String> {
+        let hosts = |cell: &CellNumber| lock(&self.state).cells.contains_key(cell);
+        match message {
+            ToParent::Event { cell, event } => {
+                if !hosts(cell) {
+                    return Err(format!(
+                        "it sent an event for cell {cell}, which it does not host"
+                    ));
+                }
+                if let Some(limit) = wire::event_frame_limit(event)
+                    && length > limit
+                {
+                    return Err(format!(
+                        "it sent an event of {length} bytes where the limits allow {limit}"
+                    ));
+                }
+                Ok(())
+            }
+            ToParent::Ended { cell } | ToParent::StartFailed { cell, .. } if !hosts(cell) => {
+                Err(format!("it said cell {cell} ended, which it does not host"))
+            }
+            ToParent::Ready { .. } | ToParent::Failed { .. } => {
+                Err("it said it was ready a second time".to_owned())
+            }
+            _ => Ok(()),
+        }
+    }
+
     /// The channel closed: reap the process and end each of its cells as its fate says.
     fn ended(&self) {
         // Nothing more comes from it; make sure it is gone before it is reaped.
@@ -615,15 +825,18 @@ impl EngineProcess {
         let status = lock(&self.child)
             .take()
             .and_then(|mut child| child.wait().ok());
-        let (cells, hard_stop, killed_for) = {
+        let (cells, hard_stop, killed_for, misbehaved) = {
             let mut state = lock(&self.state);
             state.ended = true;
             (
                 std::mem::take(&mut state.cells),
                 state.hard_stop.take(),
                 state.killed_for,
+                state.misbehaved.take(),
             )
         };
+        lock(&self.outbox).stopped = true;
+        self.outbox_ready.notify_one();
         // The process is gone, so its pipes close and the readers end: whatever it printed last
         // has been read.
         for reader in std::mem::take(&mut *lock(&self.output_readers)) {
@@ -652,6 +865,12 @@ impl EngineProcess {
                 continue;
             }
             let error = match &hard_stop {
+                _ if misbehaved.is_some() => format!(
+                    "the engine process running this cell was ended because {}; the cell's \
+                     output so far is kept and its stored values were not saved; run the cell \
+                     again",
+                    misbehaved.as_deref().unwrap_or_default()
+                ),
                 Some((Some(cell), HardStopKind::HeapLimit, _)) if *cell == number => {
                     codemode_engine::heap_limit_error(slot.heap_limit_bytes)
                 }
@@ -718,18 +937,22 @@ impl Terminate for CellTerminator {
                 _ => return,
             }
         }
-        let _ = process.send(&ToChild::Terminate { cell: self.cell });
-        let (process, cell, grace) = (Arc::downgrade(&process), self.cell, self.grace);
+        // The grace kill is armed before the child is asked: a child that never reads the
+        // request is still stopped in time.
+        let (watched_process, cell, grace) = (Arc::downgrade(&process), self.cell, self.grace);
         let watched = std::thread::Builder::new()
             .name("codemode-engine-grace".into())
             .spawn(move || {
                 std::thread::sleep(grace);
-                if let Some(process) = process.upgrade() {
+                if let Some(process) = watched_process.upgrade() {
                     process.kill_for(cell);
                 }
             });
         if watched.is_err() {
-            tracing::error!("cannot watch a termination's grace period");
+            tracing::error!("cannot watch a termination's grace period; killing the process now");
+            process.kill_for(self.cell);
+            return;
         }
+        let _ = process.send(&ToChild::Terminate { cell: self.cell });
     }
 }

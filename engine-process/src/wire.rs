@@ -21,9 +21,46 @@ use codemode_protocol::ToolDefinition;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-/// The largest frame either side accepts: a cell's source (4 MiB at most) and its stored values
-/// travel in one frame, and a stored value may itself be large.
+/// The largest frame the child accepts from the parent: a cell's source (4 MiB at most) and its
+/// session's stored values travel in one frame.
 pub(crate) const MAX_FRAME_BYTES: usize = 256 * 1024 * 1024;
+
+/// Room for a frame's envelope beyond the payload a limit counts (names, numbers, escapes of a
+/// short error text).
+const ENVELOPE_BYTES: usize = 64 * 1024;
+
+/// The longest error text a child sends; a longer one is cut (the model reads the start).
+pub(crate) const MAX_ERROR_TEXT_BYTES: usize = 32 * 1024;
+
+/// The largest output item a child sends; a larger one is replaced by a notice (the cell-actor's
+/// budgets would omit it anyway).
+pub(crate) const MAX_CONTENT_ITEM_BYTES: usize =
+    codemode_protocol::limits::MAX_BUFFERED_OUTPUT_BYTES;
+
+/// The largest frame the parent accepts from a child: the largest message the limits allow (a
+/// cell's stored-value writes, escaped as JSON at worst twice their size, or one output item).
+pub(crate) const MAX_CHILD_FRAME_BYTES: usize = {
+    let writes = 2 * codemode_protocol::limits::MAX_STORED_BYTES_PER_CELL;
+    let item = 2 * MAX_CONTENT_ITEM_BYTES;
+    (if writes > item { writes } else { item }) + ENVELOPE_BYTES
+};
+
+/// The version of this protocol. Parent and child say theirs first; a mismatch (a binary replaced
+/// under a running parent by another version) is a clear error, not a garbled frame.
+pub(crate) const WIRE_VERSION: u32 = 2;
+
+/// The largest frame a child may send for `event`, given what the limits allow it to carry:
+/// `None` when any frame within [`MAX_CHILD_FRAME_BYTES`] will do.
+pub(crate) fn event_frame_limit(event: &RuntimeEvent) -> Option<usize> {
+    use codemode_protocol::limits::{MAX_NOTIFY_BYTES, MAX_TOOL_INPUT_BYTES};
+    match event {
+        // A JSON string escapes each byte in at most 6 (a control character as \u00XX).
+        RuntimeEvent::ToolCall { .. } => Some(6 * MAX_TOOL_INPUT_BYTES + ENVELOPE_BYTES),
+        RuntimeEvent::Notify { .. } => Some(6 * MAX_NOTIFY_BYTES + ENVELOPE_BYTES),
+        RuntimeEvent::Result { .. } | RuntimeEvent::ContentItem(_) => None,
+        _ => Some(ENVELOPE_BYTES),
+    }
+}
 
 /// The parent's number for a cell, unique within one engine.
 pub(crate) type CellNumber = u64;
@@ -31,6 +68,8 @@ pub(crate) type CellNumber = u64;
 /// What the child is told once, before anything else.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ChildSettings {
+    /// The version of the engine-process protocol the parent speaks.
+    pub wire_version: u32,
     /// The heap limit the child's engine keeps runtimes warm for.
     pub warm_heap_limit_bytes: usize,
     /// How many runtimes the child's engine keeps warm.
@@ -41,7 +80,7 @@ pub struct ChildSettings {
     pub seccomp: bool,
     /// How long a cell past its CPU-time limit may go on before the process is ended.
     pub hard_stop_grace_ms: u64,
-    /// Whether the child answers sandbox probes (tests only).
+    /// Whether the child answers sandbox probes (builds with the `test-hooks` feature only).
     pub test_hooks: bool,
 }
 
@@ -64,14 +103,17 @@ pub(crate) enum ToChild {
     Terminate {
         cell: CellNumber,
     },
-    /// Try something the sandbox forbids, and report how it went (tests only).
+    /// Try something the sandbox forbids, or misbehave, and report how it went (builds with the
+    /// `test-hooks` feature only).
+    #[cfg(feature = "test-hooks")]
     Probe {
         what: Probe,
     },
 }
 
-/// What a sandbox probe tries.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+/// What a test probe tries inside an engine process (builds with the `test-hooks` feature only).
+#[cfg(feature = "test-hooks")]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub enum Probe {
     /// Open a file under `/tmp` for writing.
@@ -82,6 +124,33 @@ pub enum Probe {
     Exec,
     /// Print a fatal error as V8 does and abort (the crash path; nothing answers).
     FatalError,
+    /// Send a frame the parent did not ask for, as a compromised child would (nothing answers).
+    Forge(Forgery),
+    /// Stop reading the channel, as a compromised or wedged child would (nothing answers).
+    StopReading,
+    /// Run the native attack probe of the engine host (see `child::serve_with_probe`) against
+    /// `target`: the path of a file, or a process id, as the attack needs.
+    Native {
+        /// Which attack, by the engine host's name for it.
+        attack: String,
+        /// What it aims at.
+        target: String,
+    },
+}
+
+/// A frame a forging child sends.
+#[cfg(feature = "test-hooks")]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub enum Forgery {
+    /// An output item for a cell number the parent never placed in this process.
+    EventForAnotherCell(u64),
+    /// A result for a cell number the parent never placed in this process.
+    ResultForAnotherCell(u64),
+    /// A tool call whose frame is larger than any call the limits allow, for a cell it hosts.
+    OversizedToolCall(u64),
+    /// A frame header announcing more bytes than any message may have, then nothing.
+    HugeHeader,
 }
 
 /// A message from the child.
@@ -90,6 +159,8 @@ pub(crate) enum ToParent {
     /// The engine is up (and sandboxed): cells may start.
     Ready {
         engine: String,
+        /// The child's [`WIRE_VERSION`].
+        wire_version: u32,
     },
     /// The engine could not start.
     Failed {
@@ -115,6 +186,7 @@ pub(crate) enum ToParent {
         reason: HardStopKind,
         message: String,
     },
+    #[cfg(feature = "test-hooks")]
     ProbeResult {
         allowed: bool,
         detail: String,
@@ -161,6 +233,7 @@ impl WireStart {
 
     pub(crate) fn into_start(self, call_id: String) -> CellStart {
         CellStart {
+            tenant: None,
             call_id,
             source: self.source,
             enabled_tools: self.enabled_tools,
@@ -199,8 +272,18 @@ pub(crate) fn write<T: Serialize>(writer: &mut impl Write, message: &T) -> io::R
     writer.write_all(&encode(message)?)
 }
 
-/// Reads one frame; `Ok(None)` at a clean end of the stream.
+/// Reads one frame of at most [`MAX_FRAME_BYTES`]; `Ok(None)` at a clean end of the stream.
 pub(crate) fn read<T: for<'de> Deserialize<'de>>(reader: &mut impl Read) -> io::Result<Option<T>> {
+    read_bounded(reader, MAX_FRAME_BYTES).map(|frame| frame.map(|(message, _)| message))
+}
+
+/// Reads one frame of at most `limit` bytes, and its length; `Ok(None)` at a clean end of the
+/// stream. The body's buffer grows as its bytes arrive: a header that announces more than the
+/// peer sends costs nothing.
+pub(crate) fn read_bounded<T: for<'de> Deserialize<'de>>(
+    reader: &mut impl Read,
+    limit: usize,
+) -> io::Result<Option<(T, usize)>> {
     let mut header = [0u8; 4];
     match reader.read_exact(&mut header) {
         Ok(()) => {}
@@ -208,16 +291,25 @@ pub(crate) fn read<T: for<'de> Deserialize<'de>>(reader: &mut impl Read) -> io::
         Err(error) => return Err(error),
     }
     let length = u32::from_le_bytes(header) as usize;
-    if length > MAX_FRAME_BYTES {
+    if length > limit {
         return Err(io::Error::new(
             io::ErrorKind::InvalidData,
-            format!("a frame of {length} bytes is larger than the limit of {MAX_FRAME_BYTES}"),
+            format!("a frame of {length} bytes is larger than the limit of {limit}"),
         ));
     }
-    let mut body = vec![0u8; length];
-    reader.read_exact(&mut body)?;
+    let mut body = Vec::with_capacity(length.min(64 * 1024));
+    reader.take(length as u64).read_to_end(&mut body)?;
+    if body.len() < length {
+        return Err(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            format!(
+                "the stream ended inside a frame ({} of {length} bytes)",
+                body.len()
+            ),
+        ));
+    }
     serde_json::from_slice(&body)
-        .map(Some)
+        .map(|message| Some((message, length)))
         .map_err(|error| io::Error::new(io::ErrorKind::InvalidData, error))
 }
 
@@ -233,6 +325,7 @@ mod tests {
             &mut buffer,
             &ToParent::Ready {
                 engine: "V8".into(),
+                wire_version: WIRE_VERSION,
             },
         )
         .unwrap();
@@ -242,7 +335,7 @@ mod tests {
             Some(ToParent::Ended { cell: 7 })
         ));
         assert!(
-            matches!(read(&mut reader).unwrap(), Some(ToParent::Ready { engine }) if engine == "V8")
+            matches!(read(&mut reader).unwrap(), Some(ToParent::Ready { engine, .. }) if engine == "V8")
         );
         assert!(read::<ToParent>(&mut reader).unwrap().is_none());
     }
@@ -266,8 +359,26 @@ mod tests {
     }
 
     #[test]
+    fn a_frame_past_the_callers_limit_is_refused_and_a_short_body_is_an_error() {
+        let mut frame = encode(&ToParent::Ended { cell: 1 }).unwrap();
+        let length = frame.len() - 4;
+        assert!(read_bounded::<ToParent>(&mut frame.as_slice(), length - 1).is_err());
+        assert!(
+            read_bounded::<ToParent>(&mut frame.as_slice(), length)
+                .unwrap()
+                .is_some()
+        );
+        // A header that promises 200 MiB and delivers 3 bytes allocates no 200 MiB.
+        frame = (200u32 << 20).to_le_bytes().to_vec();
+        frame.extend_from_slice(b"{}x");
+        let error = read_bounded::<ToParent>(&mut frame.as_slice(), usize::MAX).unwrap_err();
+        assert_eq!(error.kind(), io::ErrorKind::UnexpectedEof);
+    }
+
+    #[test]
     fn a_start_keeps_its_limits_and_mode() {
         let start = CellStart {
+            tenant: None,
             call_id: "call-1".into(),
             source: "text(1)".into(),
             enabled_tools: vec![],

@@ -112,6 +112,7 @@ fn main() {
     let engine = ToyEngine;
     let (sender, mut receiver) = event_channel(None);
     let cell = CellStart {
+        tenant: None,
         call_id: "call-1".to_owned(),
         source: "text hello\ntool clock\ntext bye".to_owned(),
         enabled_tools: Vec::new(),

@@ -55,6 +55,10 @@ pub struct CellStart {
     pub limits: CellLimits,
     /// What the runtime thread does when the cell is idle.
     pub pending_mode: PendingMode,
+    /// Whose cell this is. An engine that hosts several cells in one place that a compromised
+    /// cell could take over (an engine process) never puts cells of different tenants there
+    /// together. `None`: the embedder's one tenant.
+    pub tenant: Option<String>,
 }
 
 /// Resource limits of one cell. Build it from [`CellLimits::default`] with the `with_` methods.

@@ -41,6 +41,7 @@ fn main() -> ExitCode {
     let engine = V8Engine::new();
     let (events, mut receiver) = event_channel(None);
     let cell = CellStart {
+        tenant: None,
         call_id: "example".into(),
         source,
         enabled_tools: vec![echo, sleep],

@@ -71,6 +71,7 @@ fn run_once(engine: &V8Engine) -> Duration {
     let _handles = engine
         .start(
             CellStart {
+                tenant: None,
                 call_id: "startup".into(),
                 source: r#"text("hi")"#.into(),
                 enabled_tools: Vec::new(),

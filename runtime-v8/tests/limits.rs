@@ -113,6 +113,7 @@ fn a_heap_limit_below_the_minimum_is_refused_before_a_thread_starts() {
     let error = V8Engine::new()
         .start(
             CellStart {
+                tenant: None,
                 call_id: "call-1".into(),
                 source: "text(1)".into(),
                 enabled_tools: Vec::new(),

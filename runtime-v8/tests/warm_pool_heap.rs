@@ -43,6 +43,7 @@ fn a_pool_warmed_for_a_heap_limit_serves_cells_of_that_limit_warm() {
         let handles = engine
             .start(
                 CellStart {
+                    tenant: None,
                     call_id: call_id.into(),
                     // A cell that waits (on a timer) long enough to be seen running.
                     source: "await new Promise((resolve) => setTimeout(resolve, 300));".into(),

@@ -42,6 +42,9 @@ pub struct SessionConfig {
     pub log_content: bool,
     /// Told when a cell's engine fails in a way its owner should know (beyond the cell's error).
     pub on_runtime_failure: Option<FailureHandler>,
+    /// Whose session this is: engines that host several cells in one process never put cells of
+    /// different tenants together (see `CellStart::tenant`). `None`: the embedder's one tenant.
+    pub tenant: Option<String>,
 }
 
 impl std::fmt::Debug for SessionConfig {
@@ -57,6 +60,7 @@ impl std::fmt::Debug for SessionConfig {
             .field("cpu_time_limit", &self.cpu_time_limit)
             .field("output_mode", &self.output_mode)
             .field("log_content", &self.log_content)
+            .field("tenant", &self.tenant)
             .field(
                 "tool_description_budget_tokens",
                 &self.tool_description_budget_tokens,
@@ -80,6 +84,7 @@ impl Default for SessionConfig {
             output_mode: OutputMode::Client,
             log_content: false,
             on_runtime_failure: None,
+            tenant: None,
         }
     }
 }
@@ -136,6 +141,12 @@ impl SessionConfig {
     /// This configuration with another value for the output mode.
     pub fn with_output_mode(mut self, output_mode: OutputMode) -> Self {
         self.output_mode = output_mode;
+        self
+    }
+
+    /// This configuration for the sessions of another tenant.
+    pub fn with_tenant(mut self, tenant: impl Into<String>) -> Self {
+        self.tenant = Some(tenant.into());
         self
     }
 

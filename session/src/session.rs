@@ -152,6 +152,9 @@ struct Shared {
 #[derive(Default)]
 struct Registry {
     cells: HashMap<String, CellEntry>,
+    /// Cells whose engine start is under way (no lock is held while an engine starts a cell):
+    /// counted against the active-cell limit.
+    starting: usize,
     ids: CellIds,
     shut_down: bool,
 }
@@ -338,12 +341,12 @@ impl Session {
         // TypeScript is erased before the engine sees the source (positions kept), outside any
         // lock. Hints read the source as the model wrote it.
         let stripped = strip_types(&request.source);
-        let (cell_id, source, first_observation) = {
+        let (cell_id, source, cell) = {
             let mut registry = lock(&shared.registry);
             if registry.shut_down {
                 return Err(SessionError::ShutDown);
             }
-            if registry.cells.len() >= shared.config.max_active_cells {
+            if registry.cells.len() + registry.starting >= shared.config.max_active_cells {
                 return Err(SessionError::TooManyCells {
                     limit: shared.config.max_active_cells,
                 });
@@ -373,7 +376,9 @@ impl Session {
                     };
                 }
             };
+            registry.starting += 1;
             let cell = CellStart {
+                tenant: shared.config.tenant.clone(),
                 call_id: request.call_id,
                 source: runnable,
                 enabled_tools: shared.tools.clone(),
@@ -383,22 +388,35 @@ impl Session {
                     .with_cpu_time_limit(shared.config.cpu_time_limit),
                 pending_mode: PendingMode::PauseUntilResumed,
             };
-            let host = Arc::new(SessionCellHost {
-                shared: Arc::clone(shared),
-                cell_id: cell_id.clone(),
-                error_text: Mutex::new(None),
-            });
-            let config = CellConfig {
-                output_mode: shared.config.output_mode,
-                failure_handler: shared.config.on_runtime_failure.clone(),
-            };
+            (cell_id, source, cell)
+        };
+        // No lock is held while the engine starts the cell: an engine may have to start a process
+        // for it, and other cells of the session go on meanwhile.
+        let host = Arc::new(SessionCellHost {
+            shared: Arc::clone(shared),
+            cell_id: cell_id.clone(),
+            error_text: Mutex::new(None),
+        });
+        let config = CellConfig {
+            output_mode: shared.config.output_mode,
+            failure_handler: shared.config.on_runtime_failure.clone(),
+        };
+        let started = start_cell(&*shared.engine, cell, host, config, observation);
+        let first_observation = {
+            let mut registry = lock(&shared.registry);
+            registry.starting -= 1;
             let StartedCell {
                 handle,
                 first_observation,
                 task,
-            } = start_cell(&*shared.engine, cell, host, config, observation)?;
+            } = started?;
             let span = tracing::info_span!("cell", session = %shared.id, cell_id = %cell_id);
             shared.tasks.spawn(task.instrument(span));
+            if registry.shut_down {
+                // The session shut down while the cell started: it ends at once.
+                drop(handle.terminate());
+                return Err(SessionError::ShutDown);
+            }
             registry.cells.insert(
                 cell_id.clone(),
                 CellEntry {
@@ -406,7 +424,7 @@ impl Session {
                     source: Arc::clone(&source),
                 },
             );
-            (cell_id, source, first_observation)
+            first_observation
         };
         tracing::info!(session = %shared.id, cell_id, "cell started");
         let answer = first_observation.await;

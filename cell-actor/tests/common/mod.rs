@@ -203,6 +203,7 @@ pub fn tool(name: &str) -> ToolDefinition {
 
 pub fn cell_start(source: &str) -> CellStart {
     CellStart {
+        tenant: None,
         call_id: "call-1".into(),
         source: source.into(),
         enabled_tools: ["echo", "fail", "panic", "hang", "gate"].map(tool).to_vec(),

@@ -103,6 +103,7 @@ pub fn start_with(source: &str, options: Options) -> Cell {
         .engine
         .start(
             CellStart {
+                tenant: None,
                 call_id: "call-1".into(),
                 source: source.into(),
                 enabled_tools: options.tools,
