@@ -23,7 +23,13 @@ fn main() {
         fail(&prefix);
     }
     let lib = lib.canonicalize().unwrap_or(lib);
-    cc::Build::new()
+    println!("cargo:rerun-if-changed=shim/attack_probe.cc");
+    let mut build = cc::Build::new();
+    // The native attack probe exists only in test builds (the `test-hooks` feature).
+    if std::env::var_os("CARGO_FEATURE_TEST_HOOKS").is_some() {
+        build.file("shim/attack_probe.cc");
+    }
+    build
         .cpp(true)
         .file("shim/shim.cc")
         .include(&include)

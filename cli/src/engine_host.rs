@@ -18,25 +18,29 @@ pub fn serve() -> ExitCode {
         tracing::error!("engine process: {error}");
         return ExitCode::FAILURE;
     }
-    codemode_engine_process::child::serve(|settings| {
-        codemode_runtime_v8::set_hard_stop_hook(
-            Duration::from_millis(settings.hard_stop_grace_ms),
-            on_hard_stop,
-        );
-        let engine = V8Engine::with_warm_runtimes_for_heap(
-            settings.warm_runtimes,
-            settings.warm_heap_limit_bytes,
-        );
-        // Warm before the sandbox closes and before the parent counts on this process.
-        let deadline = std::time::Instant::now() + WARM_TIMEOUT;
-        while engine.ready_runtimes() < settings.warm_runtimes
-            && std::time::Instant::now() < deadline
-        {
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        codemode_runtime_v8::v8_available()?;
-        Ok(Box::new(engine))
-    })
+    codemode_engine_process::child::serve_with_probe(
+        |settings| {
+            codemode_runtime_v8::set_hard_stop_hook(
+                Duration::from_millis(settings.hard_stop_grace_ms),
+                on_hard_stop,
+            );
+            let engine = V8Engine::with_warm_runtimes_for_heap(
+                settings.warm_runtimes,
+                settings.warm_heap_limit_bytes,
+            );
+            // Warm before the sandbox closes and before the parent counts on this process.
+            let deadline = std::time::Instant::now() + WARM_TIMEOUT;
+            while engine.ready_runtimes() < settings.warm_runtimes
+                && std::time::Instant::now() < deadline
+            {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            codemode_runtime_v8::v8_available()?;
+            Ok(Box::new(engine))
+        },
+        // Test builds only: a native probe that tries what an exploit would.
+        codemode_runtime_v8::NATIVE_ATTACK_PROBE,
+    )
 }
 
 fn on_hard_stop(stop: &HardStop) {

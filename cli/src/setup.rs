@@ -49,6 +49,11 @@ pub struct SessionArgs {
     /// this many cells.
     #[arg(long, value_name = "N", default_value_t = codemode_engine_process::DEFAULT_CELLS_PER_PROCESS)]
     pub cells_per_process: usize,
+    /// Run engine processes as this user (with --engine process): for a server started as root,
+    /// so that native code in an engine process holds no file of root's (see SECURITY.md). The
+    /// user must be able to read this program and V8's libraries.
+    #[arg(long, value_name = "USER")]
+    pub engine_user: Option<String>,
 }
 
 /// Where cells run.
@@ -148,6 +153,7 @@ impl SessionArgs {
             EngineChoice::Process => Arc::new(process_engine(
                 config.heap_limit_bytes,
                 self.cells_per_process,
+                self.engine_user.as_deref(),
             )?),
         };
         Ok(Arc::clone(ENGINE.get_or_init(|| engine)))
@@ -174,14 +180,29 @@ impl SessionArgs {
 fn process_engine(
     heap_limit_bytes: usize,
     cells_per_process: usize,
+    engine_user: Option<&str>,
 ) -> Result<codemode_engine_process::ProcessEngine, SetupError> {
-    let program = std::env::current_exe().map_err(|error| SetupError {
-        message: format!("cannot find this program to start engine processes: {error}"),
-        usage: false,
-    })?;
+    // The program this process runs, whatever replaced its file since it started: an upgrade
+    // installed under a running server does not break the engine processes it starts.
+    let program = std::path::PathBuf::from("/proc/self/exe");
     let mut config = codemode_engine_process::ProcessEngineConfig::new(program, ["engine-host"])
         .with_warm_runtimes(codemode_runtime_v8::DEFAULT_WARM_RUNTIMES, heap_limit_bytes)
         .with_cells_per_process(cells_per_process);
+    if let Some(name) = engine_user {
+        let user = nix::unistd::User::from_name(name)
+            .map_err(|error| SetupError {
+                message: format!("cannot look up the engine user {name:?}: {error}"),
+                usage: true,
+            })?
+            .ok_or_else(|| SetupError {
+                message: format!(
+                    "--engine-user: there is no user named {name:?} (create one, for example \
+                     with: useradd --system --no-create-home codemode-engine)"
+                ),
+                usage: true,
+            })?;
+        config = config.with_user(user.uid.as_raw(), user.gid.as_raw());
+    }
     // The child's whole environment: the library path its loader needs to find V8, nothing else.
     if let Some(library_path) = std::env::var_os("LD_LIBRARY_PATH") {
         config = config.with_env("LD_LIBRARY_PATH", library_path);

@@ -508,3 +508,138 @@ fn a_child_that_stops_reading_is_ended_and_holds_up_nothing_else() {
         assert!(error.contains("stopped reading its channel"), "{ended:?}");
     }
 }
+
+/// Native code that took over an engine process (a V8 exploit) tries what the issue of the walls
+/// found it could: read the server's secrets and other tenants' values, signal, renice or limit
+/// the server, start processes, reach the terminal. A native probe compiled into test builds
+/// runs each attack inside a real, sandboxed engine process; each must fail.
+#[test]
+fn native_code_in_an_engine_process_reaches_nothing_of_the_server_or_the_machine() {
+    use std::os::unix::fs::PermissionsExt;
+    // The server marks itself non-dumpable; so does this parent.
+    nix::sys::prctl::set_dumpable(false).unwrap();
+    let folder = codemode_test_support::scratch_folder("native-attacks");
+    let tokens = folder.join("tokens");
+    std::fs::write(&tokens, "alpha alpha-token-0123456789abcdef\n").unwrap();
+    std::fs::set_permissions(&tokens, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let store = folder.join("store");
+    std::fs::create_dir_all(&store).unwrap();
+    std::fs::write(
+        store.join("session-other.json"),
+        r#"{"values": {"secret": 1}}"#,
+    )
+    .unwrap();
+
+    let engine = ProcessEngine::new(config());
+    let ended = start(&engine, tenant_cell("attacker", r#"text("up")"#)).finish();
+    assert_eq!(ended.texts, ["up"]);
+    let attack = |attack: &str, target: &str| {
+        engine
+            .probe_sandbox(Probe::Native {
+                attack: attack.to_owned(),
+                target: target.to_owned(),
+            })
+            .unwrap()
+    };
+    // The probe works: what the engine itself needs is allowed.
+    let (allowed, detail) = attack("read", "/proc/self/status");
+    assert!(allowed, "reading its own status: {detail}");
+    let (allowed, detail) = attack("prlimit", "0");
+    assert!(allowed, "its own limits: {detail}");
+
+    let parent = std::process::id().to_string();
+    let token_file = tokens.to_str().unwrap().to_owned();
+    let store_folder = store.to_str().unwrap().to_owned();
+    let document = store
+        .join("session-other.json")
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let environ = format!("/proc/{parent}/environ");
+    for (name, target) in [
+        ("read", environ.as_str()),
+        ("mem", parent.as_str()),
+        ("read", token_file.as_str()),
+        ("list", store_folder.as_str()),
+        ("read", document.as_str()),
+        ("kill", parent.as_str()),
+        ("kill", "-1"),
+        ("prlimit", parent.as_str()),
+        ("setpriority", parent.as_str()),
+        ("setaffinity", parent.as_str()),
+        ("clone3", ""),
+        ("fork", ""),
+        ("tty", ""),
+        ("tiocsti", "2"),
+        ("ptrace", parent.as_str()),
+        ("vm_readv", parent.as_str()),
+        ("socket", ""),
+        ("dumpable", ""),
+    ] {
+        let (allowed, detail) = attack(name, target);
+        assert!(!allowed, "{name} {target} was allowed: {detail}");
+        if name == "clone3" {
+            // It looks absent, so the C library falls back to clone, whose flags are checked.
+            assert!(detail.contains("errno 38"), "clone3: {detail}");
+        }
+    }
+    // It has a session of its own (no controlling terminal): /proc/PID/stat's sixth field.
+    let pid = engine.process_ids()[0];
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let fields: Vec<&str> = stat
+        .rsplit(')')
+        .next()
+        .unwrap()
+        .split_whitespace()
+        .collect();
+    assert_eq!(fields[3], pid.to_string(), "session of {pid}: {stat}");
+    assert_eq!(fields[4], "0", "a controlling terminal: {stat}");
+    // Threads still start (through clone), and cells still run.
+    let ended = start(
+        &engine,
+        tenant_cell(
+            "attacker",
+            r#"const a = new Array(2e6).fill(1); text(String(a.reduce((x, y) => x + y)))"#,
+        ),
+    )
+    .finish();
+    assert_eq!(ended.texts, ["2000000"]);
+    let _ = std::fs::remove_dir_all(&folder);
+}
+
+#[test]
+fn engine_processes_run_as_the_engine_user() {
+    // 65534 is `nobody` on Debian: a user that owns nothing of the server's.
+    let engine = ProcessEngine::new(config().with_user(65534, 65534).with_spare_processes(0));
+    if !nix::unistd::geteuid().is_root() {
+        // Only root may start a process as another user: anyone else gets a clear refusal.
+        let (sender, _events) = event_channel(None);
+        let error = engine
+            .start(cell("text(1)"), sender)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("could not start") || error.contains("cannot start"),
+            "{error}"
+        );
+        return;
+    }
+    let ended = start(&engine, cell(r#"text("as another user")"#)).finish();
+    assert_eq!(ended.texts, ["as another user"]);
+    let pid = engine.process_ids()[0];
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    for field in ["Uid:", "Gid:"] {
+        let line = status.lines().find(|line| line.starts_with(field)).unwrap();
+        let ids: Vec<&str> = line.split_whitespace().skip(1).collect();
+        assert_eq!(ids, ["65534"; 4], "{line}");
+    }
+    let groups = status
+        .lines()
+        .find(|line| line.starts_with("Groups:"))
+        .unwrap();
+    assert_eq!(
+        groups.trim(),
+        "Groups:",
+        "no supplementary groups: {groups}"
+    );
+}

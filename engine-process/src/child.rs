@@ -79,6 +79,8 @@ pub fn serve_with_probe(
 fn run(
     make_engine: impl FnOnce(&ChildSettings) -> Result<Box<dyn Engine>, String>,
 ) -> Result<(), String> {
+    // Before any thread exists, so that every thread inherits it.
+    let early = crate::sandbox::enter_early(std::env::var_os("LD_LIBRARY_PATH").as_deref())?;
     let channel = std::io::stdin()
         .as_fd()
         .try_clone_to_owned()
@@ -151,6 +153,7 @@ fn run(
         });
         return Err(error);
     }
+    tracing::debug!(landlock = %early.landlock, "engine process sandboxed");
     send(ToParent::Ready {
         engine: engine.describe(),
         wire_version: WIRE_VERSION,

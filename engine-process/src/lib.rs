@@ -96,6 +96,8 @@ pub struct ProcessEngineConfig {
     pub warm_heap_limit_bytes: usize,
     /// How many runtimes each process keeps warm.
     pub warm_runtimes: usize,
+    /// The user and group ids the child runs as (`None`: this process's).
+    pub user: Option<(u32, u32)>,
     /// Test hooks in the child (probes, forged frames). Only builds with the `test-hooks` feature
     /// have them; never for real cells.
     #[doc(hidden)]
@@ -129,8 +131,16 @@ impl ProcessEngineConfig {
             seccomp: true,
             warm_heap_limit_bytes: DEFAULT_HEAP_LIMIT_BYTES,
             warm_runtimes: 2,
+            user: None,
             test_hooks: false,
         }
+    }
+
+    /// Run engine processes as user `uid` and group `gid`, with no supplementary groups (this
+    /// process must be allowed to switch to them, typically as root).
+    pub fn with_user(mut self, uid: u32, gid: u32) -> Self {
+        self.user = Some((uid, gid));
+        self
     }
 
     /// With one more environment variable for the child.
@@ -215,7 +225,15 @@ pub struct ProcessEngine {
 impl ProcessEngine {
     /// An engine whose processes are started with `config`. Starts the spare processes in the
     /// background; the first start waits for one if none is ready.
+    ///
+    /// Marks this process non-dumpable (Linux): its memory and `/proc` files (where the
+    /// environment holds tokens) are then out of reach of processes of the same user without
+    /// `CAP_SYS_PTRACE`, such as a compromised engine process.
     pub fn new(config: ProcessEngineConfig) -> Self {
+        #[cfg(target_os = "linux")]
+        if let Err(error) = nix::sys::prctl::set_dumpable(false) {
+            tracing::warn!(%error, "cannot make this process non-dumpable");
+        }
         ProcessEngine {
             pool: process::Pool::new(config),
         }

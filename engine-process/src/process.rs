@@ -299,7 +299,13 @@ impl Pool {
                 "cannot make a channel for an engine process: {error}"
             ))
         })?;
-        let mut child = Command::new(&self.config.program)
+        let mut command = Command::new(&self.config.program);
+        if let Some((uid, gid)) = self.config.user {
+            use std::os::unix::process::CommandExt;
+            // As root, the standard library also drops the supplementary groups.
+            command.uid(uid).gid(gid);
+        }
+        let mut child = command
             .args(&self.config.args)
             .env_clear()
             .envs(self.config.env.iter().map(|(name, value)| (name, value)))
@@ -313,6 +319,9 @@ impl Pool {
                     "cannot start the engine process `{program}`: {error}"
                 ))
             })?;
+        // The command holds the parent's copy of the child's end of the channel: drop it now,
+        // or a child that ends would never be seen to end.
+        drop(command);
         let pid = child.id();
         let fatal_line = crate::log::FatalLine::default();
         let mut readers = Vec::new();

@@ -1,5 +1,18 @@
-//! The engine process's sandbox, entered once the engine is up and before any cell runs: resource
-//! limits, then (Linux) a seccomp filter on every thread.
+//! The engine process's sandbox, in two steps. The child is treated as hostile native code once
+//! it has run a cell (V8 has public exploits), so each step assumes the one before may fail.
+//!
+//! **First thing, before any thread exists** ([`enter_early`]), so that every thread inherits it:
+//! a session of its own (`setsid`: no controlling terminal to type into), not dumpable (no other
+//! process of the same user reads its memory through `/proc`), no capabilities (as root, it can
+//! no longer read a non-dumpable process's `/proc` files, override file permissions, signal or
+//! renice others), and, where the kernel has Landlock, a file system that holds only what the
+//! engine reads: its libraries, `/dev/urandom`, its own `/proc/self`, the CPU list and the time
+//! zone data. Everything else (the server's `/proc` files, the token file, every store, the
+//! terminal) does not exist for it; it may signal no process outside its own sandbox, and reach
+//! no TCP port or abstract socket.
+//!
+//! **Once the engine is up and warm, before any cell runs** ([`enter`]): resource limits, then
+//! (Linux) a seccomp filter on every thread.
 //!
 //! The filter is an allow-list of what V8, its platform threads, the runtime threads and the
 //! channel use (memory, threads, futexes, clocks, signals, reading files already open or opened
@@ -16,7 +29,119 @@
 
 use crate::wire::ChildSettings;
 
-/// Enters the sandbox `settings` ask for.
+/// What [`enter_early`] put in force, for the log.
+#[derive(Debug)]
+pub(crate) struct EarlyConfinement {
+    /// Landlock's status on this kernel (fully, partly or not enforced).
+    pub(crate) landlock: String,
+}
+
+/// The first step of the sandbox; must run before the process starts any thread. Fails only when
+/// something that every supported kernel has cannot be done; Landlock is best effort (older
+/// kernels lack it) and says how far it went.
+#[cfg(target_os = "linux")]
+pub(crate) fn enter_early(
+    library_path: Option<&std::ffi::OsStr>,
+) -> Result<EarlyConfinement, String> {
+    // A new session: no controlling terminal, so `/dev/tty` names nothing.
+    if let Err(error) = nix::unistd::setsid()
+        && error != nix::errno::Errno::EPERM
+    {
+        return Err(format!("cannot leave the terminal's session: {error}"));
+    }
+    nix::sys::prctl::set_dumpable(false)
+        .map_err(|error| format!("cannot make the process non-dumpable: {error}"))?;
+    let landlock = landlock_file_system(library_path);
+    drop_capabilities()?;
+    Ok(EarlyConfinement { landlock })
+}
+
+#[cfg(not(target_os = "linux"))]
+pub(crate) fn enter_early(
+    _library_path: Option<&std::ffi::OsStr>,
+) -> Result<EarlyConfinement, String> {
+    Ok(EarlyConfinement {
+        landlock: "not on this system".to_owned(),
+    })
+}
+
+/// Drops every capability, from every set and the bounding set (a process of root keeps its user
+/// id, but no power beyond it), and sets no-new-privileges.
+#[cfg(target_os = "linux")]
+fn drop_capabilities() -> Result<(), String> {
+    use caps::CapSet;
+    nix::sys::prctl::set_no_new_privs()
+        .map_err(|error| format!("cannot set no-new-privileges: {error}"))?;
+    for capability in caps::all() {
+        // Dropping from the bounding set needs CAP_SETPCAP, which an unprivileged process lacks
+        // (and then has nothing to drop).
+        let _ = caps::drop(None, CapSet::Bounding, capability);
+    }
+    for set in [
+        CapSet::Ambient,
+        CapSet::Inheritable,
+        CapSet::Effective,
+        CapSet::Permitted,
+    ] {
+        caps::clear(None, set)
+            .map_err(|error| format!("cannot drop the {set:?} capabilities: {error}"))?;
+    }
+    Ok(())
+}
+
+/// The Landlock ruleset: read-only access to what the engine reads, nothing else of the file
+/// system, no TCP, no signals or abstract sockets outside the sandbox. Best effort: returns how
+/// far the kernel enforced it.
+#[cfg(target_os = "linux")]
+fn landlock_file_system(library_path: Option<&std::ffi::OsStr>) -> String {
+    use landlock::{
+        ABI, Access, AccessFs, AccessNet, Ruleset, RulesetAttr, RulesetCreatedAttr, Scope,
+        path_beneath_rules,
+    };
+    let abi = ABI::V6;
+    let read_files = AccessFs::ReadFile | AccessFs::ReadDir;
+    let read_libraries = read_files | AccessFs::Execute;
+    let mut libraries: Vec<std::path::PathBuf> = ["/lib", "/lib64", "/usr/lib", "/usr/lib64"]
+        .map(Into::into)
+        .to_vec();
+    if let Some(path) = library_path {
+        libraries.extend(std::env::split_paths(path));
+    }
+    if let Ok(program) = std::env::current_exe()
+        && let Some(folder) = program.parent()
+    {
+        libraries.push(folder.to_path_buf());
+    }
+    let data = [
+        "/dev/urandom",
+        "/dev/random",
+        "/dev/null",
+        // Its own process only: /proc/self is resolved now, to this process's folder.
+        "/proc/self",
+        "/sys/devices/system/cpu",
+        "/etc/localtime",
+        "/usr/share/zoneinfo",
+        "/usr/share/zoneinfo-icu",
+        "/usr/share/icu",
+    ];
+    let ruleset = (|| -> Result<_, landlock::RulesetError> {
+        Ruleset::default()
+            .handle_access(AccessFs::from_all(abi))?
+            .handle_access(AccessNet::from_all(abi))?
+            .scope(Scope::Signal | Scope::AbstractUnixSocket)?
+            .create()?
+            // Paths this system lacks are skipped by the helper.
+            .add_rules(path_beneath_rules(&libraries, read_libraries))?
+            .add_rules(path_beneath_rules(data, read_files))?
+            .restrict_self()
+    })();
+    match ruleset {
+        Ok(status) => format!("{:?}", status.ruleset),
+        Err(error) => format!("not enforced ({error})"),
+    }
+}
+
+/// Enters the second step of the sandbox, as `settings` ask.
 pub(crate) fn enter(settings: &ChildSettings) -> Result<(), String> {
     limits(settings)?;
     if settings.seccomp {
@@ -87,20 +212,89 @@ fn seccomp() -> Result<(), String> {
         libc::SYS_clone,
         vec![SeccompRule::new(vec![thread]).map_err(|error| error.to_string())?],
     );
-    let filter = SeccompFilter::new(
+    // Calls that name a process: only this one (0 means the caller for those that take it).
+    let me = u64::from(std::process::id());
+    // Process ids, `which` and `who`, and ioctl requests are 32-bit arguments.
+    let argument_is = |index: u8, value: u64| {
+        SeccompCondition::new(index, SeccompCmpArgLen::Dword, SeccompCmpOp::Eq, value)
+            .map_err(|error| error.to_string())
+    };
+    let rule = |conditions: Vec<SeccompCondition>| {
+        SeccompRule::new(conditions).map_err(|error| error.to_string())
+    };
+    rules.insert(libc::SYS_kill, vec![rule(vec![argument_is(0, me)?])?]);
+    rules.insert(libc::SYS_tgkill, vec![rule(vec![argument_is(0, me)?])?]);
+    for call in [
+        libc::SYS_prlimit64,
+        libc::SYS_sched_setaffinity,
+        libc::SYS_sched_setscheduler,
+    ] {
+        rules.insert(
+            call,
+            vec![
+                rule(vec![argument_is(0, 0)?])?,
+                rule(vec![argument_is(0, me)?])?,
+            ],
+        );
+    }
+    rules.insert(
+        libc::SYS_setpriority,
+        vec![rule(vec![
+            argument_is(0, libc::PRIO_PROCESS as u64)?,
+            argument_is(1, 0)?,
+        ])?],
+    );
+    rules.insert(
+        libc::SYS_ioctl,
+        [
+            libc::TCGETS,
+            libc::FIONREAD,
+            libc::FIONBIO,
+            libc::FIOCLEX,
+            libc::FIONCLEX,
+        ]
+        .into_iter()
+        // The request type is `u64` on glibc and `c_int` elsewhere.
+        .map(|request| {
+            #[allow(clippy::unnecessary_cast)]
+            let request = request as u64;
+            rule(vec![argument_is(1, request)?])
+        })
+        .collect::<Result<_, _>>()?,
+    );
+    let compile = |filter: Result<SeccompFilter, seccompiler::BackendError>| {
+        let filter = filter.map_err(|error| format!("cannot build the seccomp filter: {error}"))?;
+        let program: BpfProgram =
+            filter
+                .try_into()
+                .map_err(|error: seccompiler::BackendError| {
+                    format!("cannot compile the seccomp filter: {error}")
+                })?;
+        Ok::<_, String>(program)
+    };
+    // Allowed here; the filter below answers it first.
+    rules.insert(libc::SYS_clone3, Vec::new());
+    let allow_list = compile(SeccompFilter::new(
         rules,
         SeccompAction::Errno(libc::EPERM as u32),
         SeccompAction::Allow,
         arch,
-    )
-    .map_err(|error| format!("cannot build the seccomp filter: {error}"))?;
-    let program: BpfProgram = filter
-        .try_into()
-        .map_err(|error: seccompiler::BackendError| {
-            format!("cannot compile the seccomp filter: {error}")
-        })?;
-    seccompiler::apply_filter_all_threads(&program)
-        .map_err(|error| format!("cannot apply the seccomp filter: {error}"))
+    ))?;
+    // clone3 passes its flags in memory, where a filter cannot read them: it fails as if the
+    // kernel lacked it, and the C library falls back to clone. Its ERRNO wins over the
+    // allow-list's ALLOW (the kernel takes the most restrictive answer of all filters); it is
+    // installed first, as the allow-list refuses `seccomp` itself.
+    let no_clone3 = compile(SeccompFilter::new(
+        BTreeMap::from([(libc::SYS_clone3, Vec::new())]),
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::ENOSYS as u32),
+        arch,
+    ))?;
+    for program in [no_clone3, allow_list] {
+        seccompiler::apply_filter_all_threads(&program)
+            .map_err(|error| format!("cannot apply the seccomp filter: {error}"))?;
+    }
+    Ok(())
 }
 
 #[cfg(not(target_os = "linux"))]
@@ -122,17 +316,13 @@ const ALLOWED: &[i64] = &[
     libc::SYS_munlock,
     libc::SYS_membarrier,
     // Threads and waiting.
-    libc::SYS_clone3,
     libc::SYS_futex,
     libc::SYS_set_robust_list,
     libc::SYS_rseq,
     libc::SYS_sched_yield,
     libc::SYS_sched_getaffinity,
-    libc::SYS_sched_setaffinity,
     libc::SYS_sched_getparam,
     libc::SYS_sched_getscheduler,
-    libc::SYS_sched_setscheduler,
-    libc::SYS_setpriority,
     libc::SYS_getpriority,
     libc::SYS_nanosleep,
     libc::SYS_clock_nanosleep,
@@ -148,14 +338,11 @@ const ALLOWED: &[i64] = &[
     libc::SYS_set_tid_address,
     libc::SYS_exit,
     libc::SYS_exit_group,
-    // Signals (V8's profiler and the runtime's own stops; kill only to abort itself).
+    // Signals (V8's profiler and the runtime's own stops; signals to itself are allowed below).
     libc::SYS_rt_sigaction,
     libc::SYS_rt_sigprocmask,
     libc::SYS_rt_sigreturn,
     libc::SYS_sigaltstack,
-    libc::SYS_tgkill,
-    libc::SYS_tkill,
-    libc::SYS_kill,
     // Clocks and resources.
     libc::SYS_clock_gettime,
     libc::SYS_clock_getres,
@@ -163,7 +350,6 @@ const ALLOWED: &[i64] = &[
     libc::SYS_time,
     libc::SYS_getrusage,
     libc::SYS_getrlimit,
-    libc::SYS_prlimit64,
     libc::SYS_sysinfo,
     libc::SYS_uname,
     libc::SYS_getrandom,
@@ -179,7 +365,6 @@ const ALLOWED: &[i64] = &[
     libc::SYS_statx,
     libc::SYS_lseek,
     libc::SYS_fcntl,
-    libc::SYS_ioctl,
     libc::SYS_readlink,
     libc::SYS_readlinkat,
     libc::SYS_access,

@@ -148,6 +148,49 @@ pub fn set_fatal_hook(hook: fn(FatalKind, &str)) {
     }
 }
 
+#[cfg(feature = "test-hooks")]
+unsafe extern "C" {
+    fn cm_attack_probe(
+        attack: *const std::ffi::c_char,
+        target: *const std::ffi::c_char,
+        detail: *mut std::ffi::c_char,
+        detail_len: usize,
+    ) -> i32;
+}
+
+/// Runs one test-only native attack (see `shim/attack_probe.cc`) against `target`: `Ok(what
+/// happened)` if it succeeded, `Err(why not)` if it was refused.
+#[cfg(feature = "test-hooks")]
+pub fn attack_probe(attack: &str, target: &str) -> Result<String, String> {
+    let (Ok(attack), Ok(target)) = (
+        std::ffi::CString::new(attack),
+        std::ffi::CString::new(target),
+    ) else {
+        return Err("a name with a NUL byte".to_owned());
+    };
+    let mut detail = vec![0u8; 512];
+    // SAFETY: both strings are NUL-terminated and live across the call; `detail` is a writable
+    // buffer of the length passed, which the probe NUL-terminates within it.
+    let allowed = unsafe {
+        cm_attack_probe(
+            attack.as_ptr(),
+            target.as_ptr(),
+            detail.as_mut_ptr().cast(),
+            detail.len(),
+        )
+    };
+    let end = detail
+        .iter()
+        .position(|&byte| byte == 0)
+        .unwrap_or(detail.len());
+    let detail = String::from_utf8_lossy(&detail[..end]).into_owned();
+    if allowed == 1 {
+        Ok(detail)
+    } else {
+        Err(detail)
+    }
+}
+
 /// Closes every file descriptor of this process but standard input, output and error, including
 /// those inherited without close-on-exec. Only for a process that owns no other descriptor yet
 /// (an engine process, first thing): descriptors Rust values still hold become invalid.

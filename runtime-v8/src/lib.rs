@@ -27,6 +27,22 @@ use codemode_engine::{
 use codemode_protocol::limits::DEFAULT_HEAP_LIMIT_BYTES;
 
 pub use crate::hard_stop::{HardStop, HardStopReason, set_hard_stop_hook};
+
+/// The test-only native attack probe (builds with the `test-hooks` feature; `None` otherwise): an
+/// engine host hands it to `codemode_engine_process::child::serve_with_probe`, and the sandbox
+/// tests run it inside real engine processes. `(attack, target)` to `Ok(what happened)` if the
+/// attack succeeded, `Err(why not)` if it was refused.
+#[allow(clippy::type_complexity)]
+pub const NATIVE_ATTACK_PROBE: Option<fn(&str, &str) -> Result<String, String>> = {
+    #[cfg(feature = "test-hooks")]
+    {
+        Some(ffi::attack_probe)
+    }
+    #[cfg(not(feature = "test-hooks"))]
+    {
+        None
+    }
+};
 use crate::pool::WarmPool;
 use crate::thread::{CellTerminator, TerminateTarget, ThreadContext};
 
