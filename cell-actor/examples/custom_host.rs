@@ -9,7 +9,6 @@
 //! cargo run -p codemode-cell-actor --example custom_host
 //! ```
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -28,7 +27,7 @@ use tokio_util::sync::CancellationToken;
 /// The owner of the cell: here, a map of stored values and a log line per callback.
 #[derive(Default)]
 struct MapHost {
-    stored_values: Mutex<HashMap<String, Value>>,
+    stored_values: Mutex<codemode_protocol::StoredValues>,
 }
 
 impl CellHost for MapHost {
@@ -109,7 +108,10 @@ impl Engine for ScriptedEngine {
                 "double(21) = {result}"
             ))));
             let _ = events.send_blocking(RuntimeEvent::Result {
-                stored_value_writes: HashMap::from([("answer".to_owned(), result)]),
+                stored_value_writes: codemode_protocol::stored_values_from([(
+                    "answer".to_owned(),
+                    result,
+                )]),
                 error_text: None,
             });
         });
@@ -129,7 +131,7 @@ async fn main() {
         call_id: "call-1".to_owned(),
         source: String::new(),
         enabled_tools: Vec::new(),
-        stored_values: HashMap::new(),
+        stored_values: Default::default(),
         limits: Default::default(),
         pending_mode: PendingMode::PauseUntilResumed,
     };

@@ -6,6 +6,7 @@
 //! or signal, a command from a handle, an engine event, or a finished tool or notification task.
 //! The terminal outcome itself is decided in [`CellState`], never here.
 
+use codemode_protocol::StoredValues;
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
@@ -617,7 +618,7 @@ impl<H: CellHost> CellActor<H> {
     /// The runtime finished: drain notifications, cancel tools, claim the outcome, then let the
     /// host commit and publish it. A termination that arrives before the claim wins: the
     /// completion is never built.
-    async fn complete(&mut self, writes: HashMap<String, Value>, error_text: Option<String>) {
+    async fn complete(&mut self, writes: StoredValues, error_text: Option<String>) {
         self.settle_callbacks_for_completion().await;
         let output = &mut self.output;
         let Some(claim) = self

@@ -17,10 +17,8 @@
 //! be slow or remote), then the completion is *published* for an observer. A termination that
 //! arrives while the commit runs gets the completion once it is published: the claim already won.
 
-use std::collections::HashMap;
+use codemode_protocol::StoredValues;
 use std::sync::{Arc, Mutex, MutexGuard};
-
-use serde_json::Value;
 
 use tokio::sync::oneshot;
 use tokio::time::Instant;
@@ -49,19 +47,19 @@ pub struct CompletionCommit {
 #[must_use = "a claimed completion must be published, or the cell never ends"]
 pub struct CompletionClaim {
     state: Arc<CellState>,
-    stored_value_writes: HashMap<String, Value>,
+    stored_value_writes: StoredValues,
     /// `None` once published.
     completion: Option<CellEvent>,
 }
 
 impl CompletionClaim {
     /// What the cell stored (`store(key, value)`), by key: what the host merges into its values.
-    pub fn stored_value_writes(&self) -> &HashMap<String, Value> {
+    pub fn stored_value_writes(&self) -> &StoredValues {
         &self.stored_value_writes
     }
 
     /// Takes the writes out of the claim (leaving none), to hand them to a store by value.
-    pub fn take_stored_value_writes(&mut self) -> HashMap<String, Value> {
+    pub fn take_stored_value_writes(&mut self) -> StoredValues {
         std::mem::take(&mut self.stored_value_writes)
     }
 
@@ -208,7 +206,7 @@ impl CellState {
     /// first, returns `None` and builds nothing.
     pub(crate) fn claim_completion(
         self: &Arc<Self>,
-        stored_value_writes: HashMap<String, Value>,
+        stored_value_writes: StoredValues,
         build: impl FnOnce() -> CellEvent,
     ) -> Option<CompletionClaim> {
         let mut phase = self.phase();
@@ -515,7 +513,7 @@ mod tests {
 
     fn claim(state: &Arc<CellState>, text: &str) -> CompletionClaim {
         state
-            .claim_completion(HashMap::new(), || completion(text, Duration::ZERO))
+            .claim_completion(Default::default(), || completion(text, Duration::ZERO))
             .expect("the cell is running")
     }
 
@@ -552,7 +550,7 @@ mod tests {
         let termination = state.request_termination();
         assert!(
             state
-                .claim_completion(HashMap::new(), || panic!(
+                .claim_completion(Default::default(), || panic!(
                     "a terminated cell must not build its completion"
                 ))
                 .is_none()

@@ -246,7 +246,10 @@ async fn run_case(
             Op::Pending => engine.send(RuntimeEvent::Pending).await,
             Op::Result { failed } => {
                 let result = RuntimeEvent::Result {
-                    stored_value_writes: [("k".to_owned(), json!(engine.next_item))].into(),
+                    stored_value_writes: codemode_protocol::stored_values_from([(
+                        "k".to_owned(),
+                        json!(engine.next_item),
+                    )]),
                     error_text: failed.then(|| "failed".to_owned()),
                 };
                 engine.finish(Some(result)).await;

@@ -3,7 +3,6 @@
 
 mod common;
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -46,7 +45,7 @@ fn tool_call(id: &str, name: &str) -> RuntimeEvent {
 
 fn result(error_text: Option<&str>) -> RuntimeEvent {
     RuntimeEvent::Result {
-        stored_value_writes: HashMap::from([("k".to_owned(), json!(1))]),
+        stored_value_writes: codemode_protocol::stored_values_from([("k".to_owned(), json!(1))]),
         error_text: error_text.map(str::to_owned),
     }
 }
@@ -836,7 +835,10 @@ async fn termination_during_the_store_commit_gets_the_claimed_completion() {
                 .unwrap();
             events
                 .send_blocking(RuntimeEvent::Result {
-                    stored_value_writes: [("k".to_owned(), json!(1))].into(),
+                    stored_value_writes: codemode_protocol::stored_values_from([(
+                        "k".to_owned(),
+                        json!(1),
+                    )]),
                     error_text: None,
                 })
                 .unwrap();
@@ -873,7 +875,7 @@ async fn termination_during_the_store_commit_gets_the_claimed_completion() {
         assert_eq!(host.commits.load(Ordering::SeqCst), 1, "{mode:?}");
         assert_eq!(
             *host.stored_values.lock().unwrap(),
-            HashMap::from([("k".to_owned(), json!(1))]),
+            codemode_protocol::stored_values_from([("k", json!(1))]),
             "{mode:?}"
         );
         within("the actor to close", cell.actor).await.unwrap();

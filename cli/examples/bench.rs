@@ -136,6 +136,105 @@ fn rss_kib() -> f64 {
         .unwrap_or(0.0)
 }
 
+/// Runs one cell in `session` and checks that it completed without an error.
+async fn run_in(session: &Session, source: &str) {
+    let request = ExecuteRequest {
+        call_id: "bench".into(),
+        source: source.into(),
+        yield_time_ms: Some(60_000),
+        max_output_tokens: None,
+    };
+    let report = session.execute(request).await.unwrap();
+    assert!(
+        matches!(report.event, CellEvent::Completed { error_text: None, .. }),
+        "{:?}",
+        report.event
+    );
+}
+
+/// Bytes of this process's resident memory per byte stored, with 3 sessions that each store
+/// 16 MiB of JSON and then start 5 more cells that read it: what a tenant's stored values cost
+/// the server (the values are held once, shared by the sessions' cells and the store).
+async fn memory_per_stored_byte(engine: Arc<dyn Engine>) -> f64 {
+    let store = Arc::new(MemoryStore::new());
+    let mut sessions = Vec::new();
+    for index in 0..3 {
+        let session = Session::open(
+            format!("stored-{index}"),
+            Arc::clone(&engine),
+            Arc::clone(&store) as Arc<dyn codemode_session::Store>,
+            Arc::new(InProcessTools::new()),
+            SessionConfig::default(),
+        )
+        .await
+        .unwrap();
+        sessions.push(session);
+    }
+    // Warm each session's path once, so the figure is the values, not first-use costs.
+    for session in &sessions {
+        run_in(session, "store('warm', 1)").await;
+    }
+    let before = rss_kib();
+    for session in &sessions {
+        run_in(
+            session,
+            "const a = Array(1 << 20).fill(0); store('k', Array(8).fill(a));",
+        )
+        .await;
+        for _ in 0..5 {
+            run_in(session, "text(typeof load('warm'))").await;
+        }
+    }
+    let after = rss_kib();
+    let stored: usize = sessions.iter().map(Session::stored_bytes).sum();
+    for session in sessions {
+        session.shutdown().await;
+    }
+    (after - before).max(0.0) * 1024.0 / stored as f64
+}
+
+/// Milliseconds for one cell to store 100,000 keys, start to result.
+fn many_keys(engine: &dyn Engine) -> f64 {
+    let started = Instant::now();
+    let (events, mut receiver) = event_channel(None);
+    let _handles = engine
+        .start(
+            cell("for (let i = 0; i < 100000; i++) store('key-' + i, i);"),
+            events,
+        )
+        .expect("starts");
+    while let Some(event) = receiver.blocking_recv() {
+        if let RuntimeEvent::Result {
+            stored_value_writes,
+            error_text,
+        } = event
+        {
+            assert_eq!(error_text, None);
+            assert_eq!(stored_value_writes.len(), 100_000);
+            return ms(started.elapsed());
+        }
+    }
+    panic!("no result");
+}
+
+/// Milliseconds for the same loop without `store`, for scale.
+fn many_keys_loop_only(engine: &dyn Engine) -> f64 {
+    let started = Instant::now();
+    let (events, mut receiver) = event_channel(None);
+    let _handles = engine
+        .start(
+            cell("let s = 0; for (let i = 0; i < 100000; i++) s += ('key-' + i).length;"),
+            events,
+        )
+        .expect("starts");
+    while let Some(event) = receiver.blocking_recv() {
+        if let RuntimeEvent::Result { .. } = event {
+            return ms(started.elapsed());
+        }
+    }
+    panic!("no result");
+}
+
 /// Microseconds per awaited in-process tool call, from a cell that loops over one.
 async fn tool_round_trip(engine: Arc<dyn Engine>, iterations: usize) -> f64 {
     let tools = InProcessTools::new().function("echo", "Echo.", json!({}), |input| async move {
@@ -517,6 +616,30 @@ fn main() {
         None,
         "MiB",
         Some(single(parked_process)),
+    ));
+
+    let keys: Vec<f64> = (0..5).map(|_| many_keys(engine.as_ref())).collect();
+    let keys_process: Vec<f64> = (0..5).map(|_| many_keys(process.as_ref())).collect();
+    let loop_only: Vec<f64> = (0..5)
+        .map(|_| many_keys_loop_only(engine.as_ref()))
+        .collect();
+    rows.push(row(
+        "store() of 100,000 keys in one cell",
+        stats(keys),
+        "the same loop without store",
+        Some(stats(loop_only)),
+        "ms",
+        Some(stats(keys_process)),
+    ));
+    let held = runtime.block_on(memory_per_stored_byte(Arc::clone(&engine)));
+    let held_process = runtime.block_on(memory_per_stored_byte(Arc::clone(&process)));
+    rows.push(row(
+        "memory held per byte stored (3 sessions × 16 MiB)",
+        single(held),
+        "",
+        None,
+        "B/B",
+        Some(single(held_process)),
     ));
 
     for (label, spacing) in [("back to back", 0u64), ("50 ms apart", 50)] {

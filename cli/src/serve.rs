@@ -7,6 +7,7 @@
 //! cell's `notify(...)` messages; when a cell finishes in the background, it sends a log message
 //! saying so (completion push, completion push).
 
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -14,7 +15,9 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 use codemode_protocol::{OutputItem, WaitRequest};
-use codemode_session::{ExecOptions, OutputMode, Session, SessionEvent, Store, ToolResult};
+use codemode_session::{
+    ExecOptions, OutputMode, Session, SessionEvent, Store, StoredBytesBudget, ToolResult,
+};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ListToolsResult,
     PaginatedRequestParams, ProgressNotificationParam, ServerCapabilities, ServerConfig, Tool,
@@ -66,6 +69,15 @@ pub struct McpArgs {
     /// has several tenants, all of it when it has one).
     #[arg(long, value_name = "N")]
     pub max_cells_per_tenant: Option<usize>,
+    /// The most bytes of stored values one tenant's open sessions may hold together (default:
+    /// half of --max-stored-bytes-total when the server has several tenants, all of it when it
+    /// has one).
+    #[arg(long, value_name = "BYTES")]
+    pub max_stored_bytes_per_tenant: Option<usize>,
+    /// The most bytes of stored values all open sessions may hold together: what the server
+    /// keeps in memory for them.
+    #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_MAX_STORED_BYTES_TOTAL)]
+    pub max_stored_bytes_total: usize,
     /// HTTP: the most connections open at once; the next waits to be accepted until one closes.
     #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_CONNECTIONS)]
     pub max_connections: usize,
@@ -95,6 +107,9 @@ const DEFAULT_MAX_SESSIONS: usize = 64;
 const DEFAULT_MAX_CELLS: usize = 256;
 /// Default of `--max-connections`.
 const DEFAULT_MAX_CONNECTIONS: usize = 512;
+
+/// What all open sessions' stored values may hold together by default: 1 GiB.
+const DEFAULT_MAX_STORED_BYTES_TOTAL: usize = 1 << 30;
 /// Default of `--idle-timeout-secs`: half an hour.
 const DEFAULT_IDLE_TIMEOUT_SECS: u64 = 1800;
 
@@ -108,6 +123,9 @@ struct Shared {
     store: Arc<dyn Store>,
     tools: Arc<codemode_host_adapters::CompositeTools>,
     limits: ServerLimits,
+    /// What all open sessions' stored values may hold, and each tenant's share of it.
+    stored_total: Arc<StoredBytesBudget>,
+    stored_per_tenant: std::sync::Mutex<HashMap<String, Arc<StoredBytesBudget>>>,
     /// The codemode sessions open now (for --max-cells and shutdown).
     live: std::sync::Mutex<Vec<std::sync::Weak<LiveSession>>>,
     /// Cancelled on SIGTERM or SIGINT.
@@ -121,6 +139,8 @@ struct ServerLimits {
     max_cells: usize,
     max_sessions_per_tenant: usize,
     max_cells_per_tenant: usize,
+    max_stored_bytes_total: usize,
+    max_stored_bytes_per_tenant: usize,
     idle_timeout: Duration,
 }
 
@@ -147,12 +167,31 @@ impl ServerLimits {
                 .max_cells_per_tenant
                 .unwrap_or_else(|| share(max_cells))
                 .clamp(1, max_cells),
+            max_stored_bytes_total: args.max_stored_bytes_total,
+            max_stored_bytes_per_tenant: args
+                .max_stored_bytes_per_tenant
+                .unwrap_or_else(|| share(args.max_stored_bytes_total))
+                .min(args.max_stored_bytes_total),
             idle_timeout: Duration::from_secs(args.idle_timeout_secs.max(1)),
         }
     }
 }
 
 impl Shared {
+    /// The budget all sessions of `tenant` draw their stored values from.
+    fn tenant_stored_budget(&self, tenant: &str) -> Arc<StoredBytesBudget> {
+        let mut budgets = self
+            .stored_per_tenant
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        Arc::clone(budgets.entry(tenant.to_owned()).or_insert_with(|| {
+            StoredBytesBudget::new(
+                "the stored values of your tenant's open sessions (--max-stored-bytes-per-tenant)",
+                self.limits.max_stored_bytes_per_tenant,
+            )
+        }))
+    }
+
     fn live_sessions(&self) -> Vec<Arc<LiveSession>> {
         let mut live = self
             .live
@@ -198,11 +237,17 @@ pub async fn serve(args: McpArgs) -> ExitCode {
         Some(_) => None,
     };
     let tenants = gate.as_ref().map_or(1, |(_, gate)| gate.tenants());
+    let limits = ServerLimits::new(&args, tenants);
     let shared = Arc::new(Shared {
         args: args.session.clone(),
         store,
         tools,
-        limits: ServerLimits::new(&args, tenants),
+        limits,
+        stored_total: StoredBytesBudget::new(
+            "the stored values of all open sessions (--max-stored-bytes-total)",
+            limits.max_stored_bytes_total,
+        ),
+        stored_per_tenant: std::sync::Mutex::new(HashMap::new()),
         live: std::sync::Mutex::new(Vec::new()),
         shutting_down: CancellationToken::new(),
     });
@@ -613,6 +658,10 @@ impl CodemodeServer {
         config.output_mode = OutputMode::server();
         // Cells of different tenants never share an engine process.
         config.tenant = Some(identity.tenant.clone());
+        config.stored_bytes_budgets = vec![
+            Arc::clone(&shared.stored_total),
+            shared.tenant_stored_budget(&identity.tenant),
+        ];
         let session = shared
             .args
             .open(

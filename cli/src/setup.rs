@@ -27,6 +27,10 @@ pub struct SessionArgs {
     /// them. Without it, values live in memory only.
     #[arg(long, value_name = "PATH")]
     pub store: Option<PathBuf>,
+    /// The most bytes (keys and JSON text) one session's stored values may hold; a cell whose
+    /// writes would pass it completes with its values unsaved, and says so.
+    #[arg(long, value_name = "BYTES", default_value_t = codemode_protocol::limits::DEFAULT_MAX_STORED_BYTES_PER_SESSION)]
+    pub max_stored_bytes: usize,
     /// The session whose stored values to use.
     #[arg(long, value_name = "NAME", default_value = "default")]
     pub session: String,
@@ -93,6 +97,7 @@ impl SessionArgs {
         if let Some(milliseconds) = self.cpu_limit_ms {
             config.cpu_time_limit = Some(Duration::from_millis(milliseconds));
         }
+        config.max_stored_bytes = self.max_stored_bytes;
         config
     }
 

@@ -30,7 +30,7 @@ fn cell(source: &str) -> CellStart {
         call_id: "call-1".into(),
         source: source.into(),
         enabled_tools: vec![ToolDefinition::function(ToolName::plain("echo"), "echo")],
-        stored_values: HashMap::new(),
+        stored_values: Default::default(),
         limits: CellLimits::default(),
         pending_mode: PendingMode::Continue,
     }
@@ -55,7 +55,7 @@ struct Ended {
 }
 
 impl Running {
-    /// Answers `echo` calls until the cell ends.
+    /// Answers `echo` calls (all but forged ones) until the cell ends.
     fn finish(mut self) -> Ended {
         let (done_tx, done_rx) = std::sync::mpsc::channel();
         let commands = self.handles.commands.clone();
@@ -65,6 +65,8 @@ impl Running {
             while let Some(event) = self.events.blocking_recv() {
                 match event {
                     RuntimeEvent::ContentItem(OutputItem::Text { text }) => texts.push(text),
+                    // Forged calls are left unanswered, as by a slow host, so that they pile up.
+                    RuntimeEvent::ToolCall { id, .. } if id.starts_with("tool-forged") => {}
                     RuntimeEvent::ToolCall { id, input, .. } => {
                         let _ = commands.send(RuntimeCommand::ToolResponse {
                             id,
@@ -74,7 +76,13 @@ impl Running {
                     RuntimeEvent::Result {
                         stored_value_writes,
                         error_text,
-                    } => result = Some((stored_value_writes, error_text)),
+                    } => {
+                        let trees = stored_value_writes
+                            .iter()
+                            .map(|(key, value)| (key.clone(), value.to_value().unwrap()))
+                            .collect();
+                        result = Some((trees, error_text))
+                    }
                     _ => {}
                 }
             }
@@ -455,6 +463,14 @@ fn a_forged_or_oversized_frame_ends_its_process_and_reaches_no_cell() {
         (
             Forgery::OversizedToolCall(2),
             "bytes where the limits allow",
+        ),
+        (
+            Forgery::ToolCallsPastTheInFlightLimit(2),
+            "bytes of arguments at once",
+        ),
+        (
+            Forgery::StoredValuesPastTheLimit(2),
+            "bytes of stored values for one cell",
         ),
         (Forgery::HugeHeader, "not valid"),
     ] {

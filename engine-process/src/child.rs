@@ -439,7 +439,7 @@ fn probe(what: Probe) -> Option<(bool, String)> {
                     event: RuntimeEvent::Result {
                         stored_value_writes: HashMap::from([(
                             "forged".to_owned(),
-                            serde_json::Value::from(true),
+                            codemode_protocol::StoredValue::from(serde_json::Value::from(true)),
                         )]),
                         error_text: None,
                     },
@@ -453,6 +453,41 @@ fn probe(what: Probe) -> Option<(bool, String)> {
                         input: Some(serde_json::Value::String(
                             "x".repeat(7 * codemode_protocol::limits::MAX_TOOL_INPUT_BYTES),
                         )),
+                    },
+                },
+                Forgery::ToolCallsPastTheInFlightLimit(cell) => {
+                    use codemode_protocol::limits::{
+                        MAX_TOOL_INPUT_BYTES, MAX_TOOL_INPUT_BYTES_IN_FLIGHT,
+                    };
+                    let calls = MAX_TOOL_INPUT_BYTES_IN_FLIGHT / MAX_TOOL_INPUT_BYTES + 1;
+                    for call in 0..calls {
+                        let forged = ToParent::Event {
+                            cell,
+                            event: RuntimeEvent::ToolCall {
+                                id: format!("tool-forged-{call}"),
+                                name: codemode_protocol::ToolName::plain("echo"),
+                                kind: codemode_protocol::ToolKind::Function,
+                                input: Some(serde_json::Value::String(
+                                    "x".repeat(MAX_TOOL_INPUT_BYTES - 2),
+                                )),
+                            },
+                        };
+                        if let (Ok(frame), Some(writer)) = (wire::encode(&forged), WRITER.get()) {
+                            let _ = lock(writer).stream.write_all(&frame);
+                        }
+                    }
+                    return None;
+                }
+                Forgery::StoredValuesPastTheLimit(cell) => ToParent::Event {
+                    cell,
+                    event: RuntimeEvent::Result {
+                        stored_value_writes: (0..5)
+                            .map(|key| {
+                                let value = serde_json::Value::String("x".repeat(16 << 20));
+                                (key.to_string(), codemode_protocol::StoredValue::from(value))
+                            })
+                            .collect(),
+                        error_text: None,
                     },
                 },
                 Forgery::HugeHeader => {

@@ -161,6 +161,7 @@ impl Pool {
                     heap_limit_bytes,
                     cpu_time_limit,
                     terminating: false,
+                    tool_input_in_flight: HashMap::new(),
                 },
             );
             match process.send_frame(frame.clone()) {
@@ -182,6 +183,12 @@ impl Pool {
             CommandSender::forward(move |command: codemode_engine::RuntimeCommand| {
                 match process.upgrade() {
                     Some(process) if process.hosts(number) => {
+                        if let codemode_engine::RuntimeCommand::ToolResponse { id, .. }
+                        | codemode_engine::RuntimeCommand::ToolError { id, .. } = &command
+                            && let Some(slot) = lock(&process.state).cells.get_mut(&number)
+                        {
+                            slot.tool_input_in_flight.remove(id);
+                        }
                         let _ = process.send(&ToChild::Command {
                             cell: number,
                             command,
@@ -571,6 +578,9 @@ struct CellSlot {
     cpu_time_limit: Option<Duration>,
     /// Termination was asked: the cell ends without a result, whatever happens to the process.
     terminating: bool,
+    /// The argument bytes of the cell's tool calls not yet answered, by call id: the child
+    /// bounds them, and the parent checks that it did.
+    tool_input_in_flight: HashMap<String, usize>,
 }
 
 impl EngineProcess {
@@ -800,20 +810,63 @@ impl EngineProcess {
     /// the limits of what such a frame may carry. The child is hostile native code once it has
     /// run a cell; an error ends it.
     fn check(&self, message: &ToParent, length: usize) -> Result<(), String> {
+        use codemode_protocol::limits::{
+            MAX_STORED_BYTES_PER_CELL, MAX_TOOL_INPUT_BYTES, MAX_TOOL_INPUT_BYTES_IN_FLIGHT,
+        };
         let hosts = |cell: &CellNumber| lock(&self.state).cells.contains_key(cell);
         match message {
             ToParent::Event { cell, event } => {
-                if !hosts(cell) {
+                let mut state = lock(&self.state);
+                let Some(slot) = state.cells.get_mut(cell) else {
                     return Err(format!(
                         "it sent an event for cell {cell}, which it does not host"
                     ));
-                }
+                };
                 if let Some(limit) = wire::event_frame_limit(event)
                     && length > limit
                 {
                     return Err(format!(
                         "it sent an event of {length} bytes where the limits allow {limit}"
                     ));
+                }
+                match event {
+                    RuntimeEvent::ToolCall { id, input, .. } => {
+                        let bytes = input.as_ref().map_or(0, wire::json_length);
+                        if bytes > MAX_TOOL_INPUT_BYTES {
+                            return Err(format!(
+                                "it sent a tool call with {bytes} bytes of arguments, past the \
+                                 limit of {MAX_TOOL_INPUT_BYTES}"
+                            ));
+                        }
+                        let in_flight: usize =
+                            slot.tool_input_in_flight.values().sum::<usize>() + bytes;
+                        if in_flight > MAX_TOOL_INPUT_BYTES_IN_FLIGHT {
+                            return Err(format!(
+                                "it sent tool calls holding {in_flight} bytes of arguments at \
+                                 once, past the limit of {MAX_TOOL_INPUT_BYTES_IN_FLIGHT}"
+                            ));
+                        }
+                        if slot
+                            .tool_input_in_flight
+                            .insert(id.clone(), bytes)
+                            .is_some()
+                        {
+                            return Err(format!("it sent tool call {id:?} twice"));
+                        }
+                    }
+                    RuntimeEvent::Result {
+                        stored_value_writes,
+                        ..
+                    } => {
+                        let bytes = codemode_protocol::stored_bytes(stored_value_writes);
+                        if bytes > MAX_STORED_BYTES_PER_CELL {
+                            return Err(format!(
+                                "it sent {bytes} bytes of stored values for one cell, past the \
+                                 limit of {MAX_STORED_BYTES_PER_CELL}"
+                            ));
+                        }
+                    }
+                    _ => {}
                 }
                 Ok(())
             }

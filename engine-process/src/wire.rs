@@ -11,7 +11,6 @@
 //! `call_id`, so that a fatal error on a runtime thread names its cell; the parent puts the real
 //! `call_id` back on the notifications it forwards.
 
-use std::collections::HashMap;
 use std::io::{self, Read, Write};
 
 use codemode_engine::{
@@ -19,7 +18,6 @@ use codemode_engine::{
 };
 use codemode_protocol::ToolDefinition;
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 
 /// The largest frame the child accepts from the parent: a cell's source (4 MiB at most) and its
 /// session's stored values travel in one frame.
@@ -60,6 +58,23 @@ pub(crate) fn event_frame_limit(event: &RuntimeEvent) -> Option<usize> {
         RuntimeEvent::Result { .. } | RuntimeEvent::ContentItem(_) => None,
         _ => Some(ENVELOPE_BYTES),
     }
+}
+
+/// The length of `value` as compact JSON, counted without building the text.
+pub(crate) fn json_length(value: &serde_json::Value) -> usize {
+    struct Count(usize);
+    impl io::Write for Count {
+        fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+            self.0 += bytes.len();
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    let _ = serde_json::to_writer(&mut count, value);
+    count.0
 }
 
 /// The parent's number for a cell, unique within one engine.
@@ -149,6 +164,11 @@ pub enum Forgery {
     ResultForAnotherCell(u64),
     /// A tool call whose frame is larger than any call the limits allow, for a cell it hosts.
     OversizedToolCall(u64),
+    /// Tool calls, each within the per-call limit, whose arguments together pass the limit of
+    /// bytes in flight for one cell, for a cell it hosts.
+    ToolCallsPastTheInFlightLimit(u64),
+    /// A result whose stored values pass the per-cell limit, for a cell it hosts.
+    StoredValuesPastTheLimit(u64),
     /// A frame header announcing more bytes than any message may have, then nothing.
     HugeHeader,
 }
@@ -209,7 +229,7 @@ pub enum HardStopKind {
 pub(crate) struct WireStart {
     pub source: String,
     pub enabled_tools: Vec<ToolDefinition>,
-    pub stored_values: HashMap<String, Value>,
+    pub stored_values: std::sync::Arc<codemode_protocol::StoredValues>,
     pub heap_limit_bytes: usize,
     pub cpu_time_limit_ns: Option<u64>,
     pub pause_until_resumed: bool,
@@ -382,7 +402,10 @@ mod tests {
             call_id: "call-1".into(),
             source: "text(1)".into(),
             enabled_tools: vec![],
-            stored_values: HashMap::from([("k".to_owned(), Value::from(1))]),
+            stored_values: std::sync::Arc::new(codemode_protocol::stored_values_from([(
+                "k",
+                serde_json::Value::from(1),
+            )])),
             limits: CellLimits::default()
                 .with_heap_limit_bytes(64 << 20)
                 .with_cpu_time_limit(Some(std::time::Duration::from_millis(1500))),
@@ -397,6 +420,6 @@ mod tests {
             Some(std::time::Duration::from_millis(1500))
         );
         assert_eq!(back.pending_mode, PendingMode::PauseUntilResumed);
-        assert_eq!(back.stored_values["k"], Value::from(1));
+        assert_eq!(back.stored_values["k"], serde_json::Value::from(1));
     }
 }

@@ -8,7 +8,7 @@
 //! - Commands ([`RuntimeCommand`]) and control ([`RuntimeControl`]) flow from the actor to the
 //!   runtime thread over `std::sync::mpsc`, because the receiver is a plain thread that blocks.
 
-use std::collections::HashMap;
+use codemode_protocol::StoredValues;
 
 use codemode_protocol::{OutputItem, ToolKind, ToolName};
 use serde_json::Value;
@@ -50,7 +50,7 @@ pub enum RuntimeEvent {
     /// The cell finished: successfully (`error_text` is `None`) or with the text of its error.
     Result {
         /// What the cell stored, by key: committed only if the cell completes.
-        stored_value_writes: HashMap<String, Value>,
+        stored_value_writes: StoredValues,
         /// The error text of a failed cell.
         error_text: Option<String>,
     },

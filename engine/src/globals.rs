@@ -11,12 +11,15 @@
 //! the caller.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use codemode_protocol::limits::{
     MAX_NOTIFY_BYTES, MAX_STORED_BYTES_PER_CELL, MAX_TOOL_INPUT_BYTES,
+    MAX_TOOL_INPUT_BYTES_IN_FLIGHT,
 };
 use codemode_protocol::{
-    AudioItem, ImageDetail, ImageItem, OutputItem, ToolDefinition, ToolKind, ToolName,
+    AudioItem, ImageDetail, ImageItem, OutputItem, StoredValue, StoredValues, ToolDefinition,
+    ToolKind, ToolName, stored_entry_bytes,
 };
 use serde_json::Value;
 
@@ -137,11 +140,16 @@ impl Refusal {
 pub struct CellGlobals {
     call_id: String,
     tools: Vec<ToolDefinition>,
-    stored_values: HashMap<String, Value>,
-    stored_value_writes: HashMap<String, Value>,
-    /// The JSON length of each written value, whose sum is bounded.
-    stored_write_bytes: HashMap<String, usize>,
+    /// The session's values when the cell started, shared with the session (never copied).
+    stored_values: Arc<StoredValues>,
+    /// What the cell stored, over `stored_values`.
+    stored_value_writes: StoredValues,
+    /// The JSON bytes of `stored_value_writes`, kept as writes come and go (bounded).
+    stored_write_bytes: usize,
     tool_calls_made: u64,
+    /// The argument bytes of each tool call not yet answered, whose sum is bounded.
+    tool_input_in_flight: HashMap<String, usize>,
+    tool_input_in_flight_bytes: usize,
 }
 
 /// A name and description as `ALL_TOOLS` lists them.
@@ -160,15 +168,17 @@ impl CellGlobals {
     pub fn new(
         call_id: String,
         tools: Vec<ToolDefinition>,
-        stored_values: HashMap<String, Value>,
+        stored_values: Arc<StoredValues>,
     ) -> Self {
         CellGlobals {
             call_id,
             tools,
             stored_values,
-            stored_value_writes: HashMap::new(),
-            stored_write_bytes: HashMap::new(),
+            stored_value_writes: StoredValues::new(),
+            stored_write_bytes: 0,
             tool_calls_made: 0,
+            tool_input_in_flight: HashMap::new(),
+            tool_input_in_flight_bytes: 0,
         }
     }
 
@@ -207,6 +217,17 @@ impl CellGlobals {
                 MAX_TOOL_INPUT_BYTES >> 20
             )));
         }
+        let bytes = input_json.map_or(0, str::len);
+        let in_flight = self.tool_input_in_flight_bytes.saturating_add(bytes);
+        if in_flight > MAX_TOOL_INPUT_BYTES_IN_FLIGHT {
+            return Err(Refusal::new(format!(
+                "tools.{}: the arguments of this cell's unanswered tool calls would hold {in_flight} \
+                 bytes of JSON, past the limit of {} MiB per cell; await some calls before \
+                 starting more, or pass less data per call",
+                tool.global_name(),
+                MAX_TOOL_INPUT_BYTES_IN_FLIGHT >> 20
+            )));
+        }
         let input = match input_json {
             None => None,
             Some(json) => Some(serde_json::from_str(json).map_err(|error| {
@@ -218,8 +239,11 @@ impl CellGlobals {
             })?),
         };
         self.tool_calls_made += 1;
+        let id = format!("tool-{}", self.tool_calls_made);
+        self.tool_input_in_flight.insert(id.clone(), bytes);
+        self.tool_input_in_flight_bytes = in_flight;
         Ok(RuntimeEvent::ToolCall {
-            id: format!("tool-{}", self.tool_calls_made),
+            id,
             name: ToolName::clone(&tool.name),
             kind: ToolKind::clone(&tool.kind),
             input,
@@ -240,37 +264,31 @@ impl CellGlobals {
             )));
         }
         let key = key.text.clone();
-        let bytes = serialized.map_or(0, str::len);
-        let others: usize = self
-            .stored_write_bytes
-            .iter()
-            .filter(|(written, _)| **written != key)
-            .map(|(_, bytes)| bytes)
-            .sum();
-        if others.saturating_add(bytes) > MAX_STORED_BYTES_PER_CELL {
+        let Some(json) = serialized else {
             return Err(Refusal::new(format!(
-                "Unable to store {key:?}: the cell's stored values would hold {} bytes of JSON, \
+                "Unable to store {key:?}. Only plain serializable objects can be stored."
+            )));
+        };
+        let replaced = self
+            .stored_value_writes
+            .get(&key)
+            .map_or(0, |value| stored_entry_bytes(&key, value));
+        let total = (self.stored_write_bytes - replaced).saturating_add(key.len() + json.len());
+        if total > MAX_STORED_BYTES_PER_CELL {
+            return Err(Refusal::new(format!(
+                "Unable to store {key:?}: the cell's stored values would hold {total} bytes of JSON, \
                  past the limit of {} MiB per cell; store less, or keep large data outside stored \
                  values",
-                others.saturating_add(bytes),
                 MAX_STORED_BYTES_PER_CELL >> 20
             )));
         }
-        let value: Value = match serialized {
-            Some(json) => serde_json::from_str(json).map_err(|error| {
-                Refusal::new(format!(
-                    "Unable to store {key:?}: the value {}.",
-                    unrepresentable(json, &error)
-                ))
-            })?,
-            None => {
-                return Err(Refusal::new(format!(
-                    "Unable to store {key:?}. Only plain serializable objects can be stored."
-                )));
-            }
-        };
-        self.stored_values.insert(key.clone(), value.clone());
-        self.stored_write_bytes.insert(key.clone(), bytes);
+        let value = StoredValue::from_json(json.to_owned()).map_err(|error| {
+            Refusal::new(format!(
+                "Unable to store {key:?}: the value {}.",
+                unrepresentable(json, &error)
+            ))
+        })?;
+        self.stored_write_bytes = total;
         self.stored_value_writes.insert(key, value);
         Ok(())
     }
@@ -282,7 +300,27 @@ impl CellGlobals {
         if !key.lone_surrogates.is_empty() {
             return None;
         }
-        self.stored_values.get(&key.text).map(Value::to_string)
+        self.stored_value_writes
+            .get(&key.text)
+            .or_else(|| self.stored_values.get(&key.text))
+            .map(|value| value.json().to_owned())
+    }
+
+    /// The call `id` was answered (resolved or rejected): its argument no longer counts against
+    /// the bytes in flight. Returns whether it was unanswered.
+    pub fn tool_call_settled(&mut self, id: &str) -> bool {
+        match self.tool_input_in_flight.remove(id) {
+            Some(bytes) => {
+                self.tool_input_in_flight_bytes -= bytes;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Whether a tool call of this cell is still unanswered.
+    pub fn has_unanswered_tool_calls(&self) -> bool {
+        !self.tool_input_in_flight.is_empty()
     }
 
     /// `notify(value)` with `value` already displayed: the event to deliver, or the refusal of an
@@ -307,8 +345,8 @@ impl CellGlobals {
 
     /// The values this cell stored, to be committed when it completes; taken out, so a second
     /// call returns none.
-    pub fn take_stored_value_writes(&mut self) -> HashMap<String, Value> {
-        self.stored_write_bytes.clear();
+    pub fn take_stored_value_writes(&mut self) -> StoredValues {
+        self.stored_write_bytes = 0;
         std::mem::take(&mut self.stored_value_writes)
     }
 }
@@ -461,6 +499,60 @@ mod tests {
         assert_eq!(globals.take_stored_value_writes().len(), 2);
     }
 
+    #[test]
+    fn unanswered_tool_arguments_are_capped_in_total_and_freed_when_answered() {
+        let mut globals = globals();
+        let eight_mib = format!("\"{}\"", "x".repeat(8 << 20));
+        let mut ids = Vec::new();
+        let refusal = loop {
+            match globals.tool_call(0, Some(&eight_mib)) {
+                Ok(RuntimeEvent::ToolCall { id, .. }) => ids.push(id),
+                Ok(other) => panic!("{other:?}"),
+                Err(refusal) => break refusal,
+            }
+        };
+        // 64 MiB hold seven calls of just over 8 MiB: the eighth is refused, by name.
+        assert_eq!(ids.len(), 7);
+        assert!(
+            refusal.message.contains("unanswered tool calls")
+                && refusal.message.contains("64 MiB per cell"),
+            "{refusal}"
+        );
+        assert!(globals.has_unanswered_tool_calls());
+        assert!(globals.tool_call_settled(&ids[0]));
+        assert!(!globals.tool_call_settled(&ids[0]), "settled once");
+        globals.tool_call(0, Some(&eight_mib)).unwrap();
+        for id in &ids[1..] {
+            globals.tool_call_settled(id);
+        }
+        assert!(
+            globals.has_unanswered_tool_calls(),
+            "the last call is unanswered"
+        );
+    }
+
+    #[test]
+    fn storing_many_keys_keeps_a_running_total() {
+        let mut globals = globals();
+        let started = std::time::Instant::now();
+        for index in 0..100_000 {
+            let key = JsString::decode(format!("key-{index}").as_bytes());
+            globals.store(&key, Some("1")).unwrap();
+        }
+        let writes = globals.take_stored_value_writes();
+        assert_eq!(writes.len(), 100_000);
+        assert_eq!(total(&writes), codemode_protocol::stored_bytes(&writes));
+        // A hang guard, not a timing assertion: quadratic work would take minutes.
+        assert!(started.elapsed() < std::time::Duration::from_secs(60));
+    }
+
+    fn total(writes: &StoredValues) -> usize {
+        writes
+            .iter()
+            .map(|(key, value)| key.len() + value.len())
+            .sum()
+    }
+
     fn globals() -> CellGlobals {
         CellGlobals::new(
             "call-1".into(),
@@ -468,7 +560,10 @@ mod tests {
                 ToolName::namespaced("web", "search"),
                 "Search.",
             )],
-            HashMap::from([("seen".to_owned(), json!({"n": 1}))]),
+            Arc::new(StoredValues::from([(
+                "seen".to_owned(),
+                StoredValue::from(json!({"n": 1})),
+            )])),
         )
     }
 
@@ -509,7 +604,7 @@ mod tests {
         );
         assert_eq!(
             globals.take_stored_value_writes(),
-            HashMap::from([("k".to_owned(), json!([1, 2]))])
+            StoredValues::from([("k".to_owned(), StoredValue::from(json!([1, 2])))])
         );
     }
 

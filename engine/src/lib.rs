@@ -22,17 +22,15 @@ mod channel;
 pub mod globals;
 pub mod timers;
 
-use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
 
-use codemode_protocol::ToolDefinition;
+use codemode_protocol::{StoredValues, ToolDefinition};
 use std::time::Duration;
 
 use codemode_protocol::limits::{
     DEFAULT_CPU_TIME_LIMIT, DEFAULT_HEAP_LIMIT_BYTES, MIN_HEAP_LIMIT_BYTES,
 };
-use serde_json::Value;
 
 pub use channel::{
     CommandSender, EventReceiver, EventSendError, EventSender, ForwardEventFn, RuntimeCommand,
@@ -49,8 +47,9 @@ pub struct CellStart {
     pub source: String,
     /// The tools the cell may call, in the order `ALL_TOOLS` lists them.
     pub enabled_tools: Vec<ToolDefinition>,
-    /// A snapshot of the session's stored values, visible to `load`.
-    pub stored_values: HashMap<String, Value>,
+    /// The session's stored values when the cell starts, visible to `load`: shared with the
+    /// session, which replaces rather than changes a map a cell holds.
+    pub stored_values: Arc<StoredValues>,
     /// The cell's heap and CPU-time limits.
     pub limits: CellLimits,
     /// What the runtime thread does when the cell is idle.

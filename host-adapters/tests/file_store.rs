@@ -121,6 +121,7 @@ fn sigkill_during_commits_always_leaves_a_valid_committed_state() {
             panic!("run {run}: the document is not valid after SIGKILL: {error}")
         });
         if let Some(committed) = values.get("state") {
+            let committed = &committed.to_value().unwrap();
             let n = committed["n"]
                 .as_u64()
                 .expect("a committed state has its n");
@@ -142,7 +143,7 @@ fn sigkill_during_commits_always_leaves_a_valid_committed_state() {
     store
         .commit_blocking(
             "killed",
-            &HashMap::from([("after".to_owned(), json!(true))]),
+            &codemode_protocol::stored_values_from([("after".to_owned(), json!(true))]),
         )
         .unwrap();
     let leftovers: Vec<_> = std::fs::read_dir(&directory)

@@ -13,11 +13,13 @@ pub mod limits;
 mod output;
 mod pragma;
 mod request;
+mod stored;
 mod tool;
 mod typescript;
 
 pub use output::{AudioItem, ImageDetail, ImageItem, OutputItem, ParseImageDetailError};
 pub use pragma::{ExecInput, ExecInputError, MAX_SAFE_INTEGER, parse_exec_input};
 pub use request::{ExecuteRequest, WaitRequest};
+pub use stored::{StoredValue, StoredValues, stored_bytes, stored_entry_bytes, stored_values_from};
 pub use tool::{ToolDefinition, ToolKind, ToolName, normalize_identifier};
 pub use typescript::{namespace_groups, tool_declaration, tools_declaration};

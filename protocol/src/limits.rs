@@ -62,8 +62,16 @@ pub const BOUNDED_OUTPUT_MAX_IMAGE_BYTES: usize = 8 * 1024 * 1024;
 /// Host memory for arguments is outside the cell's heap, so it is bounded here.
 pub const MAX_TOOL_INPUT_BYTES: usize = 16 * 1024 * 1024;
 
-/// The most bytes of JSON text a cell's stored values may hold in all (each key counted once,
-/// at its latest value): a `store` past it is refused.
+/// The most argument bytes (JSON text) a cell's unanswered tool calls may hold in all: a call
+/// past it is refused, so unawaited calls cannot pile up host memory.
+pub const MAX_TOOL_INPUT_BYTES_IN_FLIGHT: usize = 64 * 1024 * 1024;
+
+/// The default of the most bytes (keys and JSON text) one session's stored values may hold; a
+/// commit past it is refused and the cell's text says its values were not saved.
+pub const DEFAULT_MAX_STORED_BYTES_PER_SESSION: usize = 64 * 1024 * 1024;
+
+/// The most bytes (keys and JSON text) a cell's stored values may hold in all, each key counted
+/// once at its latest value: a `store` past it is refused.
 pub const MAX_STORED_BYTES_PER_CELL: usize = 64 * 1024 * 1024;
 
 /// The longest text of one `notify(...)`, in bytes: notifications go to the client at once, so a

@@ -8,7 +8,6 @@
 //! cargo run -p codemode-runtime-v8 --example run_cell -- examples/hello.js
 //! ```
 
-use std::collections::HashMap;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -45,7 +44,7 @@ fn main() -> ExitCode {
         call_id: "example".into(),
         source,
         enabled_tools: vec![echo, sleep],
-        stored_values: HashMap::new(),
+        stored_values: Default::default(),
         limits: CellLimits::default(),
         pending_mode: PendingMode::Continue,
     };

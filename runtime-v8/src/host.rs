@@ -44,9 +44,6 @@ pub(crate) struct CellHost {
     events: EventSender,
     /// The first reason the host stopped the cell, if it did.
     pub(crate) stop: Option<HostStop>,
-    /// Tool calls made and not yet answered: while there are none (and no timer), nothing can
-    /// settle a promise the cell awaits.
-    pub(crate) unanswered_tool_calls: std::collections::HashSet<String>,
     test_hooks: bool,
 }
 
@@ -57,7 +54,6 @@ impl CellHost {
             timers: Timers::default(),
             events,
             stop: None,
-            unanswered_tool_calls: std::collections::HashSet::new(),
             test_hooks,
         }
     }
@@ -157,7 +153,6 @@ impl Host for CellHost {
                             unreachable!("tool_call returns a ToolCall event");
                         };
                         let id = id.clone();
-                        self.unanswered_tool_calls.insert(id.clone());
                         if self.emit(event) {
                             HostReply::String(id)
                         } else {

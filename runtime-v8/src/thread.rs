@@ -177,7 +177,7 @@ type Disposal = V8Runtime<CellHost>;
 /// How a cell's thread ends.
 enum Ending {
     Finished {
-        stored_value_writes: std::collections::HashMap<String, serde_json::Value>,
+        stored_value_writes: codemode_protocol::StoredValues,
         error_text: Option<String>,
     },
     Terminated,
@@ -430,7 +430,7 @@ impl CellThread {
         // unanswered and no timer set, nothing ever will be: the cell awaits a promise that
         // nothing can settle, and would wait forever.
         let host = self.runtime.host();
-        if host.unanswered_tool_calls.is_empty() && host.timers.is_empty() {
+        if !host.globals.has_unanswered_tool_calls() && host.timers.is_empty() {
             return Step::End(EndReason::Completed(Some(UNSETTLED_AWAIT.to_owned())));
         }
         if !self.idle_reported {
@@ -493,13 +493,13 @@ impl CellThread {
         let status = match command {
             RuntimeCommand::ToolResponse { id, result } => {
                 self.idle_reported = false;
-                self.runtime.host().unanswered_tool_calls.remove(&id);
+                self.runtime.host().globals.tool_call_settled(&id);
                 let payload = result.to_string();
                 self.runtime.dispatch(DISPATCH_RESOLVE, &id, Some(&payload))
             }
             RuntimeCommand::ToolError { id, error_text } => {
                 self.idle_reported = false;
-                self.runtime.host().unanswered_tool_calls.remove(&id);
+                self.runtime.host().globals.tool_call_settled(&id);
                 self.runtime
                     .dispatch(DISPATCH_REJECT, &id, Some(&error_text))
             }

@@ -24,12 +24,12 @@ use tokio_util::sync::CancellationToken;
 /// Stored values per session, in a map; every commit is printed.
 #[derive(Default)]
 struct AuditedStore {
-    sessions: Mutex<HashMap<String, HashMap<String, Value>>>,
+    sessions: Mutex<HashMap<String, codemode_protocol::StoredValues>>,
 }
 
 #[async_trait]
 impl Store for AuditedStore {
-    async fn load(&self, session: &str) -> Result<HashMap<String, Value>, StoreError> {
+    async fn load(&self, session: &str) -> Result<codemode_protocol::StoredValues, StoreError> {
         let sessions = self.sessions.lock().expect("not poisoned");
         Ok(sessions.get(session).cloned().unwrap_or_default())
     }
@@ -37,7 +37,7 @@ impl Store for AuditedStore {
     async fn commit(
         &self,
         session: &str,
-        writes: &HashMap<String, Value>,
+        writes: &codemode_protocol::StoredValues,
     ) -> Result<(), StoreError> {
         let mut keys: Vec<&String> = writes.keys().collect();
         keys.sort();

@@ -82,14 +82,14 @@ struct NoStore;
 
 #[async_trait]
 impl Store for NoStore {
-    async fn load(&self, _session: &str) -> Result<HashMap<String, Value>, StoreError> {
+    async fn load(&self, _session: &str) -> Result<codemode_protocol::StoredValues, StoreError> {
         Ok(HashMap::new())
     }
 
     async fn commit(
         &self,
         _session: &str,
-        _writes: &HashMap<String, Value>,
+        _writes: &codemode_protocol::StoredValues,
     ) -> Result<(), StoreError> {
         Err(StoreError::new("this recipe keeps no stored values"))
     }

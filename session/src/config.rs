@@ -5,9 +5,9 @@ use std::time::Duration;
 use codemode_cell_actor::{FailureHandler, OutputMode};
 use codemode_protocol::limits::{
     DEFAULT_CPU_TIME_LIMIT, DEFAULT_EXEC_YIELD_TIME_MS, DEFAULT_HEAP_LIMIT_BYTES,
-    DEFAULT_MAX_ACTIVE_CELLS, DEFAULT_MAX_OUTPUT_TOKENS, DEFAULT_MIN_WAIT_YIELD_TIME,
-    DEFAULT_TOOL_DESCRIPTION_BUDGET_TOKENS, DEFAULT_WAIT_YIELD_TIME_MS, YIELD_GRACE,
-    YIELD_GRACE_THRESHOLD,
+    DEFAULT_MAX_ACTIVE_CELLS, DEFAULT_MAX_OUTPUT_TOKENS, DEFAULT_MAX_STORED_BYTES_PER_SESSION,
+    DEFAULT_MIN_WAIT_YIELD_TIME, DEFAULT_TOOL_DESCRIPTION_BUDGET_TOKENS,
+    DEFAULT_WAIT_YIELD_TIME_MS, YIELD_GRACE, YIELD_GRACE_THRESHOLD,
 };
 
 /// How a session runs its cells. Start from [`SessionConfig::default`] and set what differs
@@ -45,6 +45,12 @@ pub struct SessionConfig {
     /// Whose session this is: engines that host several cells in one process never put cells of
     /// different tenants together (see `CellStart::tenant`). `None`: the embedder's one tenant.
     pub tenant: Option<String>,
+    /// The most bytes (keys and JSON text) the session's stored values may hold: a commit past
+    /// it is refused, and the cell's text says its values were not saved.
+    pub max_stored_bytes: usize,
+    /// Budgets the session's stored values also count against, shared with other sessions (a
+    /// tenant's, the server's).
+    pub stored_bytes_budgets: Vec<std::sync::Arc<crate::StoredBytesBudget>>,
 }
 
 impl std::fmt::Debug for SessionConfig {
@@ -61,6 +67,8 @@ impl std::fmt::Debug for SessionConfig {
             .field("output_mode", &self.output_mode)
             .field("log_content", &self.log_content)
             .field("tenant", &self.tenant)
+            .field("max_stored_bytes", &self.max_stored_bytes)
+            .field("stored_bytes_budgets", &self.stored_bytes_budgets)
             .field(
                 "tool_description_budget_tokens",
                 &self.tool_description_budget_tokens,
@@ -85,6 +93,8 @@ impl Default for SessionConfig {
             log_content: false,
             on_runtime_failure: None,
             tenant: None,
+            max_stored_bytes: DEFAULT_MAX_STORED_BYTES_PER_SESSION,
+            stored_bytes_budgets: Vec::new(),
         }
     }
 }
@@ -141,6 +151,21 @@ impl SessionConfig {
     /// This configuration with another value for the output mode.
     pub fn with_output_mode(mut self, output_mode: OutputMode) -> Self {
         self.output_mode = output_mode;
+        self
+    }
+
+    /// This configuration with another cap on the bytes of the session's stored values.
+    pub fn with_max_stored_bytes(mut self, max_stored_bytes: usize) -> Self {
+        self.max_stored_bytes = max_stored_bytes;
+        self
+    }
+
+    /// This configuration with one more budget the session's stored values count against.
+    pub fn with_stored_bytes_budget(
+        mut self,
+        budget: std::sync::Arc<crate::StoredBytesBudget>,
+    ) -> Self {
+        self.stored_bytes_budgets.push(budget);
         self
     }
 

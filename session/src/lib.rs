@@ -27,6 +27,7 @@ mod model;
 mod ports;
 mod render;
 mod session;
+mod stored;
 mod strip;
 
 pub use codemode_cell_actor::{
@@ -40,3 +41,4 @@ pub use model::{ExecOptions, ToolResult};
 pub use ports::{Store, StoreError, ToolListError, ToolProvider};
 pub use render::{render_report, render_text, truncate};
 pub use session::{CellReport, Session, SessionError, SessionEvent, WaitOutcome};
+pub use stored::StoredBytesBudget;

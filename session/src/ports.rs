@@ -4,7 +4,7 @@
 //! Both are `#[async_trait]` traits, so that a session holds them as `Arc<dyn Store>` and
 //! `Arc<dyn ToolProvider>` and an embedder can pick, wrap and combine implementations at run time.
 
-use std::collections::HashMap;
+use codemode_protocol::StoredValues;
 
 use async_trait::async_trait;
 use codemode_cell_actor::ToolInvocation;
@@ -38,18 +38,14 @@ impl StoreError {
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
     /// The stored values of `session`; a session never seen has none.
-    async fn load(&self, session: &str) -> Result<HashMap<String, Value>, StoreError>;
+    async fn load(&self, session: &str) -> Result<StoredValues, StoreError>;
 
     /// Merges one completed cell's writes into `session`'s values by key, all or none.
     ///
     /// Called once per completed cell, after the cell has claimed its outcome (a terminated cell
     /// never gets here), and never concurrently for one session. On `Err`, the cell still
     /// completes, and its error text says that its stored values were not saved.
-    async fn commit(
-        &self,
-        session: &str,
-        writes: &HashMap<String, Value>,
-    ) -> Result<(), StoreError>;
+    async fn commit(&self, session: &str, writes: &StoredValues) -> Result<(), StoreError>;
 }
 
 /// Listing the tools failed.

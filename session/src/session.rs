@@ -16,7 +16,9 @@ use codemode_cell_actor::{
 };
 use codemode_engine::{CellLimits, CellStart, Engine, EngineError, PendingMode};
 use codemode_protocol::limits::MAX_SOURCE_BYTES;
-use codemode_protocol::{ExecuteRequest, ToolDefinition, WaitRequest};
+use codemode_protocol::{ExecuteRequest, StoredValues, ToolDefinition, WaitRequest};
+
+use crate::stored::HeldValues;
 use serde_json::Value;
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
@@ -137,8 +139,9 @@ struct Shared {
     tools: Vec<ToolDefinition>,
     tool_names: Vec<String>,
     config: SessionConfig,
-    /// The stored values as of the last commit; each cell starts from a copy.
-    values: Mutex<HashMap<String, Value>>,
+    /// The stored values as of the last commit, and what they cost; each cell starts with a
+    /// reference to them.
+    values: Mutex<HeldValues>,
     /// Held (asynchronously) across one cell's store commit and its merge into `values`, so that
     /// commits reach the store and `values` in the same order. Nothing else waits for it: starts,
     /// observations and terminations never touch it.
@@ -199,6 +202,7 @@ impl Session {
     ) -> Result<Self, SessionError> {
         let id = id.into();
         let values = store.load(&id).await.map_err(SessionError::Store)?;
+        let values = HeldValues::new(values, config.stored_bytes_budgets.clone());
         let tools = provider.list_tools().await.map_err(SessionError::Tools)?;
         let tool_names = tools.iter().map(ToolDefinition::global_name).collect();
         let (events, _) = broadcast::channel(EVENT_BUFFER);
@@ -235,9 +239,14 @@ impl Session {
         &self.shared.tools
     }
 
-    /// A copy of the session's stored values now.
-    pub fn stored_values(&self) -> HashMap<String, Value> {
-        lock(&self.shared.values).clone()
+    /// The session's stored values now (shared, not copied).
+    pub fn stored_values(&self) -> Arc<StoredValues> {
+        Arc::clone(&lock(&self.shared.values).values)
+    }
+
+    /// The bytes (keys and JSON text) of the session's stored values now.
+    pub fn stored_bytes(&self) -> usize {
+        lock(&self.shared.values).bytes
     }
 
     /// How many cells are running or waiting to be observed.
@@ -382,7 +391,7 @@ impl Session {
                 call_id: request.call_id,
                 source: runnable,
                 enabled_tools: shared.tools.clone(),
-                stored_values: lock(&shared.values).clone(),
+                stored_values: Arc::clone(&lock(&shared.values).values),
                 limits: CellLimits::default()
                     .with_heap_limit_bytes(shared.config.heap_limit_bytes)
                     .with_cpu_time_limit(shared.config.cpu_time_limit),
@@ -617,13 +626,28 @@ impl CellHost for SessionCellHost {
         // The outcome is already claimed: no lock of the session or the cell is held while the
         // store works, only the commit order (which nothing but other commits waits for).
         let _order = shared.commit_order.lock().await;
-        match shared.store.commit(&shared.id, &writes).await {
-            Ok(()) => {
-                lock(&shared.values).extend(writes);
+        // Only commits change the values, and they run one at a time: what is charged here is
+        // what is applied below.
+        let charged = lock(&shared.values).charge(&writes, shared.config.max_stored_bytes);
+        let committed = match charged {
+            Err(why) => Err(format!(
+                "{why}; store less (overwrite keys with smaller values), or keep large data \
+                 outside stored values"
+            )),
+            Ok(charge) => match shared.store.commit(&shared.id, &writes).await {
+                Ok(()) => Ok((charge, writes)),
+                Err(error) => {
+                    tracing::error!(session = %shared.id, cell_id = %self.cell_id, %error, "failed to commit stored values");
+                    Err(error.to_string())
+                }
+            },
+        };
+        match committed {
+            Ok((charge, writes)) => {
+                lock(&shared.values).apply(writes, charge);
                 claim.publish()
             }
             Err(error) => {
-                tracing::error!(session = %shared.id, cell_id = %self.cell_id, %error, "failed to commit stored values");
                 let note = format!("the cell's stored values could not be saved: {error}");
                 let mut error_text = lock(&self.error_text);
                 if let Some(text) = error_text.as_mut() {

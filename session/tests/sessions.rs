@@ -131,7 +131,7 @@ async fn an_error_completed_cell_commits_and_a_terminated_one_does_not() {
     let terminated = terminate(&session, "terminate", &running.cell_id).await;
     assert!(matches!(terminated.event, CellEvent::Terminated { .. }));
     let values = session.stored_values();
-    assert_eq!(values.get("from_failed"), Some(&json!(1)));
+    assert_eq!(values["from_failed"], json!(1));
     assert_eq!(values.get("from_terminated"), None);
 }
 
@@ -502,4 +502,80 @@ async fn a_slow_store_commit_blocks_neither_terminate_nor_other_sessions() {
             assert_eq!(session.stored_values()["k"], json!(1));
         }
     }
+}
+
+fn error_text(event: &CellEvent) -> String {
+    match event {
+        CellEvent::Completed { error_text, .. } => error_text.clone().unwrap_or_default(),
+        other => panic!("expected a completed cell, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_past_the_session_limit_is_refused_by_name_and_saves_nothing() {
+    let store = Arc::new(MemoryStore::default());
+    let config = SessionConfig::default().with_max_stored_bytes(4096);
+    let (session, _) = open("capped", &store, config).await;
+    let fits = execute(
+        &session,
+        "fits",
+        request(r#"store("a", "x".repeat(3000));"#),
+    )
+    .await;
+    assert_eq!(error_text(&fits.event), "");
+    // Together with "a", past 4 KiB: refused whole, "b" and "c" both unsaved.
+    let past = execute(
+        &session,
+        "past",
+        request(r#"store("c", 1); store("b", "y".repeat(2000)); text("ran");"#),
+    )
+    .await;
+    assert_eq!(texts(&past.event), ["ran"]);
+    let error = error_text(&past.event);
+    assert!(
+        error.contains("stored values could not be saved")
+            && error.contains("past its limit of 4 KiB"),
+        "{error}"
+    );
+    let values = session.stored_values();
+    assert_eq!(values.len(), 1, "{values:?}");
+    assert!(!store.sessions.lock().unwrap()["capped"].contains_key("b"));
+    // Overwriting "a" with less fits again, and frees room.
+    let smaller = execute(
+        &session,
+        "smaller",
+        request(r#"store("a", "z"); store("b", "y".repeat(2000));"#),
+    )
+    .await;
+    assert_eq!(error_text(&smaller.event), "");
+    assert_eq!(session.stored_bytes(), "a".len() + 3 + "b".len() + 2002);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_sharing_a_budget_are_refused_together_and_freed_when_dropped() {
+    let store = Arc::new(MemoryStore::default());
+    let tenant =
+        codemode_session::StoredBytesBudget::new("the stored values of tenant \"t\"", 5000);
+    let config = SessionConfig::default().with_stored_bytes_budget(tenant.clone());
+    let (first, _) = open("first", &store, config.clone()).await;
+    let (second, _) = open("second", &store, config.clone()).await;
+    let store_3000 = r#"store("k", "x".repeat(3000));"#;
+    let one = execute(&first, "one", request(store_3000)).await;
+    assert_eq!(error_text(&one.event), "");
+    let two = execute(&second, "two", request(store_3000)).await;
+    let error = error_text(&two.event);
+    assert!(
+        error.contains("tenant \"t\"") && error.contains("past the limit of 5000 bytes"),
+        "{error}"
+    );
+    assert_eq!(tenant.used(), "k".len() + 3002);
+    first.shutdown().await;
+    drop(first);
+    assert_eq!(tenant.used(), 0);
+    let again = execute(&second, "again", request(store_3000)).await;
+    assert_eq!(error_text(&again.event), "");
+    // A session that reopens with values already stored counts them at once.
+    let (reopened, _) = open("first", &store, config).await;
+    assert_eq!(tenant.used(), 2 * ("k".len() + 3002));
+    drop(reopened);
 }

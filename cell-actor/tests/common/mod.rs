@@ -3,7 +3,6 @@
 
 #![allow(dead_code)]
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -89,7 +88,7 @@ impl Engine for ScriptedEngine {
 /// `panic` panics, `hang` waits until cancelled, `gate` waits until [`TestHost::open_gates`].
 #[derive(Default)]
 pub struct TestHost {
-    pub stored_values: Mutex<HashMap<String, Value>>,
+    pub stored_values: Mutex<codemode_protocol::StoredValues>,
     pub commits: AtomicUsize,
     pub notifications: Mutex<Vec<(String, String)>>,
     pub notified: Notify,
@@ -207,7 +206,7 @@ pub fn cell_start(source: &str) -> CellStart {
         call_id: "call-1".into(),
         source: source.into(),
         enabled_tools: ["echo", "fail", "panic", "hang", "gate"].map(tool).to_vec(),
-        stored_values: HashMap::new(),
+        stored_values: Default::default(),
         limits: CellLimits::default(),
         pending_mode: PendingMode::PauseUntilResumed,
     }

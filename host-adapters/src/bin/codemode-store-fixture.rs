@@ -9,8 +9,6 @@
 //! `state(n)` is `{"n": n, "check": <text derived from n>}`, several kilobytes, so that a commit
 //! takes long enough to be interrupted and any document can be checked against its own `n`.
 
-use std::collections::HashMap;
-
 use codemode_host_adapters::FileStore;
 
 use serde_json::{Value, json};
@@ -33,7 +31,10 @@ fn main() {
             .and_then(|value| {
                 let store = FileStore::open(*directory).map_err(|error| error.to_string())?;
                 store
-                    .commit_blocking(session, &HashMap::from([((*key).to_owned(), value)]))
+                    .commit_blocking(
+                        session,
+                        &codemode_protocol::stored_values_from([((*key).to_owned(), value)]),
+                    )
                     .map_err(|error| error.to_string())
             }),
         ["load", directory, session] => FileStore::open(*directory)
@@ -49,9 +50,10 @@ fn main() {
                 }
             };
             for n in 0.. {
-                if let Err(error) =
-                    store.commit_blocking(session, &HashMap::from([("state".to_owned(), state(n))]))
-                {
+                if let Err(error) = store.commit_blocking(
+                    session,
+                    &codemode_protocol::stored_values_from([("state".to_owned(), state(n))]),
+                ) {
                     eprintln!("error: {error}");
                     std::process::exit(1);
                 }

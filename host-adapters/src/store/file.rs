@@ -10,7 +10,7 @@
 //! reported with its path, and is never treated as empty or overwritten unless the caller asks
 //! ([`FileStore::discard_corrupt`]).
 
-use std::collections::HashMap;
+use codemode_protocol::StoredValues;
 use std::fs::{File, OpenOptions};
 use std::io::{ErrorKind, Write};
 use std::os::unix::fs::OpenOptionsExt;
@@ -19,7 +19,6 @@ use std::path::{Path, PathBuf};
 use async_trait::async_trait;
 use codemode_session::{Store, StoreError};
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 
 /// The format this store writes and reads.
 pub const FORMAT_VERSION: u32 = 1;
@@ -28,7 +27,7 @@ pub const FORMAT_VERSION: u32 = 1;
 struct Document {
     format_version: u32,
     session: String,
-    values: HashMap<String, Value>,
+    values: StoredValues,
 }
 
 /// Stored values in files under one directory.
@@ -129,17 +128,13 @@ impl FileStore {
 /// disk never holds up a worker thread.
 #[async_trait]
 impl Store for FileStore {
-    async fn load(&self, session: &str) -> Result<HashMap<String, Value>, StoreError> {
+    async fn load(&self, session: &str) -> Result<StoredValues, StoreError> {
         let store = self.clone();
         let session = session.to_owned();
         blocking(move || store.load_blocking(&session)).await
     }
 
-    async fn commit(
-        &self,
-        session: &str,
-        writes: &HashMap<String, Value>,
-    ) -> Result<(), StoreError> {
+    async fn commit(&self, session: &str, writes: &StoredValues) -> Result<(), StoreError> {
         let store = self.clone();
         let session = session.to_owned();
         let writes = writes.clone();
@@ -162,16 +157,12 @@ async fn blocking<T: Send + 'static>(
 
 impl FileStore {
     /// [`Store::load`], on the calling thread.
-    pub fn load_blocking(&self, session: &str) -> Result<HashMap<String, Value>, StoreError> {
+    pub fn load_blocking(&self, session: &str) -> Result<StoredValues, StoreError> {
         read_document(&self.document_path(session), session)
     }
 
     /// [`Store::commit`], on the calling thread: for a process that has no async runtime.
-    pub fn commit_blocking(
-        &self,
-        session: &str,
-        writes: &HashMap<String, Value>,
-    ) -> Result<(), StoreError> {
+    pub fn commit_blocking(&self, session: &str, writes: &StoredValues) -> Result<(), StoreError> {
         let _lock = self.lock(session)?;
         let path = self.document_path(session);
         // Another process may have committed since this one loaded: merge into what is on disk.
@@ -222,10 +213,10 @@ impl FileStore {
 
 /// The values in the document at `path`: none if it does not exist, an error naming the file if
 /// it cannot be read as a document of `session` in this format.
-fn read_document(path: &Path, session: &str) -> Result<HashMap<String, Value>, StoreError> {
+fn read_document(path: &Path, session: &str) -> Result<StoredValues, StoreError> {
     let bytes = match std::fs::read(path) {
         Ok(bytes) => bytes,
-        Err(error) if error.kind() == ErrorKind::NotFound => return Ok(HashMap::new()),
+        Err(error) if error.kind() == ErrorKind::NotFound => return Ok(StoredValues::new()),
         Err(error) => return Err(io_error("read", path, error)),
     };
     let corrupt = |why: String| {
@@ -294,15 +285,21 @@ mod tests {
         store
             .commit_blocking(
                 "s",
-                &HashMap::from([("a".to_owned(), json!(1)), ("b".to_owned(), json!([2]))]),
+                &codemode_protocol::stored_values_from([
+                    ("a".to_owned(), json!(1)),
+                    ("b".to_owned(), json!([2])),
+                ]),
             )
             .unwrap();
         store
-            .commit_blocking("s", &HashMap::from([("a".to_owned(), json!({"x": 3}))]))
+            .commit_blocking(
+                "s",
+                &codemode_protocol::stored_values_from([("a".to_owned(), json!({"x": 3}))]),
+            )
             .unwrap();
         assert_eq!(
             store.load_blocking("s").unwrap(),
-            HashMap::from([
+            codemode_protocol::stored_values_from([
                 ("a".to_owned(), json!({"x": 3})),
                 ("b".to_owned(), json!([2]))
             ])
@@ -338,7 +335,10 @@ mod tests {
             assert!(error.contains(&path.display().to_string()), "{error}");
             assert!(error.contains(why), "{error}");
             let refused = store
-                .commit_blocking("s", &HashMap::from([("k".to_owned(), json!(1))]))
+                .commit_blocking(
+                    "s",
+                    &codemode_protocol::stored_values_from([("k".to_owned(), json!(1))]),
+                )
                 .unwrap_err();
             assert_eq!(refused.to_string(), error);
             assert_eq!(

@@ -1,17 +1,17 @@
 //! The in-memory store: the embedded default. Values live as long as the store; sessions with
 //! the same id share them, others never do.
 
+use codemode_protocol::StoredValues;
 use std::collections::HashMap;
 use std::sync::Mutex;
 
 use async_trait::async_trait;
 use codemode_session::{Store, StoreError};
-use serde_json::Value;
 
 /// Stored values per session, in memory.
 #[derive(Debug, Default)]
 pub struct MemoryStore {
-    sessions: Mutex<HashMap<String, HashMap<String, Value>>>,
+    sessions: Mutex<HashMap<String, StoredValues>>,
 }
 
 impl MemoryStore {
@@ -23,7 +23,7 @@ impl MemoryStore {
 
 #[async_trait]
 impl Store for MemoryStore {
-    async fn load(&self, session: &str) -> Result<HashMap<String, Value>, StoreError> {
+    async fn load(&self, session: &str) -> Result<StoredValues, StoreError> {
         let sessions = self
             .sessions
             .lock()
@@ -31,11 +31,7 @@ impl Store for MemoryStore {
         Ok(sessions.get(session).cloned().unwrap_or_default())
     }
 
-    async fn commit(
-        &self,
-        session: &str,
-        writes: &HashMap<String, Value>,
-    ) -> Result<(), StoreError> {
+    async fn commit(&self, session: &str, writes: &StoredValues) -> Result<(), StoreError> {
         let mut sessions = self
             .sessions
             .lock()
@@ -60,17 +56,26 @@ mod tests {
         store
             .commit(
                 "a",
-                &HashMap::from([("k".to_owned(), json!(1)), ("j".to_owned(), json!(2))]),
+                &codemode_protocol::stored_values_from([
+                    ("k".to_owned(), json!(1)),
+                    ("j".to_owned(), json!(2)),
+                ]),
             )
             .await
             .unwrap();
         store
-            .commit("a", &HashMap::from([("k".to_owned(), json!(3))]))
+            .commit(
+                "a",
+                &codemode_protocol::stored_values_from([("k".to_owned(), json!(3))]),
+            )
             .await
             .unwrap();
         assert_eq!(
             store.load("a").await.unwrap(),
-            HashMap::from([("k".to_owned(), json!(3)), ("j".to_owned(), json!(2))])
+            codemode_protocol::stored_values_from([
+                ("k".to_owned(), json!(3)),
+                ("j".to_owned(), json!(2))
+            ])
         );
         assert!(store.load("b").await.unwrap().is_empty());
     }

@@ -40,7 +40,7 @@ impl Default for Options {
                     "Searches the web.",
                 ),
             ],
-            stored_values: HashMap::new(),
+            stored_values: Default::default(),
             heap_limit_bytes: CellLimits::default().heap_limit_bytes,
             cpu_time_limit: CellLimits::default().cpu_time_limit,
             pending_mode: PendingMode::Continue,
@@ -107,7 +107,9 @@ pub fn start_with(source: &str, options: Options) -> Cell {
                 call_id: "call-1".into(),
                 source: source.into(),
                 enabled_tools: options.tools,
-                stored_values: options.stored_values,
+                stored_values: std::sync::Arc::new(codemode_protocol::stored_values_from(
+                    options.stored_values,
+                )),
                 limits: CellLimits::default()
                     .with_heap_limit_bytes(options.heap_limit_bytes)
                     .with_cpu_time_limit(options.cpu_time_limit),
@@ -210,7 +212,7 @@ impl Cell {
                 RuntimeEvent::Result {
                     stored_value_writes,
                     error_text,
-                } => finished.result = Some((stored_value_writes.clone(), error_text.clone())),
+                } => finished.result = Some((trees(stored_value_writes), error_text.clone())),
                 RuntimeEvent::ThreadPanicked => finished.panicked = true,
                 _ => {}
             }
@@ -245,4 +247,17 @@ pub fn error_of(source: &str) -> String {
         .error()
         .unwrap_or_else(|| panic!("the cell did not fail: {finished:?}"))
         .to_owned()
+}
+
+/// Stored values as trees, for assertions.
+pub fn trees(values: &codemode_protocol::StoredValues) -> HashMap<String, Value> {
+    values
+        .iter()
+        .map(|(key, value)| {
+            (
+                key.clone(),
+                value.to_value().expect("stored values are JSON"),
+            )
+        })
+        .collect()
 }

@@ -22,7 +22,7 @@ pub use codemode_test_support::within;
 /// `hold_commits` makes every commit wait until `release_commits` (a slow or remote store).
 #[derive(Default)]
 pub struct MemoryStore {
-    pub sessions: Mutex<HashMap<String, HashMap<String, Value>>>,
+    pub sessions: Mutex<HashMap<String, codemode_protocol::StoredValues>>,
     pub fail_commits: AtomicBool,
     pub hold_commits: AtomicBool,
     /// Cancelled when a commit begins.
@@ -32,7 +32,7 @@ pub struct MemoryStore {
 
 #[async_trait::async_trait]
 impl Store for MemoryStore {
-    async fn load(&self, session: &str) -> Result<HashMap<String, Value>, StoreError> {
+    async fn load(&self, session: &str) -> Result<codemode_protocol::StoredValues, StoreError> {
         Ok(self
             .sessions
             .lock()
@@ -45,7 +45,7 @@ impl Store for MemoryStore {
     async fn commit(
         &self,
         session: &str,
-        writes: &HashMap<String, Value>,
+        writes: &codemode_protocol::StoredValues,
     ) -> Result<(), StoreError> {
         self.commit_started.cancel();
         if self.hold_commits.load(Ordering::SeqCst) {
