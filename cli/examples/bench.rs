@@ -146,7 +146,13 @@ async fn run_in(session: &Session, source: &str) {
     };
     let report = session.execute(request).await.unwrap();
     assert!(
-        matches!(report.event, CellEvent::Completed { error_text: None, .. }),
+        matches!(
+            report.event,
+            CellEvent::Completed {
+                error_text: None,
+                ..
+            }
+        ),
         "{:?}",
         report.event
     );
@@ -482,6 +488,23 @@ fn main() {
             let b = runtime.block_on(tool_round_trip(Arc::clone(&processes), 2000));
             println!("tool round trip: in-process {a:.1} µs, engine processes {b:.1} µs");
         }
+        return;
+    }
+    if args.iter().any(|arg| arg == "--stored-only") {
+        // A quick look at the stored-value rows, for profiling: not part of the suite's table.
+        let codemode =
+            flag(&args, "--codemode").unwrap_or_else(|| "target/release/codemode".into());
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let in_process: Arc<dyn Engine> = Arc::new(V8Engine::new());
+        let processes: Arc<dyn Engine> = Arc::new(process_engine(&codemode, 2));
+        let keys = many_keys(in_process.as_ref());
+        let keys_process = many_keys(processes.as_ref());
+        println!("100,000 keys: in-process {keys:.1} ms, engine processes {keys_process:.1} ms");
+        let held = runtime.block_on(memory_per_stored_byte(Arc::clone(&processes)));
+        println!("bytes held per byte stored, engine processes: {held:.2}");
         return;
     }
     let json_path = flag(&args, "--json");

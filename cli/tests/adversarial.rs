@@ -550,6 +550,28 @@ const CASES: &[Case] = &[
         Completed,
         None,
     ),
+    // ---- what a tenant can make the server hold ----
+    case(
+        "server memory",
+        "unawaited tool calls piling up arguments",
+        r#"text("before"); const big = "x".repeat(8e6); const calls = []; for (let i = 0; i < 40; i++) calls.push(tools.echo(big)); await Promise.all(calls)"#,
+        Failed(&["unanswered tool calls"]),
+        Some("before"),
+    ),
+    case(
+        "server memory",
+        "100,000 keys stored by one cell",
+        r#"for (let i = 0; i < 1e5; i++) store("key-" + i, i); text("stored")"#,
+        Completed,
+        Some("stored"),
+    ),
+    case(
+        "server memory",
+        "stored values past the session's limit",
+        r#"text("before"); store("big", "x".repeat(9e6))"#,
+        Failed(&["past its limit of 8 MiB"]),
+        Some("before"),
+    ),
 ];
 
 /// The store's sentinel, written before the corpus and read back after every case.
@@ -784,7 +806,9 @@ async fn the_adversarial_corpus() {
     let recorder = Recorder::default();
     let command = tokio::process::Command::new(&binary).configure(|command| {
         command
-            .args(["mcp", "--demo-tools", "--cpu-limit-ms", "2000", "--store"])
+            .args(["mcp", "--demo-tools", "--cpu-limit-ms", "2000"])
+            // Small enough that one cell can pass it.
+            .args(["--max-stored-bytes", "8388608", "--store"])
             .arg(&store);
     });
     let client = recorder

@@ -26,6 +26,7 @@ const OP_EXIT: i32 = 8;
 const OP_TOOL_CALL: i32 = 9;
 const OP_SET_TIMEOUT: i32 = 10;
 const OP_CLEAR_TIMEOUT: i32 = 11;
+#[cfg(feature = "test-hooks")]
 const OP_TEST_PANIC: i32 = 99;
 
 /// Why the host stopped the cell's JavaScript from inside a host call.
@@ -44,6 +45,7 @@ pub(crate) struct CellHost {
     events: EventSender,
     /// The first reason the host stopped the cell, if it did.
     pub(crate) stop: Option<HostStop>,
+    #[cfg_attr(not(feature = "test-hooks"), allow(dead_code))]
     test_hooks: bool,
 }
 
@@ -175,6 +177,8 @@ impl Host for CellHost {
                 }
                 HostReply::Undefined
             }
+            // The injected panic exists only in builds made for tests.
+            #[cfg(feature = "test-hooks")]
             OP_TEST_PANIC if self.test_hooks => panic!("a panic injected by a test hook"),
             _ => HostReply::Throw(format!("unknown host operation {op}")),
         }

@@ -126,7 +126,8 @@ impl V8Engine {
     }
 
     /// An engine whose cells have a `__codemode_test_panic()` global that panics on the runtime
-    /// thread, for tests of panic containment. Never use it for real cells.
+    /// thread, for tests of panic containment. Only in builds with the `test-hooks` feature.
+    #[cfg(feature = "test-hooks")]
     #[doc(hidden)]
     pub fn with_fault_injection() -> Self {
         V8Engine::build(DEFAULT_WARM_RUNTIMES, true)
