@@ -544,3 +544,60 @@ fn every_stdio_request_gets_an_answer_even_an_oversized_or_unicode_broken_one() 
     server.send(r#"{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"exec","arguments":{"code":"text(6 * 7)"}}}"#);
     assert!(server.answer(8).to_string().contains("42"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replacing_the_binary_under_a_running_server_does_not_break_new_cells() {
+    use std::os::unix::fs::PermissionsExt;
+    // The server runs from a copy, which is then replaced by something that cannot run: engine
+    // processes are started from /proc/self/exe, the program that is running, not its path.
+    let folder = codemode_test_support::scratch_folder("replaced-binary");
+    let launcher = folder.join("codemode");
+    let program = folder.join("codemode-v8");
+    std::fs::copy(CODEMODE, &launcher).unwrap();
+    std::fs::copy(env!("CARGO_BIN_EXE_codemode-v8"), &program).unwrap();
+    let recorder = Recorder::default();
+    let command = tokio::process::Command::new(&launcher).configure(|command| {
+        command.args(["mcp", "--cells-per-process", "1"]);
+    });
+    let client = within(
+        "connect",
+        recorder.serve(TokioChildProcess::new(command).unwrap()),
+    )
+    .await
+    .expect("the server initialises");
+    let first = call(&client, "exec", json!({"code": "text('before')"}))
+        .await
+        .unwrap();
+    assert!(text_of(&first).contains("before"), "{}", text_of(&first));
+    for path in [&launcher, &program] {
+        std::fs::remove_file(path).unwrap();
+        std::fs::write(path, "not a program").unwrap();
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    // Three cells live at once, one per process: new engine processes must start.
+    let mut ids = Vec::new();
+    for index in 0..3 {
+        let code = format!(
+            "// @exec: {{\"yield_time_ms\": 0}}\nawait new Promise(r => setTimeout(r, 300)); text('after {index}')"
+        );
+        let running = call(&client, "exec", json!({ "code": code }))
+            .await
+            .unwrap();
+        ids.push(cell_id(&text_of(&running)));
+    }
+    for (index, id) in ids.iter().enumerate() {
+        let ended = call(
+            &client,
+            "wait",
+            json!({"cell_id": id, "yield_time_ms": 30000}),
+        )
+        .await
+        .unwrap();
+        let text = text_of(&ended);
+        assert!(
+            text.starts_with("Script completed") && text.contains(&format!("after {index}")),
+            "{text}"
+        );
+    }
+    client.cancel().await.unwrap();
+}
