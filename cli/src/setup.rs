@@ -31,6 +31,10 @@ pub struct SessionArgs {
     /// writes would pass it completes with its values unsaved, and says so.
     #[arg(long, value_name = "BYTES", default_value_t = codemode_protocol::limits::DEFAULT_MAX_STORED_BYTES_PER_SESSION)]
     pub max_stored_bytes: usize,
+    /// The most tool calls one cell may make; the next call is refused naming the limit, so a
+    /// runaway loop cannot hammer a downstream server.
+    #[arg(long, value_name = "N", default_value_t = codemode_protocol::limits::DEFAULT_MAX_TOOL_CALLS_PER_CELL)]
+    pub max_tool_calls: u64,
     /// The session whose stored values to use.
     #[arg(long, value_name = "NAME", default_value = "default")]
     pub session: String,
@@ -98,6 +102,7 @@ impl SessionArgs {
             config.cpu_time_limit = Some(Duration::from_millis(milliseconds));
         }
         config.max_stored_bytes = self.max_stored_bytes;
+        config.max_tool_calls = self.max_tool_calls;
         config
     }
 

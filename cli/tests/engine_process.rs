@@ -469,6 +469,10 @@ fn a_forged_or_oversized_frame_ends_its_process_and_reaches_no_cell() {
             "bytes of arguments at once",
         ),
         (
+            Forgery::ToolCallsPastTheCallLimit(2),
+            "more tool calls than the cell's limit of 10000",
+        ),
+        (
             Forgery::StoredValuesPastTheLimit(2),
             "bytes of stored values for one cell",
         ),

@@ -203,6 +203,38 @@ fn heap_and_cpu_limits_end_the_cell_with_an_error_naming_them() {
 }
 
 #[test]
+fn max_tool_calls_refuses_the_call_past_it_by_name() {
+    let source = r#"let made = 0;
+        try { for (;;) { await tools.echo(made); made++; } }
+        catch (error) { text(made); text(error.message); }"#;
+    let (json, code) = run_json(&["--max-tool-calls", "5"], source);
+    assert_eq!(code, 0, "{json}");
+    let shown = texts(&json);
+    assert_eq!(shown[0], "5", "{json}");
+    assert!(
+        shown[1].contains("made 5 tool calls") && shown[1].contains("max_tool_calls"),
+        "{json}"
+    );
+    // The same in-process, and by default the cap is far away.
+    let (json, _) = run_json(
+        &["--engine", "in-process", "--max-tool-calls", "2"],
+        "await tools.echo(1); await tools.echo(2); await tools.echo(3);",
+    );
+    assert!(
+        json["error_text"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("made 2 tool calls"),
+        "{json}"
+    );
+    let (json, _) = run_json(
+        &[],
+        "for (let i = 0; i < 200; i++) await tools.echo(i); text('ok')",
+    );
+    assert_eq!(texts(&json), ["ok"]);
+}
+
+#[test]
 fn store_keeps_values_across_runs() {
     let directory = temporary_directory("store");
     let source = r#"const runs = (load("runs") ?? 0) + 1; store("runs", runs); text(runs);"#;

@@ -478,6 +478,28 @@ fn probe(what: Probe) -> Option<(bool, String)> {
                     }
                     return None;
                 }
+                Forgery::ToolCallsPastTheCallLimit(cell) => {
+                    let calls = codemode_protocol::limits::DEFAULT_MAX_TOOL_CALLS_PER_CELL + 1;
+                    let mut frames = Vec::new();
+                    for call in 0..calls {
+                        let forged = ToParent::Event {
+                            cell,
+                            event: RuntimeEvent::ToolCall {
+                                id: format!("tool-forged-{call}"),
+                                name: codemode_protocol::ToolName::plain("echo"),
+                                kind: codemode_protocol::ToolKind::Function,
+                                input: None,
+                            },
+                        };
+                        if let Ok(frame) = wire::encode(&forged) {
+                            frames.extend_from_slice(&frame);
+                        }
+                    }
+                    if let Some(writer) = WRITER.get() {
+                        let _ = lock(writer).stream.write_all(&frames);
+                    }
+                    return None;
+                }
                 Forgery::StoredValuesPastTheLimit(cell) => ToParent::Event {
                     cell,
                     event: RuntimeEvent::Result {

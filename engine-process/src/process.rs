@@ -137,6 +137,7 @@ impl Pool {
         let tenant = cell.tenant.clone();
         let heap_limit_bytes = cell.limits.heap_limit_bytes;
         let cpu_time_limit = cell.limits.cpu_time_limit;
+        let max_tool_calls = cell.limits.max_tool_calls;
         let (call_id, start) = WireStart::from_start(cell);
         let frame = wire::encode(&ToChild::Start {
             cell: number,
@@ -162,6 +163,8 @@ impl Pool {
                     cpu_time_limit,
                     terminating: false,
                     tool_input_in_flight: HashMap::new(),
+                    tool_calls: 0,
+                    max_tool_calls,
                 },
             );
             match process.send_frame(frame.clone()) {
@@ -581,6 +584,9 @@ struct CellSlot {
     /// The argument bytes of the cell's tool calls not yet answered, by call id: the child
     /// bounds them, and the parent checks that it did.
     tool_input_in_flight: HashMap<String, usize>,
+    /// Tool calls the cell has made, and the most it may make.
+    tool_calls: u64,
+    max_tool_calls: u64,
 }
 
 impl EngineProcess {
@@ -831,6 +837,13 @@ impl EngineProcess {
                 }
                 match event {
                     RuntimeEvent::ToolCall { id, input, .. } => {
+                        slot.tool_calls += 1;
+                        if slot.tool_calls > slot.max_tool_calls {
+                            return Err(format!(
+                                "it sent more tool calls than the cell's limit of {}",
+                                slot.max_tool_calls
+                            ));
+                        }
                         let bytes = input.as_ref().map_or(0, wire::json_length);
                         if bytes > MAX_TOOL_INPUT_BYTES {
                             return Err(format!(

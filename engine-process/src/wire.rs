@@ -167,6 +167,9 @@ pub enum Forgery {
     /// Tool calls, each within the per-call limit, whose arguments together pass the limit of
     /// bytes in flight for one cell, for a cell it hosts.
     ToolCallsPastTheInFlightLimit(u64),
+    /// One tool call more than a cell may make (each small and answered at once by nobody), for
+    /// a cell it hosts.
+    ToolCallsPastTheCallLimit(u64),
     /// A result whose stored values pass the per-cell limit, for a cell it hosts.
     StoredValuesPastTheLimit(u64),
     /// A frame header announcing more bytes than any message may have, then nothing.
@@ -232,6 +235,7 @@ pub(crate) struct WireStart {
     pub stored_values: std::sync::Arc<codemode_protocol::StoredValues>,
     pub heap_limit_bytes: usize,
     pub cpu_time_limit_ns: Option<u64>,
+    pub max_tool_calls: u64,
     pub pause_until_resumed: bool,
 }
 
@@ -242,6 +246,7 @@ impl WireStart {
             enabled_tools: cell.enabled_tools,
             stored_values: cell.stored_values,
             heap_limit_bytes: cell.limits.heap_limit_bytes,
+            max_tool_calls: cell.limits.max_tool_calls,
             cpu_time_limit_ns: cell
                 .limits
                 .cpu_time_limit
@@ -260,7 +265,8 @@ impl WireStart {
             stored_values: self.stored_values,
             limits: CellLimits::default()
                 .with_heap_limit_bytes(self.heap_limit_bytes)
-                .with_cpu_time_limit(self.cpu_time_limit_ns.map(std::time::Duration::from_nanos)),
+                .with_cpu_time_limit(self.cpu_time_limit_ns.map(std::time::Duration::from_nanos))
+                .with_max_tool_calls(self.max_tool_calls),
             pending_mode: if self.pause_until_resumed {
                 PendingMode::PauseUntilResumed
             } else {

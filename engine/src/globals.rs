@@ -14,8 +14,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use codemode_protocol::limits::{
-    MAX_NOTIFY_BYTES, MAX_STORED_BYTES_PER_CELL, MAX_TOOL_INPUT_BYTES,
-    MAX_TOOL_INPUT_BYTES_IN_FLIGHT,
+    DEFAULT_MAX_TOOL_CALLS_PER_CELL, MAX_NOTIFY_BYTES, MAX_STORED_BYTES_PER_CELL,
+    MAX_TOOL_INPUT_BYTES, MAX_TOOL_INPUT_BYTES_IN_FLIGHT,
 };
 use codemode_protocol::{
     AudioItem, ImageDetail, ImageItem, OutputItem, StoredValue, StoredValues, ToolDefinition,
@@ -147,6 +147,7 @@ pub struct CellGlobals {
     /// The JSON bytes of `stored_value_writes`, kept as writes come and go (bounded).
     stored_write_bytes: usize,
     tool_calls_made: u64,
+    max_tool_calls: u64,
     /// The argument bytes of each tool call not yet answered, whose sum is bounded.
     tool_input_in_flight: HashMap<String, usize>,
     tool_input_in_flight_bytes: usize,
@@ -177,9 +178,16 @@ impl CellGlobals {
             stored_value_writes: StoredValues::new(),
             stored_write_bytes: 0,
             tool_calls_made: 0,
+            max_tool_calls: DEFAULT_MAX_TOOL_CALLS_PER_CELL,
             tool_input_in_flight: HashMap::new(),
             tool_input_in_flight_bytes: 0,
         }
+    }
+
+    /// These globals with another cap on the cell's tool calls (see `CellLimits::max_tool_calls`).
+    pub fn with_max_tool_calls(mut self, max_tool_calls: u64) -> Self {
+        self.max_tool_calls = max_tool_calls;
+        self
     }
 
     /// The enabled tools as `ALL_TOOLS` lists them, in order; a tool's index here is how an engine
@@ -215,6 +223,14 @@ impl CellGlobals {
                 tool.global_name(),
                 json.len(),
                 MAX_TOOL_INPUT_BYTES >> 20
+            )));
+        }
+        if self.tool_calls_made >= self.max_tool_calls {
+            return Err(Refusal::new(format!(
+                "tools.{}: this cell has made {} tool calls, its limit (max_tool_calls); do the \
+                 work in fewer calls (batch them), or split it across cells",
+                tool.global_name(),
+                self.tool_calls_made
             )));
         }
         let bytes = input_json.map_or(0, str::len);
@@ -551,6 +567,20 @@ mod tests {
             .iter()
             .map(|(key, value)| key.len() + value.len())
             .sum()
+    }
+
+    #[test]
+    fn tool_calls_past_the_cap_are_refused_by_name() {
+        let mut globals = globals().with_max_tool_calls(3);
+        for _ in 0..3 {
+            globals.tool_call(0, Some("1")).unwrap();
+        }
+        let refusal = globals.tool_call(0, Some("1")).unwrap_err();
+        assert!(
+            refusal.message.contains("made 3 tool calls")
+                && refusal.message.contains("max_tool_calls"),
+            "{refusal}"
+        );
     }
 
     fn globals() -> CellGlobals {

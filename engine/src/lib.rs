@@ -29,7 +29,8 @@ use codemode_protocol::{StoredValues, ToolDefinition};
 use std::time::Duration;
 
 use codemode_protocol::limits::{
-    DEFAULT_CPU_TIME_LIMIT, DEFAULT_HEAP_LIMIT_BYTES, MIN_HEAP_LIMIT_BYTES,
+    DEFAULT_CPU_TIME_LIMIT, DEFAULT_HEAP_LIMIT_BYTES, DEFAULT_MAX_TOOL_CALLS_PER_CELL,
+    MIN_HEAP_LIMIT_BYTES,
 };
 
 pub use channel::{
@@ -69,12 +70,20 @@ pub struct CellLimits {
     /// The most CPU time the cell's thread may use, separate from any yield time: a spin loop is
     /// ended with `cpu time limit exceeded` (CPU budget). `None` means no limit.
     pub cpu_time_limit: Option<Duration>,
+    /// The most tool calls the cell may make; the next one is refused naming the limit.
+    pub max_tool_calls: u64,
 }
 
 impl CellLimits {
     /// These limits with another heap limit.
     pub fn with_heap_limit_bytes(mut self, heap_limit_bytes: usize) -> Self {
         self.heap_limit_bytes = heap_limit_bytes;
+        self
+    }
+
+    /// These limits with another cap on the cell's tool calls.
+    pub fn with_max_tool_calls(mut self, max_tool_calls: u64) -> Self {
+        self.max_tool_calls = max_tool_calls;
         self
     }
 
@@ -90,6 +99,7 @@ impl Default for CellLimits {
         CellLimits {
             heap_limit_bytes: DEFAULT_HEAP_LIMIT_BYTES,
             cpu_time_limit: Some(DEFAULT_CPU_TIME_LIMIT),
+            max_tool_calls: DEFAULT_MAX_TOOL_CALLS_PER_CELL,
         }
     }
 }

@@ -62,6 +62,10 @@ pub const BOUNDED_OUTPUT_MAX_IMAGE_BYTES: usize = 8 * 1024 * 1024;
 /// Host memory for arguments is outside the cell's heap, so it is bounded here.
 pub const MAX_TOOL_INPUT_BYTES: usize = 16 * 1024 * 1024;
 
+/// The default of the most tool calls one cell may make: the next call is refused, so a runaway
+/// loop cannot hammer a downstream server.
+pub const DEFAULT_MAX_TOOL_CALLS_PER_CELL: u64 = 10_000;
+
 /// The most argument bytes (JSON text) a cell's unanswered tool calls may hold in all: a call
 /// past it is refused, so unawaited calls cannot pile up host memory.
 pub const MAX_TOOL_INPUT_BYTES_IN_FLIGHT: usize = 64 * 1024 * 1024;

@@ -291,7 +291,8 @@ impl CellThread {
         } = warm;
         let _running = crate::hard_stop::running(&cell.call_id);
         let call_id = cell.call_id.clone();
-        let globals = CellGlobals::new(cell.call_id, cell.enabled_tools, cell.stored_values);
+        let globals = CellGlobals::new(cell.call_id, cell.enabled_tools, cell.stored_values)
+            .with_max_tool_calls(cell.limits.max_tool_calls);
         let tools =
             serde_json::to_string(&globals.tool_listing()).expect("the tool listing is plain data");
         *runtime.host() = CellHost::new(globals, events, test_hooks);

@@ -6,8 +6,9 @@ use codemode_cell_actor::{FailureHandler, OutputMode};
 use codemode_protocol::limits::{
     DEFAULT_CPU_TIME_LIMIT, DEFAULT_EXEC_YIELD_TIME_MS, DEFAULT_HEAP_LIMIT_BYTES,
     DEFAULT_MAX_ACTIVE_CELLS, DEFAULT_MAX_OUTPUT_TOKENS, DEFAULT_MAX_STORED_BYTES_PER_SESSION,
-    DEFAULT_MIN_WAIT_YIELD_TIME, DEFAULT_TOOL_DESCRIPTION_BUDGET_TOKENS,
-    DEFAULT_WAIT_YIELD_TIME_MS, YIELD_GRACE, YIELD_GRACE_THRESHOLD,
+    DEFAULT_MAX_TOOL_CALLS_PER_CELL, DEFAULT_MIN_WAIT_YIELD_TIME,
+    DEFAULT_TOOL_DESCRIPTION_BUDGET_TOKENS, DEFAULT_WAIT_YIELD_TIME_MS, YIELD_GRACE,
+    YIELD_GRACE_THRESHOLD,
 };
 
 /// How a session runs its cells. Start from [`SessionConfig::default`] and set what differs
@@ -45,6 +46,8 @@ pub struct SessionConfig {
     /// Whose session this is: engines that host several cells in one process never put cells of
     /// different tenants together (see `CellStart::tenant`). `None`: the embedder's one tenant.
     pub tenant: Option<String>,
+    /// The most tool calls one cell may make; the next is refused naming the limit.
+    pub max_tool_calls: u64,
     /// The most bytes (keys and JSON text) the session's stored values may hold: a commit past
     /// it is refused, and the cell's text says its values were not saved.
     pub max_stored_bytes: usize,
@@ -68,6 +71,7 @@ impl std::fmt::Debug for SessionConfig {
             .field("log_content", &self.log_content)
             .field("tenant", &self.tenant)
             .field("max_stored_bytes", &self.max_stored_bytes)
+            .field("max_tool_calls", &self.max_tool_calls)
             .field("stored_bytes_budgets", &self.stored_bytes_budgets)
             .field(
                 "tool_description_budget_tokens",
@@ -94,6 +98,7 @@ impl Default for SessionConfig {
             on_runtime_failure: None,
             tenant: None,
             max_stored_bytes: DEFAULT_MAX_STORED_BYTES_PER_SESSION,
+            max_tool_calls: DEFAULT_MAX_TOOL_CALLS_PER_CELL,
             stored_bytes_budgets: Vec::new(),
         }
     }
@@ -151,6 +156,12 @@ impl SessionConfig {
     /// This configuration with another value for the output mode.
     pub fn with_output_mode(mut self, output_mode: OutputMode) -> Self {
         self.output_mode = output_mode;
+        self
+    }
+
+    /// This configuration with another cap on each cell's tool calls.
+    pub fn with_max_tool_calls(mut self, max_tool_calls: u64) -> Self {
+        self.max_tool_calls = max_tool_calls;
         self
     }
 

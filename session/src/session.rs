@@ -394,7 +394,8 @@ impl Session {
                 stored_values: Arc::clone(&lock(&shared.values).values),
                 limits: CellLimits::default()
                     .with_heap_limit_bytes(shared.config.heap_limit_bytes)
-                    .with_cpu_time_limit(shared.config.cpu_time_limit),
+                    .with_cpu_time_limit(shared.config.cpu_time_limit)
+                    .with_max_tool_calls(shared.config.max_tool_calls),
                 pending_mode: PendingMode::PauseUntilResumed,
             };
             (cell_id, source, cell)
