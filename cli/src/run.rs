@@ -4,6 +4,7 @@
 use std::io::Read;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::Args;
@@ -88,12 +89,14 @@ pub async fn run(args: RunArgs) -> ExitCode {
             DemoTools::Offered
         };
         let tools = args.session.tools(demo)?;
-        args.session
-            .open(&args.session.session, store, tools, config)
-            .await
+        let session = args
+            .session
+            .open(&args.session.session, store, Arc::clone(&tools), config)
+            .await?;
+        Ok((session, tools))
     };
-    let session = match setup.await {
-        Ok(session) => session,
+    let (session, tools) = match setup.await {
+        Ok(opened) => opened,
         Err(SetupError {
             message,
             usage: true,
@@ -162,6 +165,8 @@ pub async fn run(args: RunArgs) -> ExitCode {
     session.shutdown().await;
     drop(session);
     let _ = printer.await;
+    // Downstream servers get their standard input closed and time to exit, not a kill.
+    codemode_session::ToolProvider::shutdown(tools.as_ref()).await;
     finish(&args, finished, items, wall_time, max_output_tokens)
 }
 

@@ -265,8 +265,10 @@ pub async fn serve(args: McpArgs) -> ExitCode {
             serve_http(Arc::clone(&shared), listener, gate, connections).await
         }
     };
-    // Whatever ended the serving: stop every cell, and let the stores finish their commits.
+    // Whatever ended the serving: stop every cell, and let the stores finish their commits;
+    // then close the downstream servers (standard input first, so none dies mid-write).
     shared.shut_down_sessions().await;
+    codemode_session::ToolProvider::shutdown(shared.tools.as_ref()).await;
     match served {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {

@@ -137,9 +137,9 @@ impl SessionArgs {
             }
             servers.extend(configured.servers);
         }
-        for mut server in servers {
-            restore_library_path(&mut server.transport);
-            tools = tools.with(McpTools::new(server));
+        let environment = user_environment();
+        for server in servers {
+            tools = tools.with(McpTools::new(server.with_environment(environment.clone())));
         }
         Ok(Arc::new(tools))
     }
@@ -254,16 +254,20 @@ pub fn demo_tools() -> InProcessTools {
         )
 }
 
-/// A stdio server started by codemode gets the user's `LD_LIBRARY_PATH`, not the one the
-/// launcher gave codemode to find V8 (which could hand the server the wrong libraries).
-fn restore_library_path(transport: &mut McpTransport) {
-    let Some(original) = std::env::var_os(ORIGINAL_LIBRARY_PATH) else {
-        return;
-    };
-    if let McpTransport::Stdio { env, .. } = transport {
-        env.entry("LD_LIBRARY_PATH".to_owned())
-            .or_insert_with(|| original.to_string_lossy().into_owned());
+/// The environment the user started codemode with: what a downstream stdio server starts from
+/// (its configuration's `env` goes on top). The launcher's changes are undone: `LD_LIBRARY_PATH`
+/// is the user's again (absent if the user had none) and the launcher's variable is gone.
+fn user_environment() -> Vec<(std::ffi::OsString, std::ffi::OsString)> {
+    let original = std::env::var_os(ORIGINAL_LIBRARY_PATH);
+    let mut environment: Vec<_> = std::env::vars_os()
+        .filter(|(name, _)| {
+            name != ORIGINAL_LIBRARY_PATH && !(original.is_some() && name == "LD_LIBRARY_PATH")
+        })
+        .collect();
+    if let Some(original) = original.filter(|original| !original.is_empty()) {
+        environment.push(("LD_LIBRARY_PATH".into(), original));
     }
+    environment
 }
 
 /// `'COMMAND ARGS'` or `'NAME=COMMAND ARGS'` as a downstream server.

@@ -201,3 +201,77 @@ fn the_launcher_finds_v8_through_codemode_v8_prefix() {
     assert_eq!(output.status.code(), Some(2), "{stderr}");
     assert!(!stderr.contains("cannot find V8"), "{stderr}");
 }
+
+#[test]
+fn a_stdio_server_gets_the_users_environment_its_stderr_is_logged_and_it_ends_cleanly() {
+    let folder = scratch("environment");
+    let dump = folder.join("environment");
+    let exited = folder.join("exited");
+    // A shell that records its environment, says something on standard error, runs the demo
+    // server, and records how that ended, after a moment of tidying up: only a clean end
+    // (standard input closed) writes 0, and only if codemode waits for it.
+    let script = format!(
+        "env > '{}'; echo 'hello from the downstream server' >&2; '{}' demo-mcp-server; status=$?; sleep 0.5; echo $status > '{}'",
+        dump.display(),
+        CODEMODE,
+        exited.display()
+    );
+    let config = write_config(
+        "environment",
+        json!({"envcheck": {"command": "sh", "args": ["-c", script], "env": {"FROM_CONFIG": "yes"}}}),
+    );
+    let mut child = Command::new(CODEMODE)
+        .args(["run", "--json", "--no-demo-tools", "--config"])
+        .arg(&config)
+        .arg("-")
+        .env("USER_VARIABLE", "kept")
+        .env("CODEMODE_LOG", "codemode::downstream=info")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(
+        &mut child.stdin.take().unwrap(),
+        b"text((await tools.envcheck__add({a: 1, b: 1})).structuredContent.sum)",
+    )
+    .unwrap();
+    let output = child.wait_with_output().unwrap();
+    assert_eq!(texts(&output), ["2"], "{output:?}");
+    let environment = std::fs::read_to_string(&dump).unwrap();
+    let variable = |name: &str| {
+        environment
+            .lines()
+            .find_map(|line| line.strip_prefix(&format!("{name}=")))
+            .map(str::to_owned)
+    };
+    assert_eq!(variable("USER_VARIABLE").as_deref(), Some("kept"));
+    assert_eq!(variable("FROM_CONFIG").as_deref(), Some("yes"));
+    assert_eq!(
+        variable("CODEMODE_ORIGINAL_LD_LIBRARY_PATH"),
+        None,
+        "{environment}"
+    );
+    assert_eq!(
+        variable("LD_LIBRARY_PATH"),
+        std::env::var("LD_LIBRARY_PATH")
+            .ok()
+            .filter(|path| !path.is_empty()),
+        "the user's own library path, not the launcher's: {environment}"
+    );
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr
+            .lines()
+            .any(|line| line.contains("envcheck")
+                && line.contains("hello from the downstream server")),
+        "{stderr}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&exited)
+            .map(|status| status.trim().to_owned())
+            .ok(),
+        Some("0".to_owned()),
+        "codemode did not let the server end on its own before it exited"
+    );
+}

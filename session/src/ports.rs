@@ -78,4 +78,8 @@ pub trait ToolProvider: Send + Sync + 'static {
         call: ToolInvocation,
         cancellation: CancellationToken,
     ) -> Result<Value, String>;
+
+    /// Ends what the provider started (downstream servers) cleanly; its owner calls it once,
+    /// when it stops serving. A later call may start them again. The default does nothing.
+    async fn shutdown(&self) {}
 }

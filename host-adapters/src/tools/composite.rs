@@ -94,6 +94,16 @@ impl ToolProvider for CompositeTools {
             .ok_or_else(|| format!("no tool is named tools.{global_name}"))?;
         provider.call_tool(call, cancellation).await
     }
+
+    async fn shutdown(&self) {
+        // All at once: each may wait seconds for its server to exit.
+        let mut shutting_down = tokio::task::JoinSet::new();
+        for provider in &self.providers {
+            let provider = Arc::clone(provider);
+            shutting_down.spawn(async move { provider.shutdown().await });
+        }
+        while shutting_down.join_next().await.is_some() {}
+    }
 }
 
 fn describe(tool: &ToolDefinition) -> String {

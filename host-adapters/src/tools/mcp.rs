@@ -93,6 +93,9 @@ pub struct McpServerConfig {
     pub call_timeout: Duration,
     /// How long starting and initialising the connection may take.
     pub connect_timeout: Duration,
+    /// The whole environment a stdio server starts with, before its transport's `env`; `None`:
+    /// this process's environment.
+    pub environment: Option<Vec<(std::ffi::OsString, std::ffi::OsString)>>,
 }
 
 impl McpServerConfig {
@@ -103,7 +106,18 @@ impl McpServerConfig {
             transport,
             call_timeout: Duration::from_secs(60),
             connect_timeout: Duration::from_secs(30),
+            environment: None,
         }
+    }
+
+    /// This configuration with the whole environment a stdio server starts with (the
+    /// transport's `env` still goes on top), instead of this process's.
+    pub fn with_environment(
+        mut self,
+        environment: impl IntoIterator<Item = (std::ffi::OsString, std::ffi::OsString)>,
+    ) -> Self {
+        self.environment = Some(environment.into_iter().collect());
+        self
     }
 
     /// This configuration with another per-call timeout.
@@ -200,15 +214,25 @@ impl McpTools {
                 env,
                 cwd,
             } => {
+                let environment = self.config.environment.as_ref();
                 let command = tokio::process::Command::new(program).configure(|command| {
+                    if let Some(environment) = environment {
+                        command.env_clear().envs(environment.iter().cloned());
+                    }
                     command.args(args).envs(env);
                     if let Some(cwd) = cwd {
                         command.current_dir(cwd);
                     }
                 });
-                let transport = TokioChildProcess::new(command).map_err(|error| {
-                    format!("cannot start the MCP server \"{namespace}\" ({program}): {error}")
-                })?;
+                let (transport, stderr) = TokioChildProcess::builder(command)
+                    .stderr(std::process::Stdio::piped())
+                    .spawn()
+                    .map_err(|error| {
+                        format!("cannot start the MCP server \"{namespace}\" ({program}): {error}")
+                    })?;
+                if let Some(stderr) = stderr {
+                    tokio::spawn(log_stderr(namespace.clone(), stderr));
+                }
                 let pid = transport.id();
                 let client = ().serve(transport).await.map_err(|error| {
                     format!(
@@ -239,6 +263,18 @@ impl McpTools {
                 })?;
                 Ok((client, None))
             }
+        }
+    }
+
+    /// Ends the connection, if any: a stdio server has its standard input closed, gets 3 s to
+    /// exit, then `SIGTERM` and 3 s more, then is killed (the MCP specification's sequence), so
+    /// that it is never cut off mid-write. The next call starts it again.
+    pub async fn shutdown(&self) {
+        let live = self.connection.lock().await.take();
+        if let Some(live) = live
+            && let Err(error) = live.client.cancel().await
+        {
+            tracing::warn!(server = %self.config.namespace, %error, "the MCP server did not close cleanly");
         }
     }
 
@@ -353,10 +389,43 @@ impl ToolProvider for McpTools {
             Ok(Ok(result)) => call_result_to_value(result),
         }
     }
+
+    async fn shutdown(&self) {
+        McpTools::shutdown(self).await;
+    }
 }
 
 /// Whether process `pid` is still running: it exists and is not a zombie (exited, not yet
 /// reaped). Where `/proc` cannot be read for another reason, assume it runs.
+/// The longest line of a server's standard error that is logged whole.
+const MAX_STDERR_LINE: usize = 2000;
+
+/// Logs what a stdio server writes to its standard error, a line at a time, each naming the
+/// server, instead of letting it spill onto the terminal.
+async fn log_stderr(server: String, stderr: tokio::process::ChildStderr) {
+    use tokio::io::AsyncBufReadExt;
+    let mut lines = tokio::io::BufReader::new(stderr).lines();
+    loop {
+        match lines.next_line().await {
+            Ok(Some(line)) => {
+                let mut line = line;
+                if line.len() > MAX_STDERR_LINE {
+                    let end = (0..=MAX_STDERR_LINE)
+                        .rev()
+                        .find(|&end| line.is_char_boundary(end))
+                        .unwrap_or(0);
+                    line.truncate(end);
+                    line.push_str(" […]");
+                }
+                tracing::info!(target: "codemode::downstream", server = %server, "{line}");
+            }
+            Ok(None) => break,
+            // Not UTF-8, or the pipe failed: nothing more to log as lines.
+            Err(_) => break,
+        }
+    }
+}
+
 fn process_alive(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         // The state follows the parenthesised command name, which may itself contain ')'.
