@@ -427,11 +427,17 @@ pub async fn bind_sessions(
     {
         owners.remember(created.to_owned(), tenant).await;
     }
+    let mut response = response;
     if deleting
         && response.status().is_success()
         && let Some(session) = named
     {
         owners.lock().remove(&session);
+        // The session is gone, not queued for going: 200, which the official SDKs expect (the
+        // Python SDK warns "Session termination failed: 202" otherwise).
+        if response.status() == StatusCode::ACCEPTED {
+            *response.status_mut() = StatusCode::OK;
+        }
     }
     response
 }

@@ -425,6 +425,12 @@ fn refuse_unknown_arguments(
     ))
 }
 
+/// Arguments the model got wrong, as a tool result with `isError` (not a JSON-RPC error), as the
+/// 2025-11-25 revision asks: the model sees the reason and can fix its call.
+fn invalid_arguments(error: ErrorData) -> CallToolResult {
+    CallToolResult::error(vec![ContentBlock::text(error.message.into_owned())])
+}
+
 /// An optional non-negative integer argument.
 fn count_argument(
     tool: &str,
@@ -732,16 +738,23 @@ impl CodemodeServer {
         arguments: Map<String, Value>,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, ErrorData> {
-        refuse_unknown_arguments("exec", &arguments, EXEC_ARGUMENTS)?;
-        let Some(Value::String(code)) = arguments.get("code") else {
-            return Err(ErrorData::invalid_params(
-                "exec takes {\"code\": \"<JavaScript source>\"}: the code argument is missing or not a string",
-                None,
-            ));
+        let parsed = (|| {
+            refuse_unknown_arguments("exec", &arguments, EXEC_ARGUMENTS)?;
+            let Some(Value::String(code)) = arguments.get("code") else {
+                return Err(ErrorData::invalid_params(
+                    "exec takes {\"code\": \"<JavaScript source>\"}: the code argument is missing or not a string",
+                    None,
+                ));
+            };
+            let options = ExecOptions::default()
+                .with_yield_time_ms(count_argument("exec", &arguments, "yield_time_ms")?)
+                .with_max_output_tokens(count_argument("exec", &arguments, "max_output_tokens")?);
+            Ok((code, options))
+        })();
+        let (code, options) = match parsed {
+            Ok(parsed) => parsed,
+            Err(error) => return Ok(invalid_arguments(error)),
         };
-        let options = ExecOptions::default()
-            .with_yield_time_ms(count_argument("exec", &arguments, "yield_time_ms")?)
-            .with_max_output_tokens(count_argument("exec", &arguments, "max_output_tokens")?);
         let live = self.session(&context.extensions, &context.peer).await?;
         self.check_cell_limit(&live.tenant)?;
         let session = &live.session;
@@ -758,13 +771,18 @@ impl CodemodeServer {
         arguments: Map<String, Value>,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, ErrorData> {
-        refuse_unknown_arguments("wait", &arguments, WAIT_ARGUMENTS)?;
-        let request: WaitRequest = serde_json::from_value(Value::Object(arguments)).map_err(|error| {
-            ErrorData::invalid_params(
-                format!("wait takes {{\"cell_id\": \"<id>\", \"yield_time_ms\"?, \"max_tokens\"?, \"terminate\"?}}: {error}"),
-                None,
-            )
-        })?;
+        let parsed = refuse_unknown_arguments("wait", &arguments, WAIT_ARGUMENTS).and_then(|()| {
+            serde_json::from_value::<WaitRequest>(Value::Object(arguments)).map_err(|error| {
+                ErrorData::invalid_params(
+                    format!("wait takes {{\"cell_id\": \"<id>\", \"yield_time_ms\"?, \"max_tokens\"?, \"terminate\"?}}: {error}"),
+                    None,
+                )
+            })
+        });
+        let request = match parsed {
+            Ok(request) => request,
+            Err(error) => return Ok(invalid_arguments(error)),
+        };
         let live = self.session(&context.extensions, &context.peer).await?;
         let session = &live.session;
         let progress = Progress::start(&context, session, Watched::Cell(request.cell_id.clone()));

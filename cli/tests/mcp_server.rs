@@ -83,6 +83,13 @@ async fn call(
     within("call", client.call_tool(params)).await
 }
 
+/// The text of a tool result that must be an error result (`isError`), not a protocol error.
+fn tool_error(result: Result<CallToolResult, ServiceError>) -> String {
+    let result = result.expect("a tool result, not a protocol error");
+    assert_eq!(result.is_error, Some(true), "{}", text_of(&result));
+    text_of(&result)
+}
+
 fn cell_id(running: &str) -> String {
     running
         .lines()
@@ -186,11 +193,10 @@ async fn a_downstream_servers_tool_is_called_from_a_cell() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn malformed_requests_and_unknown_cells_get_errors_and_the_server_stays_up() {
     let (client, _) = connect(&[]).await;
-    let missing_code = call(&client, "exec", json!({})).await.unwrap_err();
+    // Arguments the model got wrong come back as tool results with isError, for it to fix.
+    let missing_code = tool_error(call(&client, "exec", json!({})).await);
     assert!(
-        missing_code
-            .to_string()
-            .contains("the code argument is missing"),
+        missing_code.contains("the code argument is missing"),
         "{missing_code}"
     );
     let unknown_tool = call(&client, "run", json!({})).await.unwrap_err();
@@ -200,10 +206,8 @@ async fn malformed_requests_and_unknown_cells_get_errors_and_the_server_stays_up
             .contains("this server offers exec and wait"),
         "{unknown_tool}"
     );
-    let bad_wait = call(&client, "wait", json!({"cell_id": 7}))
-        .await
-        .unwrap_err();
-    assert!(bad_wait.to_string().contains("wait takes"), "{bad_wait}");
+    let bad_wait = tool_error(call(&client, "wait", json!({"cell_id": 7})).await);
+    assert!(bad_wait.contains("wait takes"), "{bad_wait}");
     let unknown_cell = call(&client, "wait", json!({"cell_id": "42"}))
         .await
         .unwrap();
@@ -331,14 +335,14 @@ async fn the_server_also_speaks_streamable_http() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exec_and_wait_refuse_arguments_they_do_not_know_by_name() {
     let (client, _) = connect(&[]).await;
-    let exec = call(
-        &client,
-        "exec",
-        json!({"code": "text(1)", "source": "x", "timeout": 5}),
-    )
-    .await
-    .unwrap_err()
-    .to_string();
+    let exec = tool_error(
+        call(
+            &client,
+            "exec",
+            json!({"code": "text(1)", "source": "x", "timeout": 5}),
+        )
+        .await,
+    );
     assert!(
         exec.contains("exec does not take \"source\", \"timeout\""),
         "{exec}"
@@ -347,19 +351,16 @@ async fn exec_and_wait_refuse_arguments_they_do_not_know_by_name() {
         exec.contains("code, yield_time_ms, max_output_tokens"),
         "{exec}"
     );
-    let wait = call(&client, "wait", json!({"cell_id": "1", "yield_ms": 5}))
-        .await
-        .unwrap_err()
-        .to_string();
+    let wait = tool_error(call(&client, "wait", json!({"cell_id": "1", "yield_ms": 5})).await);
     assert!(wait.contains("wait does not take \"yield_ms\""), "{wait}");
-    let negative = call(
-        &client,
-        "exec",
-        json!({"code": "text(1)", "yield_time_ms": -1}),
-    )
-    .await
-    .unwrap_err()
-    .to_string();
+    let negative = tool_error(
+        call(
+            &client,
+            "exec",
+            json!({"code": "text(1)", "yield_time_ms": -1}),
+        )
+        .await,
+    );
     assert!(
         negative.contains("must be a non-negative integer"),
         "{negative}"

@@ -514,7 +514,11 @@ async fn another_tenants_session_id_gets_404_for_every_method_and_changes_nothin
         &[("Authorization", &alpha), ("Mcp-Session-Id", &session)],
         None,
     );
-    assert!((200..300).contains(&status), "{status}");
+    // 200, as the official SDKs expect of a session close (202 makes the Python SDK warn).
+    assert_eq!(status, 200);
+    // And it is gone.
+    let (status, _) = raw_exec(&url, ALPHA, &session, r#"text(1)"#);
+    assert_eq!(status, 404);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
