@@ -180,7 +180,7 @@ async fn a_downstream_servers_tool_is_called_from_a_cell() {
             .unwrap()
             .contains("demo__add(args: {")
     );
-    let result = call(&client, "exec", json!({"code": "const r = await tools.demo__add({a: 1, b: 2}); text(r.content[0].text); image(await tools.demo__image().then((i) => i.content[0]));"}))
+    let result = call(&client, "exec", json!({"code": "const r = await tools.demo__add({a: 1, b: 2}); text(r.sum); image(await tools.demo__image().then((i) => i.content[0]));"}))
         .await
         .unwrap();
     assert_eq!(text_of(&result).lines().last(), Some("3"));

@@ -6,10 +6,9 @@
 //! `codemode demo-mcp-server`.
 
 use rmcp::handler::server::router::tool::ToolRouter;
-use rmcp::handler::server::wrapper::Parameters;
+use rmcp::handler::server::wrapper::{Json, Parameters};
 use rmcp::model::{CallToolResult, ContentBlock, ServerCapabilities, ServerConfig};
 use rmcp::{ErrorData, ServerHandler, ServiceExt, schemars, tool, tool_handler, tool_router};
-use serde_json::json;
 
 /// A 1x1 PNG.
 const PIXEL_PNG: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==";
@@ -20,6 +19,13 @@ struct AddRequest {
     a: f64,
     /// The second number.
     b: f64,
+}
+
+/// What `add` answers: a tool with an output schema.
+#[derive(Debug, serde::Serialize, schemars::JsonSchema)]
+struct AddResult {
+    /// `a + b`.
+    sum: f64,
 }
 
 #[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
@@ -65,11 +71,8 @@ impl DemoServer {
     fn add(
         &self,
         Parameters(AddRequest { a, b }): Parameters<AddRequest>,
-    ) -> Result<CallToolResult, ErrorData> {
-        let sum = a + b;
-        let mut result = CallToolResult::success(vec![ContentBlock::text(sum.to_string())]);
-        result.structured_content = Some(json!({ "sum": sum }));
-        Ok(result)
+    ) -> Result<Json<AddResult>, ErrorData> {
+        Ok(Json(AddResult { sum: a + b }))
     }
 
     #[tool(description = "Returns a 1x1 PNG image.")]

@@ -84,19 +84,41 @@ async fn server_tools_are_listed_under_its_namespace_with_their_schemas() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_cell_calls_add_gets_content_and_structured_content() {
+async fn each_tool_resolves_with_what_its_declaration_says() {
     let session = session(stdio_server("test")).await;
     let (items, error) = run(
         &session,
         r#"
-        const result = await tools.test__add({ a: 1, b: 2 });
-        text(result.content[0].text);
-        text(result.structuredContent.sum);
+        const declared = (name) => ALL_TOOLS.find((tool) => tool.name === name).declaration;
+        // add has an output schema: declared with its type, resolves with its structured content.
+        text(declared("test__add").includes("sum: number") && !declared("test__add").includes("McpResult"));
+        text(JSON.stringify(await tools.test__add({ a: 1, b: 2 })));
+        // pid has none: declared as McpResult, resolves with one.
+        text(declared("test__pid").includes("Promise<McpResult>"));
+        const pid = await tools.test__pid();
+        text(JSON.stringify(Object.keys(pid)));
+        text(pid.text === pid.content[0].text && pid.content[0].type === "text");
     "#,
     )
     .await;
     assert_eq!(error, None);
-    assert_eq!(items, [OutputItem::text("3"), OutputItem::text("3")]);
+    assert_eq!(
+        items,
+        [
+            OutputItem::text("true"),
+            OutputItem::text(r#"{"sum":3}"#),
+            OutputItem::text("true"),
+            OutputItem::text(r#"["content","text"]"#),
+            OutputItem::text("true"),
+        ]
+    );
+    // The exec description declares McpResult once, before the tools.
+    let description = session.exec_description();
+    assert_eq!(
+        description.matches("type McpResult = {").count(),
+        1,
+        "{description}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -159,7 +181,7 @@ async fn a_sleeping_tool_is_cancelled_when_its_cell_is_terminated_mid_call() {
     // The server is still usable.
     let (items, _) = run(
         &session,
-        r#"text((await tools.test__add({ a: 2, b: 2 })).content[0].text);"#,
+        r#"text((await tools.test__add({ a: 2, b: 2 })).sum);"#,
     )
     .await;
     assert_eq!(items, [OutputItem::text("4")]);
@@ -185,7 +207,7 @@ async fn a_server_killed_between_two_calls_is_started_again_for_the_next() {
         &session,
         r#"
         const sum = await tools.test__add({ a: 20, b: 22 });
-        text(sum.content[0].text);
+        text(sum.sum);
         text((await tools.test__pid()).content[0].text);
     "#,
     )
@@ -231,7 +253,7 @@ async fn a_server_over_streamable_http_serves_cells_too() {
     let session = session(tools).await;
     let (items, error) = run(
         &session,
-        r#"text((await tools.remote__add({ a: 1.5, b: 2 })).structuredContent.sum);"#,
+        r#"text((await tools.remote__add({ a: 1.5, b: 2 })).sum);"#,
     )
     .await;
     assert_eq!(error, None);
@@ -260,7 +282,7 @@ async fn a_composite_merges_providers_and_refuses_duplicate_names() {
         &session,
         r#"
         text(await tools.shout("hi"));
-        text((await tools.test__add({ a: 1, b: 1 })).content[0].text);
+        text((await tools.test__add({ a: 1, b: 1 })).sum);
     "#,
     )
     .await;

@@ -21,5 +21,7 @@ pub use output::{AudioItem, ImageDetail, ImageItem, OutputItem, ParseImageDetail
 pub use pragma::{ExecInput, ExecInputError, MAX_SAFE_INTEGER, parse_exec_input};
 pub use request::{ExecuteRequest, WaitRequest};
 pub use stored::{StoredValue, StoredValues, stored_bytes, stored_entry_bytes, stored_values_from};
-pub use tool::{ToolDefinition, ToolKind, ToolName, normalize_identifier};
-pub use typescript::{namespace_groups, tool_declaration, tools_declaration};
+pub use tool::{ResultType, ToolDefinition, ToolKind, ToolName, normalize_identifier};
+pub use typescript::{
+    MCP_RESULT_DECLARATION, namespace_groups, tool_declaration, tools_declaration,
+};

@@ -77,6 +77,29 @@ pub struct ToolDefinition {
     /// The JSON Schema of the tool's result, when the tool publishes one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output_schema: Option<Value>,
+    /// The documented shape of the result of a tool without an output schema, when it has one
+    /// (an MCP tool's `McpResult`); `None` with no output schema: `unknown`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result_type: Option<ResultType>,
+}
+
+/// A documented result shape that several tools share, declared once in the `exec` description.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum ResultType {
+    /// What an MCP tool without an output schema resolves with: see
+    /// [`MCP_RESULT_DECLARATION`](crate::MCP_RESULT_DECLARATION).
+    McpResult,
+}
+
+impl ResultType {
+    /// Its TypeScript name.
+    pub fn name(self) -> &'static str {
+        match self {
+            ResultType::McpResult => "McpResult",
+        }
+    }
 }
 
 impl ToolDefinition {
@@ -88,6 +111,7 @@ impl ToolDefinition {
             kind: ToolKind::Function,
             input_schema: None,
             output_schema: None,
+            result_type: None,
         }
     }
 
@@ -155,6 +179,7 @@ mod tests {
                     "required": ["q"]
                 })),
                 output_schema: Some(json!({"type": "array", "items": {"type": "string"}})),
+                result_type: None,
             },
             ToolDefinition {
                 name: ToolName::plain("apply_patch"),
@@ -162,6 +187,7 @@ mod tests {
                 kind: ToolKind::Freeform,
                 input_schema: None,
                 output_schema: None,
+                result_type: None,
             },
         ];
         insta::assert_json_snapshot!(definitions);

@@ -10,7 +10,7 @@
 
 use std::fmt::Write;
 
-use crate::{ToolDefinition, ToolKind};
+use crate::{ResultType, ToolDefinition, ToolKind};
 use serde_json::{Map, Value};
 
 /// Past this nesting depth a schema is `unknown`, to keep declarations readable.
@@ -31,11 +31,38 @@ pub fn namespace_groups(tools: &[ToolDefinition]) -> Vec<(Option<&str>, Vec<&Too
     groups
 }
 
+/// What an MCP tool without an output schema resolves with, declared once before `tools` when a
+/// tool uses it.
+pub const MCP_RESULT_DECLARATION: &str = r#"/** What an MCP tool without an output schema resolves with. */
+type McpResult = {
+  /** The result's content blocks, as the server sent them. */
+  content: Array<
+    | { type: "text"; text: string }
+    | { type: "image" | "audio"; data: string; mimeType: string }
+    | { type: "resource_link"; uri: string; name?: string; mimeType?: string }
+    | { type: "resource"; resource: { uri: string; mimeType?: string; text?: string; blob?: string } }
+  >;
+  /** The text blocks joined with newlines ("" when there are none). */
+  text: string;
+  /** The structured result, when the server sent one. */
+  structuredContent?: unknown;
+};"#;
+
 /// The `declare const tools: {...};` block for `tools`: tools without a namespace first, then each
-/// namespace in order of first appearance.
+/// namespace in order of first appearance; shared result shapes (`McpResult`) are declared
+/// before it, once.
 pub fn tools_declaration(tools: &[ToolDefinition]) -> String {
     let groups = namespace_groups(tools);
-    let mut out = String::from("declare const tools: {\n");
+    let mut out = String::new();
+    // Shared result shapes first, once each.
+    if tools
+        .iter()
+        .any(|tool| tool.output_schema.is_none() && tool.result_type == Some(ResultType::McpResult))
+    {
+        out.push_str(MCP_RESULT_DECLARATION);
+        out.push_str("\n\n");
+    }
+    out.push_str("declare const tools: {\n");
     for (index, (namespace, members)) in groups.iter().enumerate() {
         if index > 0 {
             out.push('\n');
@@ -53,6 +80,9 @@ pub fn tools_declaration(tools: &[ToolDefinition]) -> String {
 
 /// One tool's declaration, as a member of `tools`: its doc comment, then
 /// `name(args: {...}): Promise<...>;`.
+///
+/// A tool with an output schema is declared with the schema's type (its promise resolves with the
+/// structured result); an MCP tool without one with `McpResult` ([`MCP_RESULT_DECLARATION`]).
 pub fn tool_declaration(tool: &ToolDefinition) -> String {
     let mut out = String::new();
     write_tool(&mut out, tool);
@@ -68,6 +98,7 @@ fn write_tool(out: &mut String, tool: &ToolDefinition) {
         .output_schema
         .as_ref()
         .map(|schema| ts_type(schema, 1, 0))
+        .or_else(|| tool.result_type.map(|shape| shape.name().to_owned()))
         .unwrap_or_else(|| "unknown".to_owned());
     let parameter = match tool.kind {
         ToolKind::Freeform => "input: string".to_owned(),

@@ -25,12 +25,16 @@ fn tool(
     input: Option<Value>,
     output: Option<Value>,
 ) -> ToolDefinition {
+    // Namespaced tools stand for MCP tools: without an output schema they resolve with McpResult.
+    let result_type = (output.is_none() && name.namespace.is_some())
+        .then_some(codemode_protocol::ResultType::McpResult);
     ToolDefinition {
         name,
         description: description.into(),
         kind: ToolKind::Function,
         input_schema: input,
         output_schema: output,
+        result_type,
     }
 }
 
@@ -57,6 +61,7 @@ impl ToolProvider for RealisticTools {
                 description: "Applies a unified diff to the workspace.".into(),
                 kind: ToolKind::Freeform,
                 input_schema: None,
+                result_type: None,
                 output_schema: Some(
                     json!({"type": "object", "properties": {"files_changed": {"type": "integer"}}, "required": ["files_changed"]}),
                 ),
@@ -372,8 +377,10 @@ async fn description_for(count: usize) -> String {
 #[tokio::test]
 async fn five_tools_are_declared_in_full() {
     let description = description_for(5).await;
+    // The shared result type first, then the tools.
     assert!(
-        description.contains("```ts\ndeclare const tools: {"),
+        description.contains("```ts\n/** What an MCP tool without an output schema resolves with. */\ntype McpResult = {")
+            && description.contains("};\n\ndeclare const tools: {"),
         "{description}"
     );
     insta::assert_snapshot!("exec_description_5_tools", description);

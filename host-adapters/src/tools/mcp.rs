@@ -6,10 +6,15 @@
 //! first use and kept; a server that dies or drops the connection fails the calls in flight with
 //! a clear error, and the next call starts (or reconnects to) it again.
 //!
-//! What a cell receives from a call:
-//! - success: `{ content: [...MCP content blocks...], structuredContent?: <value> }`, the blocks in
+//! What a cell receives from a call, always what the tool's declaration says:
+//! - a tool with an output schema: its `structuredContent`, checked against the schema (see
+//!   [`check_against_schema`]); a result without one, or one that does not match, rejects naming
+//!   the tool;
+//! - any other tool: an `McpResult` (`codemode_protocol::MCP_RESULT_DECLARATION`):
+//!   `{ content: [...MCP content blocks...], text, structuredContent?: <value> }`, the blocks in
 //!   their MCP JSON form (`{ type: "text", text }`, `{ type: "image", data, mimeType }`, …), so an
-//!   image block can go straight to `image(...)`; `structuredContent` only when the server sent it;
+//!   image block can go straight to `image(...)`; `text` the text blocks joined with newlines;
+//!   `structuredContent` only when the server sent it;
 //! - `isError: true`: the promise rejects with an `Error` whose message is the text of the
 //!   result's text blocks (or its structured content as JSON);
 //! - a protocol failure, a dead server or a call past its timeout: the promise rejects with an
@@ -19,7 +24,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use codemode_protocol::{ToolDefinition, ToolKind, ToolName};
+use codemode_protocol::{ResultType, ToolDefinition, ToolKind, ToolName};
 use codemode_session::{ToolInvocation, ToolListError, ToolProvider};
 use rmcp::model::{CallToolRequestParams, CallToolResult, ContentBlock};
 use rmcp::service::{RoleClient, RunningService};
@@ -141,6 +146,8 @@ struct Connection {
 /// The tools of one MCP server.
 pub struct McpTools {
     config: McpServerConfig,
+    /// The output schema of each tool that has one, by the server's name for it, as last listed.
+    output_schemas: std::sync::Mutex<std::collections::HashMap<String, Value>>,
     connection: Mutex<Option<Connection>>,
     generations: std::sync::atomic::AtomicU64,
 }
@@ -158,6 +165,7 @@ impl McpTools {
     pub fn new(config: McpServerConfig) -> Self {
         McpTools {
             config,
+            output_schemas: std::sync::Mutex::new(std::collections::HashMap::new()),
             connection: Mutex::new(None),
             generations: std::sync::atomic::AtomicU64::new(0),
         }
@@ -306,9 +314,24 @@ impl ToolProvider for McpTools {
                 )));
             }
         };
+        let schemas = tools
+            .iter()
+            .filter_map(|tool| {
+                let schema = tool.output_schema.as_ref()?;
+                Some((tool.name.to_string(), Value::Object((**schema).clone())))
+            })
+            .collect();
+        *self
+            .output_schemas
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = schemas;
         Ok(tools
             .into_iter()
             .map(|tool| ToolDefinition {
+                result_type: tool
+                    .output_schema
+                    .is_none()
+                    .then_some(ResultType::McpResult),
                 name: ToolName::namespaced(&self.config.namespace, tool.name.as_ref()),
                 description: tool
                     .description
@@ -386,7 +409,19 @@ impl ToolProvider for McpTools {
                     Err(format!("tools.{global_name} failed: {error}"))
                 }
             }
-            Ok(Ok(result)) => call_result_to_value(result),
+            Ok(Ok(result)) => {
+                let schema = self
+                    .output_schemas
+                    .lock()
+                    .unwrap_or_else(|poisoned| poisoned.into_inner())
+                    .get(&call.name.name)
+                    .cloned();
+                match schema {
+                    Some(schema) => structured_result(result, &schema)
+                        .map_err(|why| format!("tools.{global_name}: {why}")),
+                    None => call_result_to_value(result),
+                }
+            }
         }
     }
 
@@ -395,8 +430,6 @@ impl ToolProvider for McpTools {
     }
 }
 
-/// Whether process `pid` is still running: it exists and is not a zombie (exited, not yet
-/// reaped). Where `/proc` cannot be read for another reason, assume it runs.
 /// The longest line of a server's standard error that is logged whole.
 const MAX_STDERR_LINE: usize = 2000;
 
@@ -426,6 +459,8 @@ async fn log_stderr(server: String, stderr: tokio::process::ChildStderr) {
     }
 }
 
+/// Whether process `pid` is still running: it exists and is not a zombie (exited, not yet
+/// reaped). Where `/proc` cannot be read for another reason, assume it runs.
 fn process_alive(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         // The state follows the parenthesised command name, which may itself contain ')'.
@@ -438,28 +473,177 @@ fn process_alive(pid: u32) -> bool {
     }
 }
 
-/// What a cell receives for an MCP tool result (see the module documentation).
-pub fn call_result_to_value(result: CallToolResult) -> Result<Value, String> {
-    if result.is_error == Some(true) {
-        let texts: Vec<String> = result
-            .content
-            .iter()
-            .filter_map(|block| match block {
-                ContentBlock::Text(text) => Some(text.text.clone()),
-                _ => None,
-            })
-            .collect();
-        return Err(if !texts.is_empty() {
-            texts.join("\n")
-        } else if let Some(structured) = &result.structured_content {
-            structured.to_string()
+/// The error text of a result with `isError`, if it is one.
+fn error_text(result: &CallToolResult) -> Option<String> {
+    if result.is_error != Some(true) {
+        return None;
+    }
+    let texts: Vec<String> = result
+        .content
+        .iter()
+        .filter_map(|block| match block {
+            ContentBlock::Text(text) => Some(text.text.clone()),
+            _ => None,
+        })
+        .collect();
+    Some(if !texts.is_empty() {
+        texts.join("\n")
+    } else if let Some(structured) = &result.structured_content {
+        structured.to_string()
+    } else {
+        "the tool reported an error without a message".to_owned()
+    })
+}
+
+/// What a cell receives for the result of a tool with an output schema: its structured content,
+/// checked against the schema.
+pub fn structured_result(result: CallToolResult, schema: &Value) -> Result<Value, String> {
+    if let Some(error) = error_text(&result) {
+        return Err(error);
+    }
+    let Some(structured) = result.structured_content else {
+        return Err(
+            "the tool declares an output schema, and its server sent no structuredContent"
+                .to_owned(),
+        );
+    };
+    check_against_schema(&structured, schema, "result").map_err(|why| {
+        format!("the server's structured result does not match the tool's output schema: {why}")
+    })?;
+    Ok(structured)
+}
+
+/// Checks `value` against the parts of a JSON Schema that a tool's TypeScript declaration shows
+/// (`type`, `enum`, `const`, `properties`, `required`, `additionalProperties: false`, `items`,
+/// `anyOf`/`oneOf`, `nullable`), so that a value that passes is what the model was told to expect.
+/// Keywords the declaration shows as `unknown` (`$ref`, `not`, conditionals, formats, bounds) are
+/// not checked. `at` names where `value` is, for the message.
+pub fn check_against_schema(value: &Value, schema: &Value, at: &str) -> Result<(), String> {
+    let Some(schema) = schema.as_object() else {
+        // `true` or a schema that is not an object: anything.
+        return if schema == &Value::Bool(false) {
+            Err(format!("{at} is not allowed"))
         } else {
-            "the tool reported an error without a message".to_owned()
-        });
+            Ok(())
+        };
+    };
+    if value.is_null() && schema.get("nullable").and_then(Value::as_bool) == Some(true) {
+        return Ok(());
+    }
+    if let Some(choices) = schema.get("enum").and_then(Value::as_array)
+        && !choices.contains(value)
+    {
+        return Err(format!(
+            "{at} is {value}, not one of {}",
+            Value::Array(choices.clone())
+        ));
+    }
+    if let Some(constant) = schema.get("const")
+        && constant != value
+    {
+        return Err(format!("{at} is {value}, not {constant}"));
+    }
+    for keyword in ["anyOf", "oneOf"] {
+        if let Some(options) = schema.get(keyword).and_then(Value::as_array)
+            && !options
+                .iter()
+                .any(|option| check_against_schema(value, option, at).is_ok())
+        {
+            return Err(format!(
+                "{at} matches none of the schema's {keyword} choices"
+            ));
+        }
+    }
+    if let Some(types) = schema.get("type") {
+        let allowed: Vec<&str> = match types {
+            Value::String(one) => vec![one.as_str()],
+            Value::Array(many) => many.iter().filter_map(Value::as_str).collect(),
+            _ => Vec::new(),
+        };
+        let is = |kind: &str| match kind {
+            "null" => value.is_null(),
+            "boolean" => value.is_boolean(),
+            "string" => value.is_string(),
+            "number" => value.is_number(),
+            "integer" => {
+                value.as_i64().is_some()
+                    || value.as_u64().is_some()
+                    || value.as_f64().is_some_and(|number| number.fract() == 0.0)
+            }
+            "array" => value.is_array(),
+            "object" => value.is_object(),
+            _ => true,
+        };
+        if !allowed.is_empty() && !allowed.iter().any(|kind| is(kind)) {
+            return Err(format!(
+                "{at} should be {}, and is {}",
+                allowed.join(" or "),
+                describe(value)
+            ));
+        }
+    }
+    if let Value::Object(object) = value {
+        let properties = schema.get("properties").and_then(Value::as_object);
+        if let Some(required) = schema.get("required").and_then(Value::as_array) {
+            for name in required.iter().filter_map(Value::as_str) {
+                if !object.contains_key(name) {
+                    return Err(format!("{at}.{name} is missing"));
+                }
+            }
+        }
+        for (name, member) in object {
+            match properties.and_then(|properties| properties.get(name)) {
+                Some(property) => check_against_schema(member, property, &format!("{at}.{name}"))?,
+                None => match schema.get("additionalProperties") {
+                    Some(Value::Bool(false)) => {
+                        return Err(format!("{at}.{name} is not a property the schema allows"));
+                    }
+                    Some(additional @ Value::Object(_)) => {
+                        check_against_schema(member, additional, &format!("{at}.{name}"))?
+                    }
+                    _ => {}
+                },
+            }
+        }
+    }
+    if let (Value::Array(items), Some(item_schema)) = (value, schema.get("items")) {
+        for (index, item) in items.iter().enumerate() {
+            check_against_schema(item, item_schema, &format!("{at}[{index}]"))?;
+        }
+    }
+    Ok(())
+}
+
+/// `a string`, `an object`, … for messages.
+fn describe(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// What a cell receives for the result of a tool without an output schema: an `McpResult` (see
+/// the module documentation), or the rejection of a result with `isError`.
+pub fn call_result_to_value(result: CallToolResult) -> Result<Value, String> {
+    if let Some(error) = error_text(&result) {
+        return Err(error);
     }
     let content = serde_json::to_value(&result.content)
         .map_err(|error| format!("cannot read the tool's result: {error}"))?;
-    let mut value = json!({ "content": content });
+    let text = result
+        .content
+        .iter()
+        .filter_map(|block| match block {
+            ContentBlock::Text(text) => Some(text.text.as_str()),
+            _ => None,
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    let mut value = json!({ "content": content, "text": text });
     if let Some(structured) = result.structured_content {
         value["structuredContent"] = structured;
     }
@@ -471,18 +655,81 @@ mod tests {
     use super::*;
 
     #[test]
-    fn results_map_to_content_and_structured_content() {
+    fn a_result_without_a_schema_is_an_mcp_result() {
         let mut result = CallToolResult::success(vec![
             ContentBlock::text("3"),
             ContentBlock::image("AA==", "image/png"),
+            ContentBlock::text("and more"),
         ]);
         result.structured_content = Some(json!({"sum": 3}));
         assert_eq!(
             call_result_to_value(result).unwrap(),
             json!({
-                "content": [{"type": "text", "text": "3"}, {"type": "image", "data": "AA==", "mimeType": "image/png"}],
+                "content": [
+                    {"type": "text", "text": "3"},
+                    {"type": "image", "data": "AA==", "mimeType": "image/png"},
+                    {"type": "text", "text": "and more"}
+                ],
+                "text": "3\nand more",
                 "structuredContent": {"sum": 3}
             })
+        );
+        let empty = call_result_to_value(CallToolResult::success(Vec::new())).unwrap();
+        assert_eq!(empty, json!({"content": [], "text": ""}));
+    }
+
+    #[test]
+    fn a_result_with_a_schema_is_its_checked_structured_content() {
+        let schema = json!({
+            "type": "object",
+            "properties": {
+                "sum": {"type": "number"},
+                "unit": {"enum": ["m", "s"]},
+                "parts": {"type": "array", "items": {"type": "integer"}},
+                "note": {"type": "string", "nullable": true}
+            },
+            "required": ["sum"],
+            "additionalProperties": false
+        });
+        let with = |structured: Value| {
+            let mut result = CallToolResult::success(vec![ContentBlock::text("…")]);
+            result.structured_content = Some(structured);
+            structured_result(result, &schema)
+        };
+        let good = json!({"sum": 3.5, "unit": "m", "parts": [1, 2], "note": null});
+        assert_eq!(with(good.clone()), Ok(good));
+        for (bad, why) in [
+            (json!({"unit": "m"}), "result.sum is missing"),
+            (
+                json!({"sum": "3"}),
+                "result.sum should be number, and is a string",
+            ),
+            (
+                json!({"sum": 1, "unit": "h"}),
+                "result.unit is \"h\", not one of",
+            ),
+            (
+                json!({"sum": 1, "parts": [1, 2.5]}),
+                "result.parts[1] should be integer",
+            ),
+            (
+                json!({"sum": 1, "extra": true}),
+                "result.extra is not a property",
+            ),
+            (json!([1]), "result should be object, and is an array"),
+        ] {
+            let error = with(bad).unwrap_err();
+            assert!(
+                error.contains("does not match the tool's output schema") && error.contains(why),
+                "{error}"
+            );
+        }
+        let missing = structured_result(CallToolResult::success(Vec::new()), &schema).unwrap_err();
+        assert!(missing.contains("sent no structuredContent"), "{missing}");
+        let failed = CallToolResult::error(vec![ContentBlock::text("it broke")]);
+        assert_eq!(
+            structured_result(failed, &schema),
+            Err("it broke".to_owned())
         );
     }
 
