@@ -1,12 +1,14 @@
-//! Helpers the codemode crates' tests share, written once: a hang guard for async waits, and a
+//! Helpers the codemode crates' tests share, written once: a hang guard for async waits, a
 //! server child process that says where it listens and is killed when its test ends, failed or
-//! not.
+//! not, and the real third-party MCP servers installed from their registries ([`mcp_servers`]).
 //!
 //! Deadlines here only guard against hangs: a test that hits one fails with "hung: …". Nothing
 //! here measures time.
 
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
+
+pub mod mcp_servers;
 
 use std::future::Future;
 use std::io::{BufRead, BufReader};

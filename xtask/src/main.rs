@@ -12,6 +12,8 @@
 //!   figures beside yardsticks measured in the same run, also written to `target/bench/bench.json`.
 //! - `dist-check`: unpacks that tarball elsewhere and runs a cell and an MCP round trip with it,
 //!   with the repository's V8 out of sight.
+//! - `setup-mcp-servers`: the real third-party MCP servers the end-to-end tests drive (npm and
+//!   PyPI, pinned) into `target/mcp-servers/`.
 //! - `ci`: what `.ci/run` runs: setup-v8, `cargo fmt --check`, clippy with warnings denied,
 //!   `cargo doc` with warnings denied, tests.
 
@@ -37,6 +39,13 @@ fn main() -> ExitCode {
         Some("dist") => dist::dist().map(|tarball| println!("{}", tarball.display())),
         Some("dist-check") => dist::check(),
         Some("bench") => bench(),
+        Some("setup-mcp-servers") => codemode_test_support::mcp_servers::install(&workspace_root())
+            .map(|_| {
+                println!(
+                    "MCP servers installed in {}",
+                    codemode_test_support::mcp_servers::folder(&workspace_root()).display()
+                )
+            }),
         _ => {
             eprintln!(
                 "usage: cargo xtask <task>\n\n\
@@ -44,7 +53,8 @@ fn main() -> ExitCode {
                  ci         setup-v8, fmt --check, clippy -D warnings, docs, tests, dist-check\n  \
                  dist       build the release tarball in target/dist/\n  \
                  dist-check build it, unpack it elsewhere, run a cell and an MCP round trip\n  \
-                 bench      the benchmark suite, release build: a table, and target/bench/bench.json"
+                 bench      the benchmark suite, release build: a table, and target/bench/bench.json\n  \
+                 setup-mcp-servers  install the real MCP servers the tests drive into target/mcp-servers/"
             );
             return ExitCode::from(2);
         }
@@ -291,6 +301,7 @@ fn ci() -> Result<(), String> {
         .args(["doc", "--no-deps", "--workspace"])
         .env("RUSTDOCFLAGS", "-D warnings")
         .current_dir(&root))?;
+    codemode_test_support::mcp_servers::install(&root)?;
     run(Command::new(&cargo)
         .args(["test", "--workspace"])
         .current_dir(&root))?;

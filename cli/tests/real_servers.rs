@@ -1,0 +1,146 @@
+//! `codemode mcp --config` with MCP servers people actually use, installed from their registries
+//! at pinned versions (`codemode_test_support::mcp_servers`): `server-everything`,
+//! `server-filesystem` and `server-memory` from npm, `mcp-server-git` and `mcp-server-time` from
+//! PyPI, driven through a real MCP client. Each tool's value must be what its declaration says,
+//! and what the tools did is checked where it happened (on disk, in `git log`).
+//!
+//! The servers are installed on first use; when a registry cannot be reached the test fails and
+//! says which.
+
+use rmcp::model::{CallToolRequestParams, CallToolResult, ContentBlock};
+use rmcp::transport::{ConfigureCommandExt, TokioChildProcess};
+use rmcp::{RoleClient, ServiceExt};
+use serde_json::{Value, json};
+
+mod common;
+
+use codemode_test_support::{mcp_servers, within};
+use common::{CODEMODE, text_of};
+
+async fn exec(
+    client: &rmcp::service::RunningService<RoleClient, ()>,
+    code: &str,
+) -> CallToolResult {
+    let params = CallToolRequestParams::new("exec")
+        .with_arguments(json!({ "code": code }).as_object().unwrap().clone());
+    within("exec", client.call_tool(params)).await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn five_real_servers_work_through_codemode_and_their_values_match_their_declarations() {
+    let servers = mcp_servers::install(&mcp_servers::workspace_root()).unwrap_or_else(|error| {
+        panic!("the real MCP servers could not be installed from their registries: {error}")
+    });
+    let folder = codemode_test_support::scratch_folder("real-servers");
+    let files = folder.join("files");
+    let repository = folder.join("repository");
+    let memory = folder.join("memory.jsonl");
+    std::fs::create_dir_all(&files).unwrap();
+    std::fs::create_dir_all(&repository).unwrap();
+    let git = |args: &[&str]| {
+        let output = std::process::Command::new("git")
+            .arg("-C")
+            .arg(&repository)
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "git {args:?}: {output:?}");
+        String::from_utf8(output.stdout).unwrap()
+    };
+    git(&["init", "-q"]);
+    git(&["config", "user.email", "cell@example.com"]);
+    git(&["config", "user.name", "A cell"]);
+    std::fs::write(repository.join("notes.txt"), "first\n").unwrap();
+    let config = json!({"mcpServers": {
+        "everything": {"command": servers.npm_program("mcp-server-everything"), "args": ["stdio"]},
+        "fs": {"command": servers.npm_program("mcp-server-filesystem"), "args": [&files]},
+        "memory": {"command": servers.npm_program("mcp-server-memory"), "env": {"MEMORY_FILE_PATH": &memory}},
+        "git": {"command": servers.python_program("mcp-server-git")},
+        "time": {"command": servers.python_program("mcp-server-time"), "args": ["--local-timezone", "UTC"]}
+    }});
+    let config_path = folder.join("mcp.json");
+    std::fs::write(&config_path, config.to_string()).unwrap();
+    let command = tokio::process::Command::new(CODEMODE).configure(|command| {
+        command.arg("mcp").arg("--config").arg(&config_path);
+    });
+    let client = within(
+        "connect",
+        ().serve(TokioChildProcess::new(command).unwrap()),
+    )
+    .await
+    .expect("codemode initialises with the five servers");
+
+    // Every call's value has the shape its declaration names: an output schema's type (the
+    // structured result), or McpResult.
+    let code = format!(
+        r#"
+const declared = (name) => ALL_TOOLS.find((tool) => tool.name === name).declaration;
+const check = (name, value) => declared(name).includes("Promise<McpResult>")
+  ? (Array.isArray(value.content) && typeof value.text === "string" && !("structuredContent" in value && value.structuredContent === undefined))
+  : (value !== null && typeof value === "object" && !Array.isArray(value.content));
+const files = {files};
+const repository = {repository};
+const calls = [
+  ["everything__echo", {{ message: "hello" }}],
+  ["everything__get_sum", {{ a: 2, b: 3 }}],
+  ["everything__get_structured_content", {{ location: "New York" }}],
+  ["everything__get_annotated_message", {{ messageType: "error", includeImage: true }}],
+  ["everything__get_resource_links", {{ count: 2 }}],
+  ["everything__get_resource_reference", {{ resourceType: "Text", resourceId: 1 }}],
+  ["fs__write_file", {{ path: files + "/note.txt", content: "one\ntwo\n" }}],
+  ["fs__edit_file", {{ path: files + "/note.txt", edits: [{{ oldText: "two", newText: "three" }}] }}],
+  ["fs__read_text_file", {{ path: files + "/note.txt" }}],
+  ["memory__create_entities", {{ entities: [{{ name: "codemode", entityType: "runtime", observations: ["runs cells"] }}] }}],
+  ["memory__read_graph", {{}}],
+  ["git__git_add", {{ repo_path: repository, files: ["notes.txt"] }}],
+  ["git__git_commit", {{ repo_path: repository, message: "committed from a cell" }}],
+  ["time__get_current_time", {{ timezone: "UTC" }}],
+];
+const values = {{}};
+for (const [name, args] of calls) {{
+  const value = await tools[name](args);
+  values[name] = value;
+  text(name + " " + (check(name, value) ? "matches" : "DOES NOT MATCH: " + JSON.stringify(value).slice(0, 300)));
+}}
+text("read " + JSON.stringify(values.fs__read_text_file.content));
+text("graph " + values.memory__read_graph.entities.map((entity) => entity.name).join(","));
+text("time " + values.time__get_current_time.timezone);
+text("structured " + typeof values.everything__get_structured_content.temperature);
+text("sum " + values.everything__get_sum.text);
+const picture = await tools.everything__get_tiny_image({{}});
+image(picture.content.find((block) => block.type === "image"));
+"#,
+        files = Value::from(files.display().to_string()),
+        repository = Value::from(repository.display().to_string()),
+    );
+    let result = exec(&client, &code).await;
+    let output = text_of(&result);
+    assert!(output.starts_with("Script completed"), "{output}");
+    for line in output.lines().filter(|line| line.contains("__")) {
+        assert!(line.ends_with(" matches"), "{line}\n\n{output}");
+    }
+    assert_eq!(output.matches(" matches").count(), 14, "{output}");
+    assert!(output.contains("read \"one\\nthree\\n\""), "{output}");
+    assert!(output.contains("graph codemode"), "{output}");
+    assert!(output.contains("time UTC"), "{output}");
+    assert!(output.contains("structured number"), "{output}");
+    assert!(output.contains("sum The sum of 2 and 3 is 5."), "{output}");
+    assert!(
+        result.content.iter().any(
+            |block| matches!(block, ContentBlock::Image(image) if image.mime_type == "image/png")
+        ),
+        "{output}"
+    );
+    // What the tools did, where it happened.
+    assert_eq!(
+        std::fs::read_to_string(files.join("note.txt")).unwrap(),
+        "one\nthree\n"
+    );
+    assert!(
+        std::fs::read_to_string(&memory)
+            .unwrap()
+            .contains("\"codemode\"")
+    );
+    assert!(git(&["log", "--format=%s"]).contains("committed from a cell"));
+    client.cancel().await.unwrap();
+}
