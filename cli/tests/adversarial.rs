@@ -555,7 +555,11 @@ const CASES: &[Case] = &[
         "server memory",
         "unawaited tool calls piling up arguments",
         r#"text("before"); const big = "x".repeat(8e6); const calls = []; for (let i = 0; i < 40; i++) calls.push(tools.echo(big)); await Promise.all(calls)"#,
-        Failed(&["unanswered tool calls"]),
+        // The cap on unanswered arguments ends it; in a debug build on a loaded machine the 2 s
+        // CPU budget (the 64 MiB are copied and parsed on the cell's thread) may end it first.
+        // Either way the server holds at most the cap and stays healthy; the cap itself is
+        // tested exactly in `engine` and against a forging engine process.
+        Failed(&["unanswered tool calls", "cpu time limit exceeded"]),
         Some("before"),
     ),
     case(

@@ -189,7 +189,17 @@ async fn a_sleeping_tool_is_cancelled_when_its_cell_is_terminated_mid_call() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_killed_between_two_calls_is_started_again_for_the_next() {
-    let session = session(stdio_server("test")).await;
+    let tools = Arc::new(stdio_server("test"));
+    let session = Session::open(
+        "mcp",
+        Arc::new(V8Engine::new()),
+        Arc::new(MemoryStore::new()),
+        Arc::clone(&tools) as Arc<dyn ToolProvider>,
+        SessionConfig::default(),
+    )
+    .await
+    .unwrap();
+    let listed_at_open = tools.tools_version();
     let (items, _) = run(
         &session,
         r#"text((await tools.test__pid()).content[0].text);"#,
@@ -219,6 +229,14 @@ async fn a_server_killed_between_two_calls_is_started_again_for_the_next() {
         OutputItem::text(pid.clone()),
         "a new server process answers"
     );
+    // Started again, it may offer other tools: they are listed again for the next cell.
+    assert!(tools.tools_version() > listed_at_open);
+    let (items, _) = run(
+        &session,
+        r#"text(ALL_TOOLS.filter((tool) => tool.name.startsWith("test__")).length > 0)"#,
+    )
+    .await;
+    assert_eq!(items, [OutputItem::text("true")]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -314,4 +332,30 @@ async fn a_server_that_cannot_start_is_a_clear_error() {
         "{}",
         error.message
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_servers_tool_list_changed_notification_moves_the_tools_version() {
+    // server-everything registers more tools once the client has initialised, and says so with
+    // notifications/tools/list_changed.
+    let servers = codemode_test_support::mcp_servers::install(
+        &codemode_test_support::mcp_servers::workspace_root(),
+    )
+    .unwrap_or_else(|error| panic!("the real MCP servers could not be installed: {error}"));
+    let program = servers.npm_program("mcp-server-everything");
+    let tools = McpTools::new(McpServerConfig::new(
+        "everything",
+        McpTransport::stdio(program.display().to_string(), vec!["stdio".to_owned()]),
+    ));
+    let before = tools.tools_version();
+    within("the first listing", tools.list_tools())
+        .await
+        .unwrap();
+    within("the notification", async {
+        while tools.tools_version() == before {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    tools.shutdown().await;
 }

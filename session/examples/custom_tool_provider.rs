@@ -107,7 +107,7 @@ async fn main() {
     .await
     .expect("the session opens");
     // What the model reads about the tools:
-    println!("{}", codemode_session::tools_declaration(session.tools()));
+    println!("{}", codemode_session::tools_declaration(&session.tools()));
     let source = r#"
         const cities = ["Lisbon", "Oslo", "Nairobi"];
         const reports = await Promise.all(cities.map((city) => tools.weather__today({ city })));

@@ -142,7 +142,7 @@ Tools:
             yield_ms = config.default_exec_yield_time.as_millis(),
             tokens = config.default_max_output_tokens,
             max_source_mib = codemode_protocol::limits::MAX_SOURCE_BYTES / (1024 * 1024),
-            tools = tools_section(self.tools(), config.tool_description_budget_tokens).0,
+            tools = tools_section(&self.tools(), config.tool_description_budget_tokens).0,
         )
     }
 

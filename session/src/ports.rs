@@ -79,6 +79,13 @@ pub trait ToolProvider: Send + Sync + 'static {
         cancellation: CancellationToken,
     ) -> Result<Value, String>;
 
+    /// A number that changes whenever the provider's tool list may have changed (a downstream
+    /// server said so, or was started again): a session lists the tools again before its next
+    /// cell starts. The default never changes.
+    fn tools_version(&self) -> u64 {
+        0
+    }
+
     /// Ends what the provider started (downstream servers) cleanly; its owner calls it once,
     /// when it stops serving. A later call may start them again. The default does nothing.
     async fn shutdown(&self) {}

@@ -136,8 +136,9 @@ struct Shared {
     engine: Arc<dyn Engine>,
     store: Arc<dyn Store>,
     provider: Arc<dyn ToolProvider>,
-    tools: Vec<ToolDefinition>,
-    tool_names: Vec<String>,
+    /// The tools as last listed; listed again before a cell starts when the provider's
+    /// `tools_version` moved.
+    tools: Mutex<ListedTools>,
     config: SessionConfig,
     /// The stored values as of the last commit, and what they cost; each cell starts with a
     /// reference to them.
@@ -150,6 +151,24 @@ struct Shared {
     events: broadcast::Sender<SessionEvent>,
     /// The cells' actor tasks; `shutdown` waits for them.
     tasks: TaskTracker,
+}
+
+/// The provider's tools as of one listing.
+struct ListedTools {
+    version: u64,
+    tools: Arc<[ToolDefinition]>,
+    names: Arc<[String]>,
+}
+
+impl ListedTools {
+    fn new(version: u64, tools: Vec<ToolDefinition>) -> Self {
+        let names = tools.iter().map(ToolDefinition::global_name).collect();
+        ListedTools {
+            version,
+            tools: tools.into(),
+            names,
+        }
+    }
 }
 
 #[derive(Default)]
@@ -186,7 +205,7 @@ impl std::fmt::Debug for Session {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Session")
             .field("id", &self.shared.id)
-            .field("tools", &self.shared.tool_names)
+            .field("tools", &lock(&self.shared.tools).names)
             .finish_non_exhaustive()
     }
 }
@@ -203,8 +222,8 @@ impl Session {
         let id = id.into();
         let values = store.load(&id).await.map_err(SessionError::Store)?;
         let values = HeldValues::new(values, config.stored_bytes_budgets.clone());
+        let version = provider.tools_version();
         let tools = provider.list_tools().await.map_err(SessionError::Tools)?;
-        let tool_names = tools.iter().map(ToolDefinition::global_name).collect();
         let (events, _) = broadcast::channel(EVENT_BUFFER);
         Ok(Session {
             shared: Arc::new(Shared {
@@ -212,8 +231,7 @@ impl Session {
                 engine,
                 store,
                 provider,
-                tools,
-                tool_names,
+                tools: Mutex::new(ListedTools::new(version, tools)),
                 config,
                 values: Mutex::new(values),
                 commit_order: tokio::sync::Mutex::new(()),
@@ -234,9 +252,29 @@ impl Session {
         &self.shared.config
     }
 
-    /// The tools cells of this session may call.
-    pub fn tools(&self) -> &[ToolDefinition] {
-        &self.shared.tools
+    /// The tools cells of this session may call, as last listed.
+    pub fn tools(&self) -> Arc<[ToolDefinition]> {
+        Arc::clone(&lock(&self.shared.tools).tools)
+    }
+
+    /// Lists the tools again if the provider says they may have changed since the last listing
+    /// (a downstream server's `tools/list_changed`, or a restart). A listing that fails keeps
+    /// the tools as they were.
+    async fn refresh_tools(&self) {
+        let shared = &self.shared;
+        let version = shared.provider.tools_version();
+        if lock(&shared.tools).version == version {
+            return;
+        }
+        match shared.provider.list_tools().await {
+            Ok(tools) => {
+                tracing::info!(session = %shared.id, tools = tools.len(), "tools listed again");
+                *lock(&shared.tools) = ListedTools::new(version, tools);
+            }
+            Err(error) => {
+                tracing::warn!(session = %shared.id, %error, "cannot list the tools again; keeping the last listing");
+            }
+        }
     }
 
     /// The session's stored values now (shared, not copied).
@@ -341,6 +379,7 @@ impl Session {
     ) -> Result<CellReport, SessionError> {
         let shared = &self.shared;
         let began = Instant::now();
+        self.refresh_tools().await;
         if request.source.len() > MAX_SOURCE_BYTES {
             return Err(SessionError::SourceTooLarge {
                 size: request.source.len(),
@@ -390,7 +429,7 @@ impl Session {
                 tenant: shared.config.tenant.clone(),
                 call_id: request.call_id,
                 source: runnable,
-                enabled_tools: shared.tools.clone(),
+                enabled_tools: lock(&shared.tools).tools.to_vec(),
                 stored_values: Arc::clone(&lock(&shared.values).values),
                 limits: CellLimits::default()
                     .with_heap_limit_bytes(shared.config.heap_limit_bytes)
@@ -494,7 +533,7 @@ impl Session {
             CellEvent::Completed {
                 error_text: Some(error_text),
                 ..
-            } => error_hints(error_text, source, &self.shared.tool_names),
+            } => error_hints(error_text, source, &lock(&self.shared.tools).names),
             _ => Vec::new(),
         };
         log_observation(&self.shared.id, cell_id, &event);

@@ -579,3 +579,31 @@ async fn sessions_sharing_a_budget_are_refused_together_and_freed_when_dropped()
     assert_eq!(tenant.used(), 2 * ("k".len() + 3002));
     drop(reopened);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tools_that_change_are_listed_again_for_the_cells_that_start_after() {
+    let store = Arc::new(MemoryStore::default());
+    let (session, tools) = open("changing", &store, SessionConfig::default()).await;
+    let names = r#"text(ALL_TOOLS.map((tool) => tool.name).join(","))"#;
+    let before = execute(&session, "before", request(names)).await;
+    assert_eq!(texts(&before.event), ["echo,fail,gate,web__search"]);
+    assert!(!session.exec_description().contains("late_arrival"));
+    tools.add_tool("late_arrival");
+    let after = execute(
+        &session,
+        "after",
+        request(&format!(
+            "{names}; text(JSON.stringify(await tools.late_arrival()))"
+        )),
+    )
+    .await;
+    assert_eq!(
+        texts(&after.event),
+        [
+            "echo,fail,gate,web__search,late_arrival",
+            r#"{"added":"late_arrival"}"#
+        ]
+    );
+    assert!(session.exec_description().contains("late_arrival"));
+    assert_eq!(session.tools().len(), 5);
+}

@@ -95,6 +95,13 @@ impl ToolProvider for CompositeTools {
         provider.call_tool(call, cancellation).await
     }
 
+    fn tools_version(&self) -> u64 {
+        // Each provider's number only grows, so the sum changes whenever one of them does.
+        self.providers.iter().fold(0u64, |sum, provider| {
+            sum.wrapping_add(provider.tools_version())
+        })
+    }
+
     async fn shutdown(&self) {
         // All at once: each may wait seconds for its server to exit.
         let mut shutting_down = tokio::task::JoinSet::new();

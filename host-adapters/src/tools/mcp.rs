@@ -132,7 +132,26 @@ impl McpServerConfig {
     }
 }
 
-type Client = RunningService<RoleClient, ()>;
+type Client = RunningService<RoleClient, ListWatcher>;
+
+/// The client side of a connection: counts the server's `notifications/tools/list_changed`.
+#[derive(Debug, Clone)]
+struct ListWatcher {
+    version: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    namespace: String,
+}
+
+impl rmcp::ClientHandler for ListWatcher {
+    fn on_tool_list_changed(
+        &self,
+        _context: rmcp::service::NotificationContext<RoleClient>,
+    ) -> impl std::future::Future<Output = ()> + Send + '_ {
+        tracing::info!(server = %self.namespace, "the MCP server's tools changed; they are listed again for the next cell");
+        self.version
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        std::future::ready(())
+    }
+}
 
 /// The live connection and its generation (counted up at each connect), so that a failure seen by
 /// an old call never drops a newer connection.
@@ -150,6 +169,8 @@ pub struct McpTools {
     output_schemas: std::sync::Mutex<std::collections::HashMap<String, Value>>,
     connection: Mutex<Option<Connection>>,
     generations: std::sync::atomic::AtomicU64,
+    /// Grows when the server says its tools changed, and when it is started again.
+    tools_version: std::sync::Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl std::fmt::Debug for McpTools {
@@ -168,6 +189,14 @@ impl McpTools {
             output_schemas: std::sync::Mutex::new(std::collections::HashMap::new()),
             connection: Mutex::new(None),
             generations: std::sync::atomic::AtomicU64::new(0),
+            tools_version: std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0)),
+        }
+    }
+
+    fn watcher(&self) -> ListWatcher {
+        ListWatcher {
+            version: std::sync::Arc::clone(&self.tools_version),
+            namespace: self.config.namespace.clone(),
         }
     }
 
@@ -203,6 +232,11 @@ impl McpTools {
         let generation = self
             .generations
             .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        if generation > 0 {
+            // Started again (it crashed, or was shut down): it may offer other tools now.
+            self.tools_version
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
         let peer = client.peer().clone();
         *connection = Some(Connection {
             client,
@@ -242,7 +276,7 @@ impl McpTools {
                     tokio::spawn(log_stderr(namespace.clone(), stderr));
                 }
                 let pid = transport.id();
-                let client = ().serve(transport).await.map_err(|error| {
+                let client = self.watcher().serve(transport).await.map_err(|error| {
                     format!(
                         "the MCP server \"{namespace}\" ({program}) failed to initialise: {error}"
                     )
@@ -266,7 +300,7 @@ impl McpTools {
                     config.custom_headers.insert(name, value);
                 }
                 let transport = StreamableHttpClientTransport::from_config(config);
-                let client = ().serve(transport).await.map_err(|error| {
+                let client = self.watcher().serve(transport).await.map_err(|error| {
                     format!("cannot connect to the MCP server \"{namespace}\" at {url}: {error}")
                 })?;
                 Ok((client, None))
@@ -423,6 +457,10 @@ impl ToolProvider for McpTools {
                 }
             }
         }
+    }
+
+    fn tools_version(&self) -> u64 {
+        self.tools_version.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     async fn shutdown(&self) {

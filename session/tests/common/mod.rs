@@ -71,11 +71,22 @@ pub struct TestTools {
     pub calls: Mutex<Vec<ToolInvocation>>,
     /// The cancellation token each call was given.
     pub tokens: Mutex<Vec<CancellationToken>>,
+    /// Tools added since the session opened (see [`TestTools::add_tool`]).
+    pub added: Mutex<Vec<String>>,
+    pub version: std::sync::atomic::AtomicU64,
 }
 
 impl TestTools {
     pub fn release(&self) {
         self.gate.cancel();
+    }
+
+    /// Offers one more tool, `name`, which resolves with `{ "added": name }`, and says the list
+    /// changed, as a downstream server's `tools/list_changed` would.
+    pub fn add_tool(&self, name: &str) {
+        self.added.lock().unwrap().push(name.to_owned());
+        self.version
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
     }
 }
 
@@ -90,7 +101,16 @@ impl ToolProvider for TestTools {
                 "Resolves when the test opens the gate.",
             ),
             ToolDefinition::function(ToolName::namespaced("web", "search"), "Searches the web."),
-        ])
+        ]
+        .into_iter()
+        .chain(self.added.lock().unwrap().iter().map(|name| {
+            ToolDefinition::function(ToolName::plain(name), "Added after the session opened.")
+        }))
+        .collect())
+    }
+
+    fn tools_version(&self) -> u64 {
+        self.version.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     async fn call_tool(
@@ -107,7 +127,8 @@ impl ToolProvider for TestTools {
                 _ = self.gate.cancelled() => Ok(json!({"released": call.id})),
                 _ = cancellation.cancelled() => Err("cancelled".into()),
             },
-            _ => Ok(json!({"results": ["a", "b"]})),
+            "search" => Ok(json!({"results": ["a", "b"]})),
+            added => Ok(json!({ "added": added })),
         }
     }
 }
