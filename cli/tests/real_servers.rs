@@ -87,6 +87,9 @@ const calls = [
   ["everything__get_annotated_message", {{ messageType: "error", includeImage: true }}],
   ["everything__get_resource_links", {{ count: 2 }}],
   ["everything__get_resource_reference", {{ resourceType: "Text", resourceId: 1 }}],
+  ["everything__trigger_long_running_operation", {{ duration: 1, steps: 2 }}],
+  ["everything__toggle_simulated_logging", {{}}],
+  ["everything__get_env", {{}}],
   ["fs__write_file", {{ path: files + "/note.txt", content: "one\ntwo\n" }}],
   ["fs__edit_file", {{ path: files + "/note.txt", edits: [{{ oldText: "two", newText: "three" }}] }}],
   ["fs__read_text_file", {{ path: files + "/note.txt" }}],
@@ -107,6 +110,7 @@ text("graph " + values.memory__read_graph.entities.map((entity) => entity.name).
 text("time " + values.time__get_current_time.timezone);
 text("structured " + typeof values.everything__get_structured_content.temperature);
 text("sum " + values.everything__get_sum.text);
+text("launcher variables " + values.everything__get_env.text.includes("CODEMODE_ORIGINAL"));
 const picture = await tools.everything__get_tiny_image({{}});
 image(picture.content.find((block) => block.type === "image"));
 "#,
@@ -119,7 +123,8 @@ image(picture.content.find((block) => block.type === "image"));
     for line in output.lines().filter(|line| line.contains("__")) {
         assert!(line.ends_with(" matches"), "{line}\n\n{output}");
     }
-    assert_eq!(output.matches(" matches").count(), 14, "{output}");
+    assert_eq!(output.matches(" matches").count(), 17, "{output}");
+    assert!(output.contains("launcher variables false"), "{output}");
     assert!(output.contains("read \"one\\nthree\\n\""), "{output}");
     assert!(output.contains("graph codemode"), "{output}");
     assert!(output.contains("time UTC"), "{output}");
