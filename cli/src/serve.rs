@@ -760,9 +760,17 @@ impl CodemodeServer {
         let session = &live.session;
         let call_id = format!("mcp-{}", request_id_text(&context));
         let progress = Progress::start(&context, session, Watched::Call(call_id.clone()));
+        let tools_before = session.tools();
         let result = session.exec_tool_with(&call_id, code, options).await;
         live.touch();
         progress.stop();
+        // A downstream server's tools changed and the session listed them again for this cell:
+        // `exec`'s description (which declares them) changed too, so tell the client.
+        if !Arc::ptr_eq(&tools_before, &session.tools())
+            && let Err(error) = context.peer.notify_tool_list_changed().await
+        {
+            tracing::debug!(%error, "cannot tell the client that the tools changed");
+        }
         Ok(to_call_tool_result(result))
     }
 
@@ -798,7 +806,14 @@ impl ServerHandler for CodemodeServer {
     // (completion push); see `push_log`.
     #[allow(deprecated)]
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().enable_logging().build()).with_instructions(
+        ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_tool_list_changed()
+                .enable_logging()
+                .build(),
+        )
+        .with_instructions(
             "Run JavaScript that orchestrates tools with `exec`; pick up scripts still running with `wait`.",
         )
     }

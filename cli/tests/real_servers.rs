@@ -149,3 +149,67 @@ image(picture.content.find((block) => block.type === "image"));
     assert!(git(&["log", "--format=%s"]).contains("committed from a cell"));
     client.cancel().await.unwrap();
 }
+
+/// A client that counts `notifications/tools/list_changed`.
+#[derive(Clone, Default)]
+struct ListChanges(std::sync::Arc<std::sync::atomic::AtomicUsize>);
+
+impl rmcp::ClientHandler for ListChanges {
+    async fn on_tool_list_changed(&self, _context: rmcp::service::NotificationContext<RoleClient>) {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_downstream_tool_list_change_reaches_the_client_as_a_change_of_exec() {
+    let servers = mcp_servers::install(&mcp_servers::workspace_root()).unwrap_or_else(|error| {
+        panic!("the real MCP servers could not be installed from their registries: {error}")
+    });
+    // server-everything registers more tools once its client has initialised, and says so.
+    let folder = codemode_test_support::scratch_folder("real-servers-list-changed");
+    let config_path = folder.join("mcp.json");
+    let config = json!({"mcpServers": {
+        "everything": {"command": servers.npm_program("mcp-server-everything"), "args": ["stdio"]}
+    }});
+    std::fs::write(&config_path, config.to_string()).unwrap();
+    let command = tokio::process::Command::new(CODEMODE).configure(|command| {
+        command.arg("mcp").arg("--config").arg(&config_path);
+    });
+    let changes = ListChanges::default();
+    let client = within(
+        "connect",
+        changes
+            .clone()
+            .serve(TokioChildProcess::new(command).unwrap()),
+    )
+    .await
+    .expect("codemode initialises");
+    let advertised = client
+        .peer_info()
+        .and_then(|info| info.capabilities.tools.clone())
+        .and_then(|tools| tools.list_changed);
+    assert_eq!(advertised, Some(true));
+    // The cell after the change runs with the new list, and the client hears that exec changed.
+    within("the client hears of the change", async {
+        while changes.0.load(std::sync::atomic::Ordering::SeqCst) == 0 {
+            let params = CallToolRequestParams::new("exec").with_arguments(
+                json!({"code": "text(ALL_TOOLS.length)"})
+                    .as_object()
+                    .unwrap()
+                    .clone(),
+            );
+            client.call_tool(params).await.unwrap();
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    let tools = within("list", client.list_all_tools()).await.unwrap();
+    assert!(
+        tools[0]
+            .description
+            .as_deref()
+            .is_some_and(|description| description.contains("everything__")),
+        "{tools:?}"
+    );
+    client.cancel().await.unwrap();
+}

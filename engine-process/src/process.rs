@@ -163,6 +163,7 @@ impl Pool {
                     cpu_time_limit,
                     terminating: false,
                     tool_input_in_flight: HashMap::new(),
+                    tool_input_in_flight_bytes: 0,
                     tool_calls: 0,
                     max_tool_calls,
                 },
@@ -189,8 +190,9 @@ impl Pool {
                         if let codemode_engine::RuntimeCommand::ToolResponse { id, .. }
                         | codemode_engine::RuntimeCommand::ToolError { id, .. } = &command
                             && let Some(slot) = lock(&process.state).cells.get_mut(&number)
+                            && let Some(bytes) = slot.tool_input_in_flight.remove(id)
                         {
-                            slot.tool_input_in_flight.remove(id);
+                            slot.tool_input_in_flight_bytes -= bytes;
                         }
                         let _ = process.send(&ToChild::Command {
                             cell: number,
@@ -584,6 +586,8 @@ struct CellSlot {
     /// The argument bytes of the cell's tool calls not yet answered, by call id: the child
     /// bounds them, and the parent checks that it did.
     tool_input_in_flight: HashMap<String, usize>,
+    /// Their sum, kept as calls come and go.
+    tool_input_in_flight_bytes: usize,
     /// Tool calls the cell has made, and the most it may make.
     tool_calls: u64,
     max_tool_calls: u64,
@@ -851,8 +855,7 @@ impl EngineProcess {
                                  limit of {MAX_TOOL_INPUT_BYTES}"
                             ));
                         }
-                        let in_flight: usize =
-                            slot.tool_input_in_flight.values().sum::<usize>() + bytes;
+                        let in_flight = slot.tool_input_in_flight_bytes + bytes;
                         if in_flight > MAX_TOOL_INPUT_BYTES_IN_FLIGHT {
                             return Err(format!(
                                 "it sent tool calls holding {in_flight} bytes of arguments at \
@@ -866,6 +869,7 @@ impl EngineProcess {
                         {
                             return Err(format!("it sent tool call {id:?} twice"));
                         }
+                        slot.tool_input_in_flight_bytes = in_flight;
                     }
                     RuntimeEvent::Result {
                         stored_value_writes,
