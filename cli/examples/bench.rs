@@ -69,12 +69,17 @@ fn cell(source: &str) -> CellStart {
 
 /// Start to result of `text("hi")`.
 fn start_to_result(engine: &dyn Engine) -> Duration {
+    run_to_result(engine, r#"text("hi")"#).0
+}
+
+/// Runs `source` in a new cell; how long from start to its result, and the result.
+fn run_to_result(engine: &dyn Engine, source: &str) -> (Duration, RuntimeEvent) {
     let started = Instant::now();
     let (events, mut receiver) = event_channel(None);
-    let _handles = engine.start(cell(r#"text("hi")"#), events).expect("starts");
+    let _handles = engine.start(cell(source), events).expect("starts");
     while let Some(event) = receiver.blocking_recv() {
         if let RuntimeEvent::Result { .. } = event {
-            return started.elapsed();
+            return (started.elapsed(), event);
         }
     }
     panic!("no result");
@@ -201,44 +206,29 @@ async fn memory_per_stored_byte(engine: Arc<dyn Engine>) -> f64 {
 
 /// Milliseconds for one cell to store 100,000 keys, start to result.
 fn many_keys(engine: &dyn Engine) -> f64 {
-    let started = Instant::now();
-    let (events, mut receiver) = event_channel(None);
-    let _handles = engine
-        .start(
-            cell("for (let i = 0; i < 100000; i++) store('key-' + i, i);"),
-            events,
-        )
-        .expect("starts");
-    while let Some(event) = receiver.blocking_recv() {
-        if let RuntimeEvent::Result {
-            stored_value_writes,
-            error_text,
-        } = event
-        {
-            assert_eq!(error_text, None);
-            assert_eq!(stored_value_writes.len(), 100_000);
-            return ms(started.elapsed());
-        }
-    }
-    panic!("no result");
+    let (took, result) = run_to_result(
+        engine,
+        "for (let i = 0; i < 100000; i++) store('key-' + i, i);",
+    );
+    let RuntimeEvent::Result {
+        stored_value_writes,
+        error_text,
+    } = result
+    else {
+        unreachable!("run_to_result returns the result")
+    };
+    assert_eq!(error_text, None);
+    assert_eq!(stored_value_writes.len(), 100_000);
+    ms(took)
 }
 
 /// Milliseconds for the same loop without `store`, for scale.
 fn many_keys_loop_only(engine: &dyn Engine) -> f64 {
-    let started = Instant::now();
-    let (events, mut receiver) = event_channel(None);
-    let _handles = engine
-        .start(
-            cell("let s = 0; for (let i = 0; i < 100000; i++) s += ('key-' + i).length;"),
-            events,
-        )
-        .expect("starts");
-    while let Some(event) = receiver.blocking_recv() {
-        if let RuntimeEvent::Result { .. } = event {
-            return ms(started.elapsed());
-        }
-    }
-    panic!("no result");
+    ms(run_to_result(
+        engine,
+        "let s = 0; for (let i = 0; i < 100000; i++) s += ('key-' + i).length;",
+    )
+    .0)
 }
 
 /// Microseconds per awaited in-process tool call, from a cell that loops over one.

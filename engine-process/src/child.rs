@@ -444,59 +444,28 @@ fn probe(what: Probe) -> Option<(bool, String)> {
                         error_text: None,
                     },
                 },
-                Forgery::OversizedToolCall(cell) => ToParent::Event {
+                Forgery::OversizedToolCall(cell) => forged_tool_call(
                     cell,
-                    event: RuntimeEvent::ToolCall {
-                        id: "tool-forged".to_owned(),
-                        name: codemode_protocol::ToolName::plain("echo"),
-                        kind: codemode_protocol::ToolKind::Function,
-                        input: Some(serde_json::Value::String(
-                            "x".repeat(7 * codemode_protocol::limits::MAX_TOOL_INPUT_BYTES),
-                        )),
-                    },
-                },
+                    0,
+                    Some(serde_json::Value::String(
+                        "x".repeat(7 * codemode_protocol::limits::MAX_TOOL_INPUT_BYTES),
+                    )),
+                ),
                 Forgery::ToolCallsPastTheInFlightLimit(cell) => {
                     use codemode_protocol::limits::{
                         MAX_TOOL_INPUT_BYTES, MAX_TOOL_INPUT_BYTES_IN_FLIGHT,
                     };
                     let calls = MAX_TOOL_INPUT_BYTES_IN_FLIGHT / MAX_TOOL_INPUT_BYTES + 1;
+                    let input = serde_json::Value::String("x".repeat(MAX_TOOL_INPUT_BYTES - 2));
                     for call in 0..calls {
-                        let forged = ToParent::Event {
-                            cell,
-                            event: RuntimeEvent::ToolCall {
-                                id: format!("tool-forged-{call}"),
-                                name: codemode_protocol::ToolName::plain("echo"),
-                                kind: codemode_protocol::ToolKind::Function,
-                                input: Some(serde_json::Value::String(
-                                    "x".repeat(MAX_TOOL_INPUT_BYTES - 2),
-                                )),
-                            },
-                        };
-                        if let (Ok(frame), Some(writer)) = (wire::encode(&forged), WRITER.get()) {
-                            let _ = lock(writer).stream.write_all(&frame);
-                        }
+                        send_forged(&forged_tool_call(cell, call, Some(input.clone())));
                     }
                     return None;
                 }
                 Forgery::ToolCallsPastTheCallLimit(cell) => {
                     let calls = codemode_protocol::limits::DEFAULT_MAX_TOOL_CALLS_PER_CELL + 1;
-                    let mut frames = Vec::new();
-                    for call in 0..calls {
-                        let forged = ToParent::Event {
-                            cell,
-                            event: RuntimeEvent::ToolCall {
-                                id: format!("tool-forged-{call}"),
-                                name: codemode_protocol::ToolName::plain("echo"),
-                                kind: codemode_protocol::ToolKind::Function,
-                                input: None,
-                            },
-                        };
-                        if let Ok(frame) = wire::encode(&forged) {
-                            frames.extend_from_slice(&frame);
-                        }
-                    }
-                    if let Some(writer) = WRITER.get() {
-                        let _ = lock(writer).stream.write_all(&frames);
+                    for call in 0..calls as usize {
+                        send_forged(&forged_tool_call(cell, call, None));
                     }
                     return None;
                 }
@@ -519,9 +488,7 @@ fn probe(what: Probe) -> Option<(bool, String)> {
                     return None;
                 }
             };
-            if let (Ok(frame), Some(writer)) = (wire::encode(&forged), WRITER.get()) {
-                let _ = lock(writer).stream.write_all(&frame);
-            }
+            send_forged(&forged);
             return None;
         }
         Probe::StopReading => return None,
@@ -544,6 +511,28 @@ fn probe(what: Probe) -> Option<(bool, String)> {
         Ok(()) => (true, "allowed".to_owned()),
         Err(error) => (false, error.to_string()),
     })
+}
+
+/// A forged call of `echo` numbered `call`, for cell `cell` (its id starts with `tool-forged`).
+#[cfg(feature = "test-hooks")]
+fn forged_tool_call(cell: u64, call: usize, input: Option<serde_json::Value>) -> ToParent {
+    ToParent::Event {
+        cell,
+        event: RuntimeEvent::ToolCall {
+            id: format!("tool-forged-{call}"),
+            name: codemode_protocol::ToolName::plain("echo"),
+            kind: codemode_protocol::ToolKind::Function,
+            input,
+        },
+    }
+}
+
+/// Writes a forged frame straight to the channel, past the child's own checks.
+#[cfg(feature = "test-hooks")]
+fn send_forged(forged: &ToParent) {
+    if let (Ok(frame), Some(writer)) = (wire::encode(forged), WRITER.get()) {
+        let _ = lock(writer).stream.write_all(&frame);
+    }
 }
 
 #[cfg(test)]
