@@ -68,7 +68,8 @@ impl ToolListError {
 /// Where a session's tools come from.
 #[async_trait]
 pub trait ToolProvider: Send + Sync + 'static {
-    /// The tools cells may call; listed once, when the session opens.
+    /// The tools cells may call; listed when the session opens, and again before a cell starts
+    /// when [`ToolProvider::tools_version`] has moved.
     async fn list_tools(&self) -> Result<Vec<ToolDefinition>, ToolListError>;
 
     /// Calls a tool. `Ok` resolves the cell's promise with the value, `Err` rejects it with the
