@@ -6,6 +6,12 @@
 //! progress notifications (when the client asked for them with a progress token), including the
 //! cell's `notify(...)` messages; when a cell finishes in the background, it sends a log message
 //! saying so (completion push, completion push).
+//!
+//! A client that declares the MCP tasks extension (SEP-2663) gets an `exec` whose cell outlives
+//! its yield time as a task (`CreateTaskResult`) instead of a "still running" result: the server
+//! follows the cell to its end, the client polls `tasks/get` (which carries the whole output once
+//! the cell ends) without spending the model's turns on `wait`, and `tasks/cancel` terminates the
+//! cell. A cell that ends within its yield time is answered at once, as for any client.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -19,10 +25,12 @@ use codemode_session::{
     ExecOptions, OutputMode, Session, SessionEvent, Store, StoredBytesBudget, ToolResult,
 };
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ListToolsResult,
-    PaginatedRequestParams, ProgressNotificationParam, ServerCapabilities, ServerConfig, Tool,
+    CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams, ContentBlock,
+    CreateTaskResult, GetTaskParams, GetTaskResult, ListToolsResult, PaginatedRequestParams,
+    ProgressNotificationParam, ServerCapabilities, ServerConfig, Tool, UpdateTaskParams,
 };
 use rmcp::service::{NotificationContext, RequestContext};
+use rmcp::task_manager::{TaskContext, TaskExit, TaskManager, TaskOptions};
 use rmcp::{ErrorData, Peer, RoleServer, ServerHandler, ServiceExt};
 use serde_json::{Map, Value, json};
 use tokio_util::sync::CancellationToken;
@@ -32,6 +40,16 @@ use crate::{exit, http};
 
 /// How often a waiting call reports progress.
 const PROGRESS_INTERVAL: Duration = Duration::from_secs(1);
+
+/// How long an `exec` task lives: a cell still running then is terminated and the task fails;
+/// an ended task stays readable as long again.
+const EXEC_TASK_TTL: Duration = Duration::from_secs(60 * 60);
+
+/// The poll interval an `exec` task suggests.
+const EXEC_TASK_POLL_INTERVAL: Duration = Duration::from_millis(250);
+
+/// How long one observation of a task's cell lasts (it ends earlier when the cell ends).
+const EXEC_TASK_OBSERVATION: Duration = Duration::from_secs(60);
 
 #[derive(Debug, Clone, Args)]
 pub struct McpArgs {
@@ -589,6 +607,8 @@ fn fresh_session_name() -> Result<String, String> {
 struct CodemodeServer {
     shared: Arc<Shared>,
     state: Arc<tokio::sync::Mutex<ServerState>>,
+    /// The `exec` tasks of this MCP session: another session's task ids find nothing here.
+    tasks: TaskManager,
 }
 
 /// What one MCP session holds: who it is (fixed at its first request) and its codemode session
@@ -604,6 +624,7 @@ impl CodemodeServer {
         CodemodeServer {
             shared,
             state: Arc::new(tokio::sync::Mutex::new(ServerState::default())),
+            tasks: TaskManager::new(),
         }
     }
 
@@ -737,7 +758,7 @@ impl CodemodeServer {
         &self,
         arguments: Map<String, Value>,
         context: RequestContext<RoleServer>,
-    ) -> Result<CallToolResult, ErrorData> {
+    ) -> Result<CallToolResponse, ErrorData> {
         let parsed = (|| {
             refuse_unknown_arguments("exec", &arguments, EXEC_ARGUMENTS)?;
             let Some(Value::String(code)) = arguments.get("code") else {
@@ -753,8 +774,11 @@ impl CodemodeServer {
         })();
         let (code, options) = match parsed {
             Ok(parsed) => parsed,
-            Err(error) => return Ok(invalid_arguments(error)),
+            Err(error) => return Ok(invalid_arguments(error).into()),
         };
+        let as_task = context
+            .client_capabilities()
+            .is_some_and(|capabilities| capabilities.supports_tasks());
         let live = self.session(&context.extensions, &context.peer).await?;
         self.check_cell_limit(&live.tenant)?;
         let session = &live.session;
@@ -771,7 +795,18 @@ impl CodemodeServer {
         {
             tracing::debug!(%error, "cannot tell the client that the tools changed");
         }
-        Ok(to_call_tool_result(result))
+        if as_task && let Some(cell_id) = result.running_cell_id.clone() {
+            let max_tokens = options.max_output_tokens;
+            let options = TaskOptions::new()
+                .with_ttl_ms(duration_ms(EXEC_TASK_TTL))
+                .with_poll_interval_ms(duration_ms(EXEC_TASK_POLL_INTERVAL))
+                .with_status_message(format!("cell {cell_id} is running"));
+            let task = self.tasks.spawn(options, move |task| {
+                Box::pin(follow_cell(live, cell_id, result, max_tokens, task))
+            });
+            return Ok(CreateTaskResult::new(task).into());
+        }
+        Ok(to_call_tool_result(result).into())
     }
 
     async fn wait(
@@ -811,11 +846,40 @@ impl ServerHandler for CodemodeServer {
                 .enable_tools()
                 .enable_tool_list_changed()
                 .enable_logging()
+                .enable_tasks()
                 .build(),
         )
         .with_instructions(
             "Run JavaScript that orchestrates tools with `exec`; pick up scripts still running with `wait`.",
         )
+    }
+
+    async fn get_task(
+        &self,
+        request: GetTaskParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<GetTaskResult, ErrorData> {
+        self.tasks
+            .get_task(&request.task_id)
+            .map(GetTaskResult::new)
+    }
+
+    async fn update_task(
+        &self,
+        request: UpdateTaskParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        // An exec task never asks for input; this answers unknown ids and stray responses alike.
+        self.tasks
+            .update_task(&request.task_id, request.input_responses)
+    }
+
+    async fn cancel_task(
+        &self,
+        request: CancelTaskParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.tasks.cancel_task(&request.task_id)
     }
 
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
@@ -869,7 +933,7 @@ impl ServerHandler for CodemodeServer {
     ) -> Result<CallToolResponse, ErrorData> {
         let arguments = request.arguments.clone().unwrap_or_default();
         let result = match request.name.as_ref() {
-            "exec" => self.exec(arguments, context).await?,
+            "exec" => return self.exec(arguments, context).await,
             "wait" => self.wait(arguments, context).await?,
             other => {
                 return Err(ErrorData::invalid_params(
@@ -880,6 +944,98 @@ impl ServerHandler for CodemodeServer {
         };
         Ok(result.into())
     }
+}
+
+/// An `exec` task: observes cell `cell_id` until it ends and answers with everything it showed,
+/// from `first` (the `exec` observation that made the task) on. `tasks/cancel` terminates the
+/// cell; so does the task being dropped before the cell ends (its time to live ran out, or the
+/// server stops).
+async fn follow_cell(
+    live: Arc<LiveSession>,
+    cell_id: String,
+    first: ToolResult,
+    max_tokens: Option<u64>,
+    task: TaskContext,
+) -> Result<CallToolResult, TaskExit> {
+    let mut terminate = TerminateOnDrop {
+        live: Some(Arc::clone(&live)),
+        cell_id: cell_id.clone(),
+    };
+    let began = Instant::now();
+    let mut items = first.items;
+    loop {
+        let request = WaitRequest {
+            cell_id: cell_id.clone(),
+            yield_time_ms: Some(duration_ms(EXEC_TASK_OBSERVATION)),
+            max_tokens,
+            terminate: false,
+        };
+        let observed = tokio::select! {
+            observed = live.session.wait_tool(request) => observed,
+            () = task.cancelled() => {
+                terminate.disarm();
+                let request = WaitRequest { cell_id: cell_id.clone(), yield_time_ms: None, max_tokens, terminate: true };
+                live.session.wait_tool(request).await;
+                live.touch();
+                tracing::info!(cell = %cell_id, "the client cancelled an exec task; its cell was terminated");
+                return Err(TaskExit::Cancelled);
+            }
+        };
+        live.touch();
+        let ended = observed.running_cell_id.is_none();
+        items.extend(observed.items);
+        if ended {
+            terminate.disarm();
+            return Ok(to_call_tool_result(ToolResult::new(
+                items,
+                observed.is_error,
+            )));
+        }
+        task.set_status_message(format!(
+            "cell {cell_id} has been running for {:.0} s",
+            began.elapsed().as_secs_f64()
+        ));
+    }
+}
+
+/// Terminates the cell of an `exec` task that is dropped before the cell ends.
+struct TerminateOnDrop {
+    live: Option<Arc<LiveSession>>,
+    cell_id: String,
+}
+
+impl TerminateOnDrop {
+    /// The cell ended, or is terminated already.
+    fn disarm(&mut self) {
+        self.live = None;
+    }
+}
+
+impl Drop for TerminateOnDrop {
+    fn drop(&mut self) {
+        let Some(live) = self.live.take() else {
+            return;
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let cell_id = std::mem::take(&mut self.cell_id);
+        runtime.spawn(async move {
+            tracing::info!(cell = %cell_id, "an exec task ended before its cell (its time to live ran out, or the server stops); terminating the cell");
+            let request = WaitRequest {
+                cell_id,
+                yield_time_ms: None,
+                max_tokens: None,
+                terminate: true,
+            };
+            live.session.wait_tool(request).await;
+        });
+    }
+}
+
+/// A duration in whole milliseconds, as the task fields carry it.
+fn duration_ms(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// Completion push: tells the client about cells that finish while nobody waits on them, for as

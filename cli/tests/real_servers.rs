@@ -90,6 +90,10 @@ const calls = [
   ["everything__trigger_long_running_operation", {{ duration: 1, steps: 2 }}],
   ["everything__toggle_simulated_logging", {{}}],
   ["everything__get_env", {{}}],
+  ["everything__gzip_file_as_resource", {{ name: "hello.txt.gz", data: "data:text/plain;base64,aGVsbG8=", outputType: "resource" }}],
+  ["everything__toggle_subscriber_updates", {{}}],
+  // taskSupport "required" (the 2025-11-25 revision's tasks): called as a task and polled.
+  ["everything__simulate_research_query", {{ topic: "rust" }}],
   ["fs__write_file", {{ path: files + "/note.txt", content: "one\ntwo\n" }}],
   ["fs__edit_file", {{ path: files + "/note.txt", edits: [{{ oldText: "two", newText: "three" }}] }}],
   ["fs__read_text_file", {{ path: files + "/note.txt" }}],
@@ -110,6 +114,8 @@ text("graph " + values.memory__read_graph.entities.map((entity) => entity.name).
 text("time " + values.time__get_current_time.timezone);
 text("structured " + typeof values.everything__get_structured_content.temperature);
 text("sum " + values.everything__get_sum.text);
+text("research " + values.everything__simulate_research_query.text.includes("Research Report: rust"));
+text("gzip " + values.everything__gzip_file_as_resource.content.map((block) => block.type).join(","));
 text("launcher variables " + values.everything__get_env.text.includes("CODEMODE_ORIGINAL"));
 const picture = await tools.everything__get_tiny_image({{}});
 image(picture.content.find((block) => block.type === "image"));
@@ -123,7 +129,9 @@ image(picture.content.find((block) => block.type === "image"));
     for line in output.lines().filter(|line| line.contains("__")) {
         assert!(line.ends_with(" matches"), "{line}\n\n{output}");
     }
-    assert_eq!(output.matches(" matches").count(), 17, "{output}");
+    assert_eq!(output.matches(" matches").count(), 20, "{output}");
+    assert!(output.contains("research true"), "{output}");
+    assert!(output.contains("gzip resource"), "{output}");
     assert!(output.contains("launcher variables false"), "{output}");
     assert!(output.contains("read \"one\\nthree\\n\""), "{output}");
     assert!(output.contains("graph codemode"), "{output}");

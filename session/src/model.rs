@@ -8,23 +8,51 @@ use serde_json::{Value, json};
 
 use crate::discovery::tools_section;
 use crate::render::render_report;
-use crate::session::{Session, WaitOutcome};
+use crate::session::{CellReport, Session, WaitOutcome};
+use codemode_cell_actor::CellEvent;
 
 /// What a model-facing tool call returns.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ToolResult {
     /// The content items for the model.
     pub items: Vec<OutputItem>,
     /// The call itself failed (bad input, unknown cell, a limit): the model should change what it
     /// sends. A script that failed is not an error of the call.
     pub is_error: bool,
+    /// The cell observed, when it is still running (it yielded, or waits at its pending
+    /// frontier): `wait` with this id picks it up. `None` when it ended, or no cell was observed.
+    pub running_cell_id: Option<String>,
 }
 
 impl ToolResult {
+    /// A result of these items, which end no running cell.
+    pub fn new(items: Vec<OutputItem>, is_error: bool) -> Self {
+        ToolResult {
+            items,
+            is_error,
+            running_cell_id: None,
+        }
+    }
+
     fn error(message: impl Into<String>) -> Self {
         ToolResult {
             items: vec![OutputItem::text(message)],
             is_error: true,
+            running_cell_id: None,
+        }
+    }
+
+    /// The result of an observation: its rendering, and the cell if it goes on.
+    fn observed(report: &CellReport, max_output_tokens: u64) -> Self {
+        let running = matches!(
+            report.event,
+            CellEvent::Yielded { .. } | CellEvent::Pending { .. }
+        );
+        ToolResult {
+            items: render_report(report, max_output_tokens),
+            is_error: false,
+            running_cell_id: running.then(|| report.cell_id.clone()),
         }
     }
 }
@@ -82,10 +110,7 @@ impl Session {
             max_output_tokens: requested_tokens,
         };
         match self.execute(request).await {
-            Ok(report) => ToolResult {
-                items: render_report(&report, max_output_tokens),
-                is_error: false,
-            },
+            Ok(report) => ToolResult::observed(&report, max_output_tokens),
             Err(error) => ToolResult::error(error.to_string()),
         }
     }
@@ -96,10 +121,7 @@ impl Session {
             .max_tokens
             .unwrap_or(self.config().default_max_output_tokens);
         match self.wait(request).await {
-            Ok(WaitOutcome::Observed(report)) => ToolResult {
-                items: render_report(&report, max_tokens),
-                is_error: false,
-            },
+            Ok(WaitOutcome::Observed(report)) => ToolResult::observed(&report, max_tokens),
             Ok(WaitOutcome::NotFound { cell_id }) => ToolResult::error(format!(
                 "No cell with ID {cell_id}: it was never started, or it has ended and its result was \
                  already returned."

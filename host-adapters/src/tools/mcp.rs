@@ -19,6 +19,18 @@
 //!   result's text blocks (or its structured content as JSON);
 //! - a protocol failure, a dead server or a call past its timeout: the promise rejects with an
 //!   error that says which.
+//!
+//! Tasks (long-running tools that answer with a task to poll instead of a result) are followed to
+//! their end, so a cell's `await` sees the final result either way:
+//! - the 2026-07-28 tasks extension (SEP-2663): the client declares it, and a server may answer
+//!   any call with a task; it is polled with `tasks/get`, whose final state carries the result;
+//! - the 2025-11-25 revision (SEP-1686), where a tool with `execution.taskSupport: "required"`
+//!   answers a plain call with `-32601`: the tool is called again with the `task` augmentation
+//!   (and so from then on), polled with `tasks/get`, and its result fetched with `tasks/result`.
+//!
+//! A call that ends early (the cell was terminated, or the call timed out) cancels its task with
+//! `tasks/cancel`. A task that asks for input (elicitation or sampling) is cancelled and the call
+//! rejects: a cell has no one to ask.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -26,7 +38,11 @@ use std::time::Duration;
 
 use codemode_protocol::{ResultType, ToolDefinition, ToolKind, ToolName};
 use codemode_session::{ToolInvocation, ToolListError, ToolProvider};
-use rmcp::model::{CallToolRequestParams, CallToolResult, ContentBlock};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams, ClientCapabilities,
+    ClientConfig, ClientRequest, ContentBlock, CustomRequest, ErrorCode, GetTaskParams,
+    Implementation,
+};
 use rmcp::service::{RoleClient, RunningService};
 use rmcp::transport::{ConfigureCommandExt, StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{ServiceError, ServiceExt};
@@ -142,6 +158,22 @@ struct ListWatcher {
 }
 
 impl rmcp::ClientHandler for ListWatcher {
+    fn get_info(&self) -> ClientConfig {
+        // Declares the tasks extension: a server may answer a call with a task to poll.
+        let mut capabilities = ClientCapabilities::default();
+        capabilities
+            .extensions
+            .get_or_insert_with(Default::default)
+            .insert(
+                rmcp::model::TASKS_EXTENSION_ID.to_owned(),
+                Default::default(),
+            );
+        ClientConfig::new(
+            capabilities,
+            Implementation::new("codemode", env!("CARGO_PKG_VERSION")),
+        )
+    }
+
     fn on_tool_list_changed(
         &self,
         _context: rmcp::service::NotificationContext<RoleClient>,
@@ -171,6 +203,9 @@ pub struct McpTools {
     generations: std::sync::atomic::AtomicU64,
     /// Grows when the server says its tools changed, and when it is started again.
     tools_version: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    /// Tools the server refused outside a task (`taskSupport: "required"` in the 2025-11-25
+    /// revision): called as tasks from then on.
+    task_only: std::sync::Mutex<std::collections::HashSet<String>>,
 }
 
 impl std::fmt::Debug for McpTools {
@@ -190,6 +225,7 @@ impl McpTools {
             connection: Mutex::new(None),
             generations: std::sync::atomic::AtomicU64::new(0),
             tools_version: std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0)),
+            task_only: std::sync::Mutex::new(std::collections::HashSet::new()),
         }
     }
 
@@ -334,6 +370,296 @@ impl McpTools {
     }
 }
 
+impl McpTools {
+    /// One `tools/call`, followed to its result when the server answers with a task.
+    async fn call_once(
+        &self,
+        peer: &rmcp::Peer<RoleClient>,
+        params: &CallToolRequestParams,
+    ) -> Result<CallToolResult, CallFailure> {
+        let name = params.name.as_ref();
+        let task_only = self
+            .task_only
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .contains(name);
+        if task_only {
+            return self.call_as_augmented_task(peer, params).await;
+        }
+        match peer.call_tool_once(params.clone()).await {
+            Ok(CallToolResponse::Complete(result)) if !refused_outside_a_task(&result) => {
+                Ok(result)
+            }
+            Ok(CallToolResponse::Complete(_)) => self.call_as_task_from_now_on(peer, params).await,
+            Ok(CallToolResponse::Task(created)) => {
+                follow_task(
+                    peer,
+                    TaskProtocol::Extension,
+                    created.task.task_id,
+                    poll_interval(created.task.poll_interval_ms),
+                )
+                .await
+            }
+            Ok(CallToolResponse::InputRequired(_)) => Err(CallFailure::Refused(
+                "the tool asked for input (elicitation or sampling), which a cell cannot give"
+                    .to_owned(),
+            )),
+            Ok(_) => Err(CallFailure::Service(ServiceError::UnexpectedResponse)),
+            // `tools/call` exists, so "method not found" is the 2025-11-25 revision's answer to a
+            // tool with `taskSupport: "required"` called without the task augmentation.
+            Err(ServiceError::McpError(error)) if error.code == ErrorCode::METHOD_NOT_FOUND => {
+                self.call_as_task_from_now_on(peer, params).await
+            }
+            Err(error) => Err(CallFailure::Service(error)),
+        }
+    }
+
+    /// Remembers that the tool runs only as a task, and calls it as one.
+    async fn call_as_task_from_now_on(
+        &self,
+        peer: &rmcp::Peer<RoleClient>,
+        params: &CallToolRequestParams,
+    ) -> Result<CallToolResult, CallFailure> {
+        let name = params.name.as_ref();
+        tracing::debug!(server = %self.config.namespace, tool = name, "the tool runs only as a task; calling it as one");
+        self.task_only
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .insert(name.to_owned());
+        self.call_as_augmented_task(peer, params).await
+    }
+
+    /// A `tools/call` with the 2025-11-25 task augmentation (`"task": {"ttl": …}`), followed to
+    /// its result.
+    async fn call_as_augmented_task(
+        &self,
+        peer: &rmcp::Peer<RoleClient>,
+        params: &CallToolRequestParams,
+    ) -> Result<CallToolResult, CallFailure> {
+        let mut request = serde_json::to_value(params).map_err(|error| {
+            CallFailure::Refused(format!("cannot write the task request: {error}"))
+        })?;
+        let ttl = u64::try_from(self.config.call_timeout.as_millis()).unwrap_or(u64::MAX);
+        request["task"] = json!({ "ttl": ttl });
+        let created = peer
+            .send_request(ClientRequest::CustomRequest(CustomRequest::new(
+                "tools/call",
+                Some(request),
+            )))
+            .await
+            .map_err(CallFailure::Service)?;
+        let created = to_json(&created)?;
+        let task = created.get("task").unwrap_or(&created);
+        let Some(task_id) = task.get("taskId").and_then(Value::as_str) else {
+            // A server may still answer with the result itself.
+            return serde_json::from_value(created.clone()).map_err(|_| {
+                CallFailure::Refused(format!(
+                    "the server answered a task call with neither a task nor a result: {created}"
+                ))
+            });
+        };
+        let interval = poll_interval(task.get("pollInterval").and_then(Value::as_u64));
+        follow_task(peer, TaskProtocol::Augmented, task_id.to_owned(), interval).await
+    }
+}
+
+/// Whether `result` is a server's refusal to run the tool outside a task: "method not found"
+/// (`-32601`), which the official TypeScript SDK sends as an error result
+/// (`MCP error -32601: Tool … requires task augmentation …`) rather than a JSON-RPC error.
+fn refused_outside_a_task(result: &CallToolResult) -> bool {
+    result.is_error == Some(true)
+        && result.content.iter().any(|block| match block {
+            ContentBlock::Text(text) => {
+                text.text.starts_with("MCP error -32601") && text.text.contains("task")
+            }
+            _ => false,
+        })
+}
+
+/// How a call failed, before it is put in words for the cell.
+enum CallFailure {
+    /// The request or its connection failed.
+    Service(ServiceError),
+    /// The server answered, and what it answered cannot become a result.
+    Refused(String),
+}
+
+/// Which revision's task protocol a task follows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TaskProtocol {
+    /// The 2026-07-28 tasks extension (SEP-2663): `tasks/get` carries the result.
+    Extension,
+    /// The 2025-11-25 revision (SEP-1686): `tasks/result` carries the result.
+    Augmented,
+}
+
+/// The shortest and longest pause between two polls of a task, whatever the server suggests.
+const TASK_POLL_BOUNDS: (Duration, Duration) = (Duration::from_millis(20), Duration::from_secs(5));
+
+/// The pause between polls: the server's suggestion within [`TASK_POLL_BOUNDS`], 200 ms without
+/// one.
+fn poll_interval(suggested_ms: Option<u64>) -> Duration {
+    suggested_ms
+        .map(Duration::from_millis)
+        .unwrap_or(Duration::from_millis(200))
+        .clamp(TASK_POLL_BOUNDS.0, TASK_POLL_BOUNDS.1)
+}
+
+fn to_json(result: &rmcp::model::ServerResult) -> Result<Value, CallFailure> {
+    serde_json::to_value(result)
+        .map_err(|error| CallFailure::Refused(format!("cannot read the server's answer: {error}")))
+}
+
+/// Polls task `task_id` until it ends and returns its result. Dropped before then (the cell was
+/// terminated, or the call timed out), it cancels the task.
+async fn follow_task(
+    peer: &rmcp::Peer<RoleClient>,
+    protocol: TaskProtocol,
+    task_id: String,
+    mut interval: Duration,
+) -> Result<CallToolResult, CallFailure> {
+    let mut cancel = CancelTaskOnDrop {
+        peer: Some(peer.clone()),
+        protocol,
+        task_id: task_id.clone(),
+    };
+    loop {
+        tokio::time::sleep(interval).await;
+        let state = match protocol {
+            TaskProtocol::Extension => peer
+                .get_task(GetTaskParams::new(task_id.clone()))
+                .await
+                .map_err(CallFailure::Service)
+                .and_then(|state| {
+                    serde_json::to_value(&state).map_err(|error| {
+                        CallFailure::Refused(format!("cannot read the task's state: {error}"))
+                    })
+                })?,
+            TaskProtocol::Augmented => to_json(
+                &peer
+                    .send_request(ClientRequest::CustomRequest(CustomRequest::new(
+                        "tasks/get",
+                        Some(json!({ "taskId": task_id })),
+                    )))
+                    .await
+                    .map_err(CallFailure::Service)?,
+            )?,
+        };
+        if let Some(suggested) = state
+            .get("pollIntervalMs")
+            .or_else(|| state.get("pollInterval"))
+            .and_then(Value::as_u64)
+        {
+            interval = poll_interval(Some(suggested));
+        }
+        let message = state
+            .get("statusMessage")
+            .and_then(Value::as_str)
+            .map(|message| format!(" ({message})"))
+            .unwrap_or_default();
+        match state.get("status").and_then(Value::as_str) {
+            Some("working") => continue,
+            Some("input_required") => {
+                return Err(CallFailure::Refused(format!(
+                    "the tool's task asked for input{message} (elicitation or sampling), which a \
+                     cell cannot give; the task was cancelled"
+                )));
+            }
+            Some("cancelled") => {
+                cancel.disarm();
+                return Err(CallFailure::Refused(format!(
+                    "the server cancelled the tool's task{message}"
+                )));
+            }
+            Some("completed") if protocol == TaskProtocol::Extension => {
+                cancel.disarm();
+                let result = state.get("result").cloned().unwrap_or(Value::Null);
+                return serde_json::from_value(result).map_err(|error| {
+                    CallFailure::Refused(format!("the task's result is not a tool result: {error}"))
+                });
+            }
+            Some("failed") if protocol == TaskProtocol::Extension => {
+                cancel.disarm();
+                let why = state
+                    .pointer("/error/message")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned)
+                    .unwrap_or_else(|| format!("no reason given{message}"));
+                return Err(CallFailure::Refused(format!(
+                    "the tool's task failed: {why}"
+                )));
+            }
+            Some("completed" | "failed") => {
+                cancel.disarm();
+                let result = peer
+                    .send_request(ClientRequest::CustomRequest(CustomRequest::new(
+                        "tasks/result",
+                        Some(json!({ "taskId": task_id })),
+                    )))
+                    .await
+                    .map_err(CallFailure::Service)?;
+                return match result {
+                    rmcp::model::ServerResult::CallToolResult(result) => Ok(result),
+                    other => Err(CallFailure::Refused(format!(
+                        "the task's result is not a tool result: {}",
+                        to_json(&other)?
+                    ))),
+                };
+            }
+            other => {
+                return Err(CallFailure::Refused(format!(
+                    "the server reported the task in a state this client does not know: {other:?}"
+                )));
+            }
+        }
+    }
+}
+
+/// Sends `tasks/cancel` for a task that is dropped before it ends.
+struct CancelTaskOnDrop {
+    peer: Option<rmcp::Peer<RoleClient>>,
+    protocol: TaskProtocol,
+    task_id: String,
+}
+
+impl CancelTaskOnDrop {
+    /// The task ended: nothing to cancel.
+    fn disarm(&mut self) {
+        self.peer = None;
+    }
+}
+
+impl Drop for CancelTaskOnDrop {
+    fn drop(&mut self) {
+        let Some(peer) = self.peer.take() else {
+            return;
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let task_id = std::mem::take(&mut self.task_id);
+        let protocol = self.protocol;
+        runtime.spawn(async move {
+            let sent = match protocol {
+                TaskProtocol::Extension => peer
+                    .cancel_task(CancelTaskParams::new(task_id.clone()))
+                    .await
+                    .map(drop),
+                TaskProtocol::Augmented => peer
+                    .send_request(ClientRequest::CustomRequest(CustomRequest::new(
+                        "tasks/cancel",
+                        Some(json!({ "taskId": task_id })),
+                    )))
+                    .await
+                    .map(drop),
+            };
+            if let Err(error) = sent {
+                tracing::debug!(%task_id, %error, "cannot cancel the task of an abandoned call");
+            }
+        });
+    }
+}
+
 #[async_trait::async_trait]
 impl ToolProvider for McpTools {
     async fn list_tools(&self) -> Result<Vec<ToolDefinition>, ToolListError> {
@@ -410,11 +736,13 @@ impl ToolProvider for McpTools {
             let (peer, generation) = self.client().await?;
             // Dropping the request (on cancellation or timeout) tells the server to cancel it.
             let answer = tokio::select! {
-                answer = tokio::time::timeout(self.config.call_timeout, peer.call_tool(params.clone())) => answer,
+                answer = tokio::time::timeout(self.config.call_timeout, self.call_once(&peer, &params)) => answer,
                 _ = cancellation.cancelled() => return Err(format!("tools.{global_name} was cancelled")),
             };
             match answer {
-                Ok(Err(ServiceError::TransportSend(_))) if attempts_left > 0 => {
+                Ok(Err(CallFailure::Service(ServiceError::TransportSend(_))))
+                    if attempts_left > 0 =>
+                {
                     self.forget(generation).await;
                 }
                 other => break (other, generation),
@@ -427,7 +755,8 @@ impl ToolProvider for McpTools {
                 self.config.namespace,
                 self.config.call_timeout.as_secs_f64()
             )),
-            Ok(Err(error)) => {
+            Ok(Err(CallFailure::Refused(why))) => Err(format!("tools.{global_name} failed: {why}")),
+            Ok(Err(CallFailure::Service(error))) => {
                 let dead = matches!(
                     error,
                     ServiceError::TransportClosed | ServiceError::TransportSend(_)
@@ -781,6 +1110,29 @@ mod tests {
             call_result_to_value(result),
             Err("no such file\n(at /x)".to_owned())
         );
+    }
+
+    #[test]
+    fn a_refusal_outside_a_task_is_told_from_other_errors() {
+        let refusal = CallToolResult::error(vec![ContentBlock::text(
+            "MCP error -32601: Tool simulate-research-query requires task augmentation \
+             (taskSupport: 'required')",
+        )]);
+        assert!(refused_outside_a_task(&refusal));
+        let other = CallToolResult::error(vec![ContentBlock::text("MCP error -32602: bad topic")]);
+        assert!(!refused_outside_a_task(&other));
+        let success = CallToolResult::success(vec![ContentBlock::text(
+            "MCP error -32601: a task, quoted in a successful result",
+        )]);
+        assert!(!refused_outside_a_task(&success));
+    }
+
+    #[test]
+    fn task_polls_follow_the_server_within_bounds() {
+        assert_eq!(poll_interval(None), Duration::from_millis(200));
+        assert_eq!(poll_interval(Some(1000)), Duration::from_secs(1));
+        assert_eq!(poll_interval(Some(0)), TASK_POLL_BOUNDS.0);
+        assert_eq!(poll_interval(Some(u64::MAX)), TASK_POLL_BOUNDS.1);
     }
 
     #[test]
