@@ -91,6 +91,16 @@ const LONE_SURROGATE_REASON: &str = "has a string with a lone surrogate (half of
 /// How deeply stored values and tool arguments may nest.
 pub const MAX_JSON_DEPTH: usize = 128;
 
+/// The global every engine defines as a setter that throws the value assigned to it, recording
+/// where the assignment is as the throw's position (line, and the column of the `throw` it stands
+/// for), so that a thrown value that is not an `Error` (`throw null`, `throw { code: 1 }`), which
+/// JavaScript engines keep no position for, still has one in the cell's error text.
+///
+/// The session writes each `throw` statement of a cell as an assignment to it, the same length
+/// (`throw x;` runs as `$$t$= x;`), so every other line and column is unchanged. It leaves a cell
+/// that names this global itself as it is. Its setter is not enumerable and cannot be deleted.
+pub const THROW_SITE_GLOBAL: &str = "$$t$";
+
 /// Why `serialized` (the output of `JSON.stringify`) is not a value codemode can keep: a phrase
 /// that follows "the value" or "the argument".
 fn unrepresentable(serialized: &str, error: &serde_json::Error) -> String {

@@ -37,6 +37,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
@@ -103,6 +104,12 @@ namespace {
 constexpr const char* kCellResourceName = "cell.js";
 // The resource name of the bootstrap script; its frames are dropped from error texts.
 constexpr const char* kBootstrapResourceName = "codemode:bootstrap";
+// The global whose setter throws the value assigned and records where (`codemode_engine::
+// THROW_SITE_GLOBAL`): the session writes each `throw` of the cell as `$$t$=`, same length, so a
+// thrown value that is not an Error still has a position. V8 reports an assignment at its `=`,
+// just past the name, so the `throw` keyword is that many columns before.
+constexpr const char* kThrowSiteGlobal = "$$t$";
+constexpr int kThrowSiteGlobalLength = 4;
 
 // The platform lives as long as the process and is deliberately never destroyed: isolates on other
 // threads (pre-warmed runtimes, cells still running) may outlive static destruction at exit, and
@@ -162,9 +169,10 @@ struct cm_runtime {
   void* host_data = nullptr;
   std::atomic<bool> heap_limit_hit{false};
   std::string last_error;
-  // Where the last promise rejected without a handler was rejected in the cell (line, 1-based
-  // column; 0 when unknown), and with what value: a thrown value that is not an Error carries no
-  // position of its own, so the module's rejection is located from here.
+  // Where the cell last threw through the throw-site global, or where the last promise rejected
+  // without a handler was rejected in the cell (line, 1-based column; 0 when unknown), and with
+  // what value: a thrown value that is not an Error carries no position of its own, so its error
+  // text is located from here.
   Global<Value> rejected_value;
   int rejected_line = 0;
   int rejected_column = 0;
@@ -243,12 +251,15 @@ std::string CellFrames(Isolate* isolate, Local<StackTrace> trace) {
 // objects, so that a cell cannot hide or replace it (`Error.stackTraceLimit = 0`, a custom
 // `Error.prepareStackTrace`, a throwing `toString`): V8's rendering of any thrown value (as in
 // "Uncaught TypeError: …", "Uncaught null", "Uncaught Symbol(boom)"), then the cell's frames from
-// the stack trace V8 captured when the error was created, or else the position of V8's message,
-// or else `fallback_line:fallback_column` (where a rejection happened).
-std::string FormatException(Isolate* isolate, Local<Context> context, Local<Value> exception,
-                            Local<Message> message, int fallback_line = 0,
-                            int fallback_column = 0) {
+// the stack trace V8 captured when the error was created, or else the position recorded for this
+// very value (a marked `throw`, see ThrowAtSite, or where an unhandled rejection happened), or
+// else the frames or position of V8's message.
+std::string FormatException(cm_runtime* rt, Local<Context> context, Local<Value> exception,
+                            Local<Message> message) {
+  Isolate* isolate = rt->isolate;
   TryCatch inner(isolate);  // nothing here may throw into the cell
+  bool recorded = !rt->rejected_value.IsEmpty() && rt->rejected_line > 0 &&
+                  rt->rejected_value.Get(isolate)->SameValue(exception);
   if (message.IsEmpty()) message = Exception::CreateMessage(isolate, exception);
   std::string text;
   if (!message.IsEmpty()) {
@@ -258,6 +269,10 @@ std::string FormatException(Isolate* isolate, Local<Context> context, Local<Valu
   }
   if (text.empty()) text = "uncaught exception (a value V8 could not describe)";
   std::string frames = CellFrames(isolate, Exception::GetStackTrace(exception));
+  if (frames.empty() && recorded) {
+    frames = "\n    at " + std::string(kCellResourceName) + ":" + std::to_string(rt->rejected_line) +
+             ":" + std::to_string(rt->rejected_column);
+  }
   if (frames.empty() && !message.IsEmpty()) {
     frames = CellFrames(isolate, message->GetStackTrace());
   }
@@ -270,13 +285,9 @@ std::string FormatException(Isolate* isolate, Local<Context> context, Local<Valu
                std::to_string(column);
     }
   }
-  if (frames.empty() && fallback_line > 0) {
-    frames = "\n    at " + std::string(kCellResourceName) + ":" + std::to_string(fallback_line) +
-             ":" + std::to_string(fallback_column);
-  }
   if (frames.empty() && !exception->IsObject()) {
-    // V8 keeps no position for a primitive thrown from a module's body (Node cannot locate it
-    // either); say so, and how to get one.
+    // Thrown where the session could not mark the throw (inside `eval`, say), or rejected from
+    // outside the cell: V8 keeps no position for a primitive. Say so, and how to get one.
     frames =
         "\n    (a thrown value that is not an Error carries no position; throw new Error(...) to "
         "get one)";
@@ -297,6 +308,12 @@ void RecordRejection(PromiseRejectMessage rejection) {
   Isolate* isolate = promise->GetIsolate();
   cm_runtime* rt = static_cast<cm_runtime*>(isolate->GetData(0));
   if (!rt) return;
+  // An async function rejects with what a marked `throw` threw: the throw's position, recorded
+  // already, is the one to keep (the rejection happens where the function ends).
+  if (!rt->rejected_value.IsEmpty() &&
+      rt->rejected_value.Get(isolate)->SameValue(rejection.GetValue())) {
+    return;
+  }
   Local<StackTrace> trace = StackTrace::CurrentStackTrace(isolate, 8);
   for (int index = 0; index < trace->GetFrameCount(); index++) {
     Local<StackFrame> frame = trace->GetFrame(isolate, index);
@@ -317,7 +334,7 @@ int32_t Settle(cm_runtime* rt, Local<Context> context, TryCatch& try_catch, bool
     rt->last_error = "the engine failed without an exception";
     return CM_EXCEPTION;
   }
-  rt->last_error = FormatException(isolate, context, try_catch.Exception(), try_catch.Message());
+  rt->last_error = FormatException(rt, context, try_catch.Exception(), try_catch.Message());
   return CM_EXCEPTION;
 }
 
@@ -359,6 +376,24 @@ void HostCall(const FunctionCallbackInfo<Value>& info) {
       isolate->TerminateExecution();
       return;
   }
+}
+
+// The setter of the throw-site global: records the value and the cell position of the assignment
+// (the marked `throw`), then throws the value, as the `throw` it stands for would.
+void ThrowAtSite(const FunctionCallbackInfo<Value>& info) {
+  Isolate* isolate = info.GetIsolate();
+  cm_runtime* rt = static_cast<cm_runtime*>(info.Data().As<External>()->Value());
+  Local<Value> value = info[0];
+  Local<StackTrace> trace = StackTrace::CurrentStackTrace(isolate, 1);
+  if (trace->GetFrameCount() > 0) {
+    Local<StackFrame> frame = trace->GetFrame(isolate, 0);
+    if (IsCellResource(isolate, frame->GetScriptName())) {
+      rt->rejected_value.Reset(isolate, value);
+      rt->rejected_line = frame->GetLineNumber();
+      rt->rejected_column = std::max(1, frame->GetColumn() - kThrowSiteGlobalLength);
+    }
+  }
+  isolate->ThrowException(value);
 }
 
 // `import x from "y"` inside the cell.
@@ -576,6 +611,16 @@ int32_t cm_runtime_bootstrap(cm_runtime* rt, cm_str source, cm_str config) {
   if (!Function::New(context, HostCall, External::New(isolate, rt)).ToLocal(&host_function)) {
     return Settle(rt, context, try_catch, false);
   }
+  // V8 10.2 needs both halves of an accessor; reading the global gives undefined.
+  Local<Function> throw_getter;
+  Local<Function> throw_setter;
+  if (!Function::New(context, [](const FunctionCallbackInfo<Value>&) {}).ToLocal(&throw_getter) ||
+      !Function::New(context, ThrowAtSite, External::New(isolate, rt)).ToLocal(&throw_setter)) {
+    return Settle(rt, context, try_catch, false);
+  }
+  context->Global()->SetAccessorProperty(NewString(isolate, kThrowSiteGlobal), throw_getter,
+                                         throw_setter,
+                                         static_cast<PropertyAttribute>(DontEnum | DontDelete));
   Local<Value> arguments[2] = {host_function, NewString(isolate, config.ptr, config.len)};
   Local<Value> dispatch;
   if (!installer.As<Function>()->Call(context, Undefined(isolate), 2, arguments).ToLocal(&dispatch)) {
@@ -682,12 +727,7 @@ int32_t cm_runtime_module_state(cm_runtime* rt) {
     case Promise::kFulfilled:
       return CM_MODULE_FULFILLED;
     case Promise::kRejected: {
-      Local<Value> reason = promise->Result();
-      bool located = !rt->rejected_value.IsEmpty() &&
-                     rt->rejected_value.Get(isolate)->SameValue(reason);
-      rt->last_error =
-          FormatException(isolate, context, reason, Local<Message>(),
-                          located ? rt->rejected_line : 0, located ? rt->rejected_column : 0);
+      rt->last_error = FormatException(rt, context, promise->Result(), Local<Message>());
       return CM_MODULE_REJECTED;
     }
   }

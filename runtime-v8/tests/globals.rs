@@ -562,6 +562,36 @@ fn any_thrown_value_is_rendered_by_the_engine_with_its_position_when_it_has_one(
             "{source}: {error}"
         );
     }
+    // Marked as the session marks each `throw` (an assignment to the throw-site global, the same
+    // length), the same values have the position of the throw, from the module's body, after an
+    // await, in a function, and in a timer.
+    let throw = format!("{}=", codemode_engine::globals::THROW_SITE_GLOBAL);
+    for (source, rendered) in [
+        (
+            format!("text(1);\n{throw} null;"),
+            "null\n    at cell.js:2:1",
+        ),
+        (format!("await 1;\n  {throw} 5;"), "5\n    at cell.js:2:3"),
+        (
+            format!("const f = () => {{ {throw}{{ a: 1 }}; }};\nf();"),
+            "#<Object>\n    at cell.js:1:19",
+        ),
+        (
+            format!(
+                "setTimeout(() => {{ {throw} \"late\"; }}, 1);\nawait new Promise((r) => setTimeout(r, 50));"
+            ),
+            "late\n    at cell.js:1:20",
+        ),
+    ] {
+        assert_eq!(error_of(&source), rendered, "{source}");
+    }
+    // Caught, a marked throw is an ordinary throw.
+    assert_eq!(
+        texts_of(&format!(
+            "try {{ {throw} 7; }} catch (value) {{ text(value); }}"
+        )),
+        ["7"]
+    );
     // An object whose toString throws is rendered without running it.
     assert!(
         error_of("throw { toString() { throw new Error(\"no\"); } };")

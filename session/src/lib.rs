@@ -29,6 +29,7 @@ mod render;
 mod session;
 mod stored;
 mod strip;
+mod throw_sites;
 
 pub use codemode_cell_actor::{
     CellError, CellEvent, CollectedOutput, OutputMode, ToolCallFate, ToolCallRecord, ToolInvocation,

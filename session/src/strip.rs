@@ -8,6 +8,9 @@
 //! that needs a transform rather than erasure (`enum`, `namespace` with values, parameter
 //! properties, `import x = require(...)`, `export =`, `<T>value` assertions) is refused with an
 //! error that names the construct and says what to write instead.
+//!
+//! The stripped source then has its `throw` statements marked (`crate::throw_sites`), positions
+//! kept as well.
 
 use std::sync::{Arc, Mutex};
 
@@ -15,6 +18,8 @@ use swc_common::errors::{DiagnosticBuilder, Emitter, Handler};
 use swc_common::sync::Lrc;
 use swc_common::{BytePos, SourceMap};
 use swc_ts_fast_strip::{ErrorCode, Mode, Options, operate};
+
+use crate::throw_sites::mark_throw_sites;
 
 /// TypeScript the stripper cannot erase.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -49,7 +54,11 @@ pub(crate) fn strip_types(source: &str) -> Result<StrippedSource, UnsupportedTyp
         operate(&source_map, &handler, source.to_owned(), options)
     }));
     match result {
-        Ok(Ok(output)) => Ok(StrippedSource::Stripped(output.code)),
+        Ok(Ok(output)) => {
+            // Then each `throw` is marked so that it reports its position, whatever it throws.
+            let code = mark_throw_sites(&output.code).unwrap_or(output.code);
+            Ok(StrippedSource::Stripped(code))
+        }
         Ok(Err(error)) if matches!(error.code, ErrorCode::UnsupportedSyntax) => {
             let diagnostics = diagnostics
                 .lock()
