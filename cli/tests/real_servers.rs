@@ -221,3 +221,67 @@ async fn a_downstream_tool_list_change_reaches_the_client_as_a_change_of_exec() 
     );
     client.cancel().await.unwrap();
 }
+
+/// A client that records the messages of the progress notifications it receives.
+#[derive(Clone, Default)]
+struct ProgressMessages(std::sync::Arc<std::sync::Mutex<Vec<String>>>);
+
+impl rmcp::ClientHandler for ProgressMessages {
+    async fn on_progress(
+        &self,
+        params: rmcp::model::ProgressNotificationParam,
+        _context: rmcp::service::NotificationContext<RoleClient>,
+    ) {
+        self.0
+            .lock()
+            .unwrap()
+            .push(params.message.unwrap_or_default());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_downstream_tools_progress_reaches_the_client_waiting_on_the_cell() {
+    let servers = mcp_servers::install(&mcp_servers::workspace_root()).unwrap_or_else(|error| {
+        panic!("the real MCP servers could not be installed from their registries: {error}")
+    });
+    let folder = codemode_test_support::scratch_folder("real-servers-progress");
+    let config_path = folder.join("mcp.json");
+    let config = json!({"mcpServers": {
+        "everything": {"command": servers.npm_program("mcp-server-everything"), "args": ["stdio"]}
+    }});
+    std::fs::write(&config_path, config.to_string()).unwrap();
+    let command = tokio::process::Command::new(CODEMODE).configure(|command| {
+        command.arg("mcp").arg("--config").arg(&config_path);
+    });
+    let messages = ProgressMessages::default();
+    let client = within(
+        "connect",
+        messages
+            .clone()
+            .serve(TokioChildProcess::new(command).unwrap()),
+    )
+    .await
+    .expect("codemode initialises");
+    // server-everything reports each step of its long-running operation as progress; the client
+    // that asked for progress on exec hears each, named by the tool.
+    let mut params = CallToolRequestParams::new("exec").with_arguments(
+        json!({"code": "await tools.everything__trigger_long_running_operation({ duration: 1, steps: 2 }); text('done')"})
+            .as_object()
+            .unwrap()
+            .clone(),
+    );
+    params.meta = Some(rmcp::model::RequestMetaObject::with_progress_token(
+        rmcp::model::ProgressToken(rmcp::model::NumberOrString::Number(7)),
+    ));
+    let result = within("exec", client.call_tool(params)).await.unwrap();
+    assert!(text_of(&result).contains("done"), "{}", text_of(&result));
+    let heard = messages.0.lock().unwrap().clone();
+    for step in ["1/2", "2/2"] {
+        let expected = format!("tools.everything__trigger_long_running_operation: {step}");
+        assert!(
+            heard.iter().any(|message| message.starts_with(&expected)),
+            "{expected} in {heard:?}"
+        );
+    }
+    client.cancel().await.unwrap();
+}

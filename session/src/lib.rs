@@ -39,7 +39,7 @@ pub use config::SessionConfig;
 pub use discovery::{ToolsShown, tools_section};
 pub use hints::error_hints;
 pub use model::{ExecOptions, ToolResult};
-pub use ports::{Store, StoreError, ToolListError, ToolProvider};
+pub use ports::{Store, StoreError, ToolListError, ToolProgress, ToolProvider};
 pub use render::{render_report, render_text, truncate};
 pub use session::{CellReport, Session, SessionError, SessionEvent, WaitOutcome};
 pub use stored::StoredBytesBudget;

@@ -80,6 +80,19 @@ pub trait ToolProvider: Send + Sync + 'static {
         cancellation: CancellationToken,
     ) -> Result<Value, String>;
 
+    /// [`ToolProvider::call_tool`], with somewhere to report the tool's progress while it runs
+    /// (a downstream MCP server's progress notifications). The session calls this one; the default
+    /// leaves `progress` unused and calls `call_tool`. A provider that wraps others forwards it.
+    async fn call_tool_with_progress(
+        &self,
+        call: ToolInvocation,
+        cancellation: CancellationToken,
+        progress: ToolProgress,
+    ) -> Result<Value, String> {
+        let _ = progress;
+        self.call_tool(call, cancellation).await
+    }
+
     /// A number that changes whenever the provider's tool list may have changed (a downstream
     /// server said so, or was started again): a session lists the tools again before its next
     /// cell starts. The default never changes.
@@ -90,4 +103,37 @@ pub trait ToolProvider: Send + Sync + 'static {
     /// Ends what the provider started (downstream servers) cleanly; its owner calls it once,
     /// when it stops serving. A later call may start them again. The default does nothing.
     async fn shutdown(&self) {}
+}
+
+/// Where a running tool's progress messages go: to whoever watches its cell, as the cell's own
+/// `notify(...)` messages do (`codemode mcp` sends them on as progress notifications of the call
+/// that waits on the cell). They are not part of the cell's output. Cheap to clone.
+#[derive(Clone)]
+pub struct ToolProgress {
+    report: std::sync::Arc<dyn Fn(String) + Send + Sync>,
+}
+
+impl ToolProgress {
+    /// Progress handed to `report`.
+    pub fn new(report: impl Fn(String) + Send + Sync + 'static) -> Self {
+        ToolProgress {
+            report: std::sync::Arc::new(report),
+        }
+    }
+
+    /// Progress nobody hears.
+    pub fn ignored() -> Self {
+        ToolProgress::new(|_| {})
+    }
+
+    /// Reports one progress message.
+    pub fn report(&self, message: impl Into<String>) {
+        (self.report)(message.into());
+    }
+}
+
+impl std::fmt::Debug for ToolProgress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ToolProgress").finish_non_exhaustive()
+    }
 }

@@ -28,7 +28,7 @@ use tracing::Instrument;
 use crate::config::SessionConfig;
 use crate::hints::error_hints;
 use crate::ids::CellIds;
-use crate::ports::{Store, StoreError, ToolListError, ToolProvider};
+use crate::ports::{Store, StoreError, ToolListError, ToolProgress, ToolProvider};
 use crate::strip::{StrippedSource, strip_types};
 
 /// How many session events a slow subscriber may fall behind before it misses some.
@@ -427,7 +427,7 @@ impl Session {
             registry.starting += 1;
             let cell = CellStart {
                 tenant: shared.config.tenant.clone(),
-                call_id: request.call_id,
+                call_id: request.call_id.clone(),
                 source: runnable,
                 enabled_tools: lock(&shared.tools).tools.to_vec(),
                 stored_values: Arc::clone(&lock(&shared.values).values),
@@ -444,6 +444,7 @@ impl Session {
         let host = Arc::new(SessionCellHost {
             shared: Arc::clone(shared),
             cell_id: cell_id.clone(),
+            call_id: request.call_id.clone(),
             error_text: Mutex::new(None),
         });
         let config = CellConfig {
@@ -593,6 +594,8 @@ impl Drop for Session {
 struct SessionCellHost {
     shared: Arc<Shared>,
     cell_id: String,
+    /// The id of the request that started the cell, which its notifications name.
+    call_id: String,
     /// The error text of the cell's completion, kept for the completion notice.
     error_text: Mutex<Option<Option<String>>>,
 }
@@ -617,10 +620,20 @@ impl CellHost for SessionCellHost {
                 tracing::debug!(input = ?invocation.input, "tool call input");
             }
             let began = Instant::now();
+            // A tool's progress reaches the cell's watchers as the cell's notifications do.
+            let events = self.shared.events.clone();
+            let (cell_id, call_id) = (self.cell_id.clone(), self.call_id.clone());
+            let progress = ToolProgress::new(move |text| {
+                let _ = events.send(SessionEvent::Notification {
+                    cell_id: cell_id.clone(),
+                    call_id: call_id.clone(),
+                    text,
+                });
+            });
             let result = self
                 .shared
                 .provider
-                .call_tool(invocation, cancellation.clone())
+                .call_tool_with_progress(invocation, cancellation.clone(), progress)
                 .await;
             let duration_ms = began.elapsed().as_millis() as u64;
             let outcome = match (&result, cancellation.is_cancelled()) {

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use codemode_protocol::ToolDefinition;
-use codemode_session::{ToolInvocation, ToolListError, ToolProvider};
+use codemode_session::{ToolInvocation, ToolListError, ToolProgress, ToolProvider};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
@@ -82,6 +82,16 @@ impl ToolProvider for CompositeTools {
         call: ToolInvocation,
         cancellation: CancellationToken,
     ) -> Result<Value, String> {
+        self.call_tool_with_progress(call, cancellation, ToolProgress::ignored())
+            .await
+    }
+
+    async fn call_tool_with_progress(
+        &self,
+        call: ToolInvocation,
+        cancellation: CancellationToken,
+        progress: ToolProgress,
+    ) -> Result<Value, String> {
         let global_name = call.name.global_name();
         let route = self
             .routes
@@ -92,7 +102,9 @@ impl ToolProvider for CompositeTools {
         let provider = route
             .and_then(|index| self.providers.get(index))
             .ok_or_else(|| format!("no tool is named tools.{global_name}"))?;
-        provider.call_tool(call, cancellation).await
+        provider
+            .call_tool_with_progress(call, cancellation, progress)
+            .await
     }
 
     fn tools_version(&self) -> u64 {

@@ -37,7 +37,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use codemode_protocol::{ResultType, ToolDefinition, ToolKind, ToolName};
-use codemode_session::{ToolInvocation, ToolListError, ToolProvider};
+use codemode_session::{ToolInvocation, ToolListError, ToolProgress, ToolProvider};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams, ClientCapabilities,
     ClientConfig, ClientRequest, ContentBlock, CustomRequest, ErrorCode, GetTaskParams,
@@ -150,12 +150,22 @@ impl McpServerConfig {
 
 type Client = RunningService<RoleClient, ListWatcher>;
 
-/// The client side of a connection: counts the server's `notifications/tools/list_changed`.
+/// The client side of a connection: counts the server's `notifications/tools/list_changed`, and
+/// hands its progress notifications to the calls they belong to.
 #[derive(Debug, Clone)]
 struct ListWatcher {
     version: std::sync::Arc<std::sync::atomic::AtomicU64>,
     namespace: String,
+    progress: ProgressRoutes,
 }
+
+/// The calls in flight that asked for progress, by their progress token: where each one's
+/// progress goes, and the tool's name for the message.
+type ProgressRoutes = std::sync::Arc<
+    std::sync::Mutex<
+        std::collections::HashMap<rmcp::model::NumberOrString, (ToolProgress, String)>,
+    >,
+>;
 
 impl rmcp::ClientHandler for ListWatcher {
     fn get_info(&self) -> ClientConfig {
@@ -183,6 +193,65 @@ impl rmcp::ClientHandler for ListWatcher {
             .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         std::future::ready(())
     }
+
+    fn on_progress(
+        &self,
+        params: rmcp::model::ProgressNotificationParam,
+        _context: rmcp::service::NotificationContext<RoleClient>,
+    ) -> impl std::future::Future<Output = ()> + Send + '_ {
+        let route = self
+            .progress
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .get(&params.progress_token.0)
+            .cloned();
+        if let Some((progress, tool)) = route {
+            progress.report(progress_text(
+                &tool,
+                params.progress,
+                params.total,
+                params.message,
+            ));
+        }
+        std::future::ready(())
+    }
+}
+
+/// A downstream progress notification as the cell's watchers read it:
+/// `tools.<tool>: <progress>[/<total>][ <message>]`.
+fn progress_text(tool: &str, progress: f64, total: Option<f64>, message: Option<String>) -> String {
+    let number = |value: f64| {
+        if value.fract() == 0.0 && value.abs() < 1e15 {
+            format!("{}", value as i64)
+        } else {
+            format!("{value}")
+        }
+    };
+    let mut text = format!("tools.{tool}: {}", number(progress));
+    if let Some(total) = total {
+        text.push('/');
+        text.push_str(&number(total));
+    }
+    if let Some(message) = message.filter(|message| !message.trim().is_empty()) {
+        text.push(' ');
+        text.push_str(&message);
+    }
+    text
+}
+
+/// Routes a call's progress notifications while it is in flight.
+struct ProgressRoute {
+    routes: ProgressRoutes,
+    token: rmcp::model::NumberOrString,
+}
+
+impl Drop for ProgressRoute {
+    fn drop(&mut self) {
+        self.routes
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .remove(&self.token);
+    }
 }
 
 /// The live connection and its generation (counted up at each connect), so that a failure seen by
@@ -206,6 +275,8 @@ pub struct McpTools {
     /// Tools the server refused outside a task (`taskSupport: "required"` in the 2025-11-25
     /// revision): called as tasks from then on.
     task_only: std::sync::Mutex<std::collections::HashSet<String>>,
+    /// Where the progress of each call in flight goes, by progress token.
+    progress: ProgressRoutes,
 }
 
 impl std::fmt::Debug for McpTools {
@@ -226,6 +297,7 @@ impl McpTools {
             generations: std::sync::atomic::AtomicU64::new(0),
             tools_version: std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0)),
             task_only: std::sync::Mutex::new(std::collections::HashSet::new()),
+            progress: ProgressRoutes::default(),
         }
     }
 
@@ -233,6 +305,7 @@ impl McpTools {
         ListWatcher {
             version: std::sync::Arc::clone(&self.tools_version),
             namespace: self.config.namespace.clone(),
+            progress: std::sync::Arc::clone(&self.progress),
         }
     }
 
@@ -371,11 +444,49 @@ impl McpTools {
 }
 
 impl McpTools {
+    /// Sends `request` and waits for its answer. The server's progress notifications for it go to
+    /// the call's progress (for as long as the call lasts, a task's polling included); dropped
+    /// before the answer, it tells the server that the request is cancelled.
+    async fn send(
+        &self,
+        peer: &rmcp::Peer<RoleClient>,
+        request: ClientRequest,
+        progress: &CallProgress,
+    ) -> Result<rmcp::model::ServerResult, ServiceError> {
+        let handle = peer
+            .send_request_with_option(request, rmcp::service::PeerRequestOptions::no_options())
+            .await?;
+        // rmcp gives each request its own progress token: route that one.
+        self.progress
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .insert(
+                handle.progress_token.0.clone(),
+                (progress.progress.clone(), progress.tool.clone()),
+            );
+        progress
+            .routes
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .push(ProgressRoute {
+                routes: std::sync::Arc::clone(&self.progress),
+                token: handle.progress_token.0.clone(),
+            });
+        let mut abandoned = CancelRequestOnDrop {
+            peer: Some(peer.clone()),
+            id: handle.id.clone(),
+        };
+        let answer = handle.await_response().await;
+        abandoned.peer = None;
+        answer
+    }
+
     /// One `tools/call`, followed to its result when the server answers with a task.
     async fn call_once(
         &self,
         peer: &rmcp::Peer<RoleClient>,
         params: &CallToolRequestParams,
+        progress: &CallProgress,
     ) -> Result<CallToolResult, CallFailure> {
         let name = params.name.as_ref();
         let task_only = self
@@ -384,13 +495,35 @@ impl McpTools {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
             .contains(name);
         if task_only {
-            return self.call_as_augmented_task(peer, params).await;
+            return self.call_as_augmented_task(peer, params, progress).await;
         }
-        match peer.call_tool_once(params.clone()).await {
+        let request =
+            ClientRequest::CallToolRequest(rmcp::model::CallToolRequest::new(params.clone()));
+        let answer = self
+            .send(peer, request, progress)
+            .await
+            .and_then(|answer| match answer {
+                rmcp::model::ServerResult::CallToolResult(result) => {
+                    Ok(CallToolResponse::Complete(result))
+                }
+                rmcp::model::ServerResult::InputRequiredResult(result) => {
+                    Ok(CallToolResponse::InputRequired(result))
+                }
+                rmcp::model::ServerResult::CreateTaskResult(result) => {
+                    Ok(CallToolResponse::Task(result))
+                }
+                rmcp::model::ServerResult::EmptyResult(_) => Ok(CallToolResponse::Complete(
+                    CallToolResult::success(Vec::new()),
+                )),
+                _ => Err(ServiceError::UnexpectedResponse),
+            });
+        match answer {
             Ok(CallToolResponse::Complete(result)) if !refused_outside_a_task(&result) => {
                 Ok(result)
             }
-            Ok(CallToolResponse::Complete(_)) => self.call_as_task_from_now_on(peer, params).await,
+            Ok(CallToolResponse::Complete(_)) => {
+                self.call_as_task_from_now_on(peer, params, progress).await
+            }
             Ok(CallToolResponse::Task(created)) => {
                 follow_task(
                     peer,
@@ -408,7 +541,7 @@ impl McpTools {
             // `tools/call` exists, so "method not found" is the 2025-11-25 revision's answer to a
             // tool with `taskSupport: "required"` called without the task augmentation.
             Err(ServiceError::McpError(error)) if error.code == ErrorCode::METHOD_NOT_FOUND => {
-                self.call_as_task_from_now_on(peer, params).await
+                self.call_as_task_from_now_on(peer, params, progress).await
             }
             Err(error) => Err(CallFailure::Service(error)),
         }
@@ -419,6 +552,7 @@ impl McpTools {
         &self,
         peer: &rmcp::Peer<RoleClient>,
         params: &CallToolRequestParams,
+        progress: &CallProgress,
     ) -> Result<CallToolResult, CallFailure> {
         let name = params.name.as_ref();
         tracing::debug!(server = %self.config.namespace, tool = name, "the tool runs only as a task; calling it as one");
@@ -426,7 +560,7 @@ impl McpTools {
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
             .insert(name.to_owned());
-        self.call_as_augmented_task(peer, params).await
+        self.call_as_augmented_task(peer, params, progress).await
     }
 
     /// A `tools/call` with the 2025-11-25 task augmentation (`"task": {"ttl": …}`), followed to
@@ -435,17 +569,16 @@ impl McpTools {
         &self,
         peer: &rmcp::Peer<RoleClient>,
         params: &CallToolRequestParams,
+        progress: &CallProgress,
     ) -> Result<CallToolResult, CallFailure> {
         let mut request = serde_json::to_value(params).map_err(|error| {
             CallFailure::Refused(format!("cannot write the task request: {error}"))
         })?;
         let ttl = u64::try_from(self.config.call_timeout.as_millis()).unwrap_or(u64::MAX);
         request["task"] = json!({ "ttl": ttl });
-        let created = peer
-            .send_request(ClientRequest::CustomRequest(CustomRequest::new(
-                "tools/call",
-                Some(request),
-            )))
+        let request = ClientRequest::CustomRequest(CustomRequest::new("tools/call", Some(request)));
+        let created = self
+            .send(peer, request, progress)
             .await
             .map_err(CallFailure::Service)?;
         let created = to_json(&created)?;
@@ -474,6 +607,41 @@ fn refused_outside_a_task(result: &CallToolResult) -> bool {
             }
             _ => false,
         })
+}
+
+/// Where one call's progress goes, and the progress tokens routed there while it lasts.
+struct CallProgress {
+    progress: ToolProgress,
+    /// The tool's global name, for the messages.
+    tool: String,
+    routes: std::sync::Mutex<Vec<ProgressRoute>>,
+}
+
+/// Tells the server that a request whose answer nobody waits for any more is cancelled.
+struct CancelRequestOnDrop {
+    peer: Option<rmcp::Peer<RoleClient>>,
+    id: rmcp::model::RequestId,
+}
+
+impl Drop for CancelRequestOnDrop {
+    fn drop(&mut self) {
+        let Some(peer) = self.peer.take() else {
+            return;
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let id = self.id.clone();
+        runtime.spawn(async move {
+            let notice = rmcp::model::CancelledNotificationParam::new(
+                Some(id),
+                Some("the cell no longer waits for this call".to_owned()),
+            );
+            if let Err(error) = peer.notify_cancelled(notice).await {
+                tracing::debug!(%error, "cannot tell the server that a call is cancelled");
+            }
+        });
+    }
 }
 
 /// How a call failed, before it is put in words for the cell.
@@ -713,6 +881,16 @@ impl ToolProvider for McpTools {
         call: ToolInvocation,
         cancellation: CancellationToken,
     ) -> Result<Value, String> {
+        self.call_tool_with_progress(call, cancellation, ToolProgress::ignored())
+            .await
+    }
+
+    async fn call_tool_with_progress(
+        &self,
+        call: ToolInvocation,
+        cancellation: CancellationToken,
+        progress: ToolProgress,
+    ) -> Result<Value, String> {
         let global_name = call.name.global_name();
         let arguments: Option<Map<String, Value>> = match call.input {
             None | Some(Value::Null) => None,
@@ -728,6 +906,12 @@ impl ToolProvider for McpTools {
         if let Some(arguments) = arguments {
             params = params.with_arguments(arguments);
         }
+        // The server's progress notifications for this call reach the cell's watchers.
+        let progress = CallProgress {
+            progress,
+            tool: global_name.clone(),
+            routes: std::sync::Mutex::new(Vec::new()),
+        };
         // A request that could not be sent never reached the server: reconnect and send it once
         // more. A connection that closed after sending is not retried (the call may have run).
         let mut attempts_left = 2;
@@ -736,7 +920,7 @@ impl ToolProvider for McpTools {
             let (peer, generation) = self.client().await?;
             // Dropping the request (on cancellation or timeout) tells the server to cancel it.
             let answer = tokio::select! {
-                answer = tokio::time::timeout(self.config.call_timeout, self.call_once(&peer, &params)) => answer,
+                answer = tokio::time::timeout(self.config.call_timeout, self.call_once(&peer, &params, &progress)) => answer,
                 _ = cancellation.cancelled() => return Err(format!("tools.{global_name} was cancelled")),
             };
             match answer {
@@ -1125,6 +1309,19 @@ mod tests {
             "MCP error -32601: a task, quoted in a successful result",
         )]);
         assert!(!refused_outside_a_task(&success));
+    }
+
+    #[test]
+    fn progress_reads_as_the_tool_its_count_and_its_message() {
+        assert_eq!(
+            progress_text("fs__copy", 1.0, Some(4.0), Some("copying".to_owned())),
+            "tools.fs__copy: 1/4 copying"
+        );
+        assert_eq!(progress_text("x", 0.5, None, None), "tools.x: 0.5");
+        assert_eq!(
+            progress_text("x", 2.0, None, Some("  ".to_owned())),
+            "tools.x: 2"
+        );
     }
 
     #[test]
