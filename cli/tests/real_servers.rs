@@ -285,3 +285,66 @@ async fn a_downstream_tools_progress_reaches_the_client_waiting_on_the_cell() {
     }
     client.cancel().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn terminating_a_cell_cancels_the_task_of_a_tool_that_runs_only_as_a_task() {
+    let servers = mcp_servers::install(&mcp_servers::workspace_root()).unwrap_or_else(|error| {
+        panic!("the real MCP servers could not be installed from their registries: {error}")
+    });
+    let folder = codemode_test_support::scratch_folder("real-servers-task-cancel");
+    let config_path = folder.join("mcp.json");
+    let config = json!({"mcpServers": {
+        "everything": {"command": servers.npm_program("mcp-server-everything"), "args": ["stdio"]}
+    }});
+    std::fs::write(&config_path, config.to_string()).unwrap();
+    let command = tokio::process::Command::new(CODEMODE).configure(|command| {
+        command
+            .arg("mcp")
+            .arg("--config")
+            .arg(&config_path)
+            .env("CODEMODE_LOG", "codemode_host_adapters=info");
+    });
+    let (transport, stderr) = TokioChildProcess::builder(command)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let client = within("connect", ().serve(transport))
+        .await
+        .expect("codemode initialises");
+    // simulate_research_query runs only as a task (2025-11-25) and takes seconds: the cell is
+    // still awaiting it when it yields, and is terminated then.
+    let params = CallToolRequestParams::new("exec").with_arguments(
+        json!({"code": "await tools.everything__simulate_research_query({ topic: 'rust' })", "yield_time_ms": 1500})
+            .as_object()
+            .unwrap()
+            .clone(),
+    );
+    let running = text_of(&within("exec", client.call_tool(params)).await.unwrap());
+    let cell_id = running
+        .lines()
+        .next()
+        .and_then(|line| line.strip_prefix("Script running with cell ID "))
+        .unwrap_or_else(|| panic!("{running}"))
+        .to_owned();
+    let params = CallToolRequestParams::new("wait").with_arguments(
+        json!({"cell_id": cell_id, "terminate": true})
+            .as_object()
+            .unwrap()
+            .clone(),
+    );
+    let terminated = text_of(&within("terminate", client.call_tool(params)).await.unwrap());
+    assert!(terminated.starts_with("Script terminated"), "{terminated}");
+    // The downstream server accepted the cancellation of the task.
+    within("the task is cancelled", async {
+        use tokio::io::AsyncBufReadExt;
+        let mut lines = tokio::io::BufReader::new(stderr.unwrap()).lines();
+        while let Some(line) = lines.next_line().await.unwrap() {
+            if line.contains("cancelled the task of a call the cell no longer waits for") {
+                return;
+            }
+        }
+        panic!("codemode ended before it cancelled the task");
+    })
+    .await;
+    client.cancel().await.unwrap();
+}

@@ -821,8 +821,14 @@ impl Drop for CancelTaskOnDrop {
                     .await
                     .map(drop),
             };
-            if let Err(error) = sent {
-                tracing::debug!(%task_id, %error, "cannot cancel the task of an abandoned call");
+            match sent {
+                Ok(()) => tracing::info!(
+                    %task_id,
+                    "cancelled the task of a call the cell no longer waits for"
+                ),
+                Err(error) => {
+                    tracing::debug!(%task_id, %error, "cannot cancel the task of an abandoned call")
+                }
             }
         });
     }
