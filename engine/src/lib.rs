@@ -20,6 +20,7 @@
 
 mod channel;
 pub mod globals;
+pub mod script;
 pub mod timers;
 
 use std::fmt;

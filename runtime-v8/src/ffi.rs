@@ -15,6 +15,8 @@ use std::marker::PhantomData;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::{Arc, Mutex, OnceLock};
 
+use codemode_engine::script::{Host, HostReply, ModuleState, RunStatus};
+
 #[repr(C)]
 struct RawRuntime {
     _opaque: [u8; 0],
@@ -245,43 +247,6 @@ impl ThreadCpuClock {
             .ok()
             .map(std::time::Duration::from_nanos)
     }
-}
-
-/// How a call that ran JavaScript ended.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum RunStatus {
-    Ok,
-    /// JavaScript threw; the formatted error text.
-    Exception(String),
-    /// Execution was terminated: by a terminator, a host reply, or the heap limit.
-    Terminated,
-}
-
-/// The state of the module's evaluation promise.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ModuleState {
-    Pending,
-    Fulfilled,
-    Rejected(String),
-}
-
-/// What the host answers to one host call from JavaScript.
-#[derive(Debug)]
-pub enum HostReply {
-    Undefined,
-    String(String),
-    /// Throw an `Error` with this message.
-    Throw(String),
-    /// Terminate execution at once.
-    Terminate,
-}
-
-/// The Rust side of the host-call entry point.
-pub trait Host {
-    /// `host(op, a?, b?)` from the bootstrap; `a` and `b` are `None` when JavaScript passed
-    /// `undefined`. The bytes are V8's UTF-8, in which a lone surrogate is its own three bytes
-    /// (decode with `codemode_engine::globals::JsString`).
-    fn call(&mut self, op: i32, a: Option<&[u8]>, b: Option<&[u8]>) -> HostReply;
 }
 
 /// What the shim reads through `host_data`: the host and the buffer that keeps the last string

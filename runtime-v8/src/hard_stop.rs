@@ -92,7 +92,7 @@ pub(crate) fn running(call_id: &str) -> RunningCell {
 }
 
 /// Clears the running cell of its thread on drop.
-pub(crate) struct RunningCell(());
+pub struct RunningCell(());
 
 impl Drop for RunningCell {
     fn drop(&mut self) {

@@ -2,9 +2,10 @@
 //!
 //! V8 is the system's (Debian's libnode108, V8 10.2), reached through a narrow C++ shim
 //! (`shim/shim.cc`) whose safe face is `ffi`: all `unsafe` code of the project lives there. The
-//! globals are installed by a JavaScript bootstrap (`js/bootstrap.js`) that calls back into
-//! Rust through one host-call entry point (`host`); the runtime thread (`thread`) drives the
-//! module, microtasks, timers, tool results and the pending frontier.
+//! globals are installed by the JavaScript bootstrap of `codemode_engine::script`, which calls
+//! back into Rust through one host-call entry point; the engine-independent runtime thread of that
+//! module drives the module, microtasks, timers, tool results and the pending frontier, through
+//! the [`codemode_engine::script::ScriptRuntime`] this crate implements for V8 (`script`).
 //!
 //! This crate knows nothing of cell actors, sessions or tools beyond their definitions: it speaks
 //! only the channels of `codemode_engine`.
@@ -13,17 +14,13 @@
 
 mod ffi;
 mod hard_stop;
-mod host;
-mod pool;
-mod thread;
+mod script;
 mod watchdog;
 
 use std::sync::Arc;
-use std::sync::mpsc;
 
-use codemode_engine::{
-    CellStart, Engine, EngineError, EngineHandles, EventSender, TerminateHandle,
-};
+use codemode_engine::script::{CellHost, WarmPool};
+use codemode_engine::{CellStart, Engine, EngineError, EngineHandles, EventSender};
 use codemode_protocol::limits::DEFAULT_HEAP_LIMIT_BYTES;
 
 pub use crate::hard_stop::{HardStop, HardStopReason, set_hard_stop_hook};
@@ -43,8 +40,8 @@ pub const NATIVE_ATTACK_PROBE: Option<fn(&str, &str) -> Result<String, String>> 
         None
     }
 };
-use crate::pool::WarmPool;
-use crate::thread::{CellTerminator, TerminateTarget, ThreadContext};
+/// One V8 runtime as the engine-independent runtime thread drives it.
+type Runtime = ffi::V8Runtime<CellHost>;
 
 /// How many pre-warmed runtimes an engine keeps ready by default (pre-warming).
 pub const DEFAULT_WARM_RUNTIMES: usize = 2;
@@ -58,9 +55,14 @@ pub(crate) const RUNTIME_THREAD_STACK_BYTES: usize = 8 * 1024 * 1024;
 /// cell's start is compared with.
 pub fn bare_isolate_cycle() -> Result<std::time::Duration, String> {
     struct NoHost;
-    impl ffi::Host for NoHost {
-        fn call(&mut self, _op: i32, _a: Option<&[u8]>, _b: Option<&[u8]>) -> ffi::HostReply {
-            ffi::HostReply::Undefined
+    impl codemode_engine::script::Host for NoHost {
+        fn call(
+            &mut self,
+            _op: i32,
+            _a: Option<&[u8]>,
+            _b: Option<&[u8]>,
+        ) -> codemode_engine::script::HostReply {
+            codemode_engine::script::HostReply::Undefined
         }
     }
     let started = std::time::Instant::now();
@@ -103,7 +105,7 @@ pub fn v8_version() -> String {
 pub struct V8Engine {
     fault_injection: bool,
     /// Runtimes created ahead of their cells; `None` when pre-warming is off.
-    pool: Option<Arc<WarmPool>>,
+    pool: Option<Arc<WarmPool<Runtime>>>,
 }
 
 impl Default for V8Engine {
@@ -155,8 +157,14 @@ impl V8Engine {
         heap_limit_bytes: usize,
         fault_injection: bool,
     ) -> Self {
-        let pool = (warm_runtimes > 0 && ffi::initialize().is_ok())
-            .then(|| WarmPool::new(warm_runtimes, heap_limit_bytes, fault_injection));
+        let pool = (warm_runtimes > 0 && ffi::initialize().is_ok()).then(|| {
+            WarmPool::new(
+                warm_runtimes,
+                heap_limit_bytes,
+                fault_injection,
+                RUNTIME_THREAD_STACK_BYTES,
+            )
+        });
         V8Engine {
             fault_injection,
             pool,
@@ -172,37 +180,12 @@ impl Engine for V8Engine {
     fn start(&self, cell: CellStart, events: EventSender) -> Result<EngineHandles, EngineError> {
         codemode_engine::check_heap_limit(cell.limits.heap_limit_bytes)?;
         ffi::initialize().map_err(EngineError::Unavailable)?;
-        let (command_tx, command_rx) = mpsc::channel();
-        let (control_tx, control_rx) = mpsc::channel();
-        let target = Arc::new(TerminateTarget::default());
-        let context = ThreadContext {
+        codemode_engine::script::start_cell::<Runtime>(
+            self.pool.as_deref(),
+            cell,
             events,
-            commands: command_rx,
-            control: control_rx,
-            terminate: Arc::clone(&target),
-            test_hooks: self.fault_injection,
-        };
-        let cold = match &self.pool {
-            Some(pool) => pool.dispatch(Box::new((cell, context))).err(),
-            None => Some(Box::new((cell, context))),
-        };
-        if let Some(job) = cold {
-            let (cell, context) = *job;
-            std::thread::Builder::new()
-                .name(format!("codemode-cell-{}", cell.call_id))
-                .stack_size(RUNTIME_THREAD_STACK_BYTES)
-                .spawn(move || thread::run(cell, context))
-                .map_err(EngineError::Thread)?;
-        }
-        let terminator = CellTerminator {
-            target,
-            commands: command_tx.clone(),
-            control: control_tx.clone(),
-        };
-        Ok(EngineHandles {
-            commands: command_tx.into(),
-            control: control_tx.into(),
-            terminate: TerminateHandle::new(Arc::new(terminator)),
-        })
+            self.fault_injection,
+            RUNTIME_THREAD_STACK_BYTES,
+        )
     }
 }

@@ -43,7 +43,7 @@ struct Watchdog {
 }
 
 /// A cell thread under watch; unregisters on drop.
-pub(crate) struct Watch {
+pub struct Watch {
     key: u64,
     exceeded: Arc<AtomicBool>,
 }

@@ -11,16 +11,12 @@
 //! start 2.8 times slower than cold). Dropping the last handle to the pool ends the idle threads,
 //! which dispose of their isolates.
 
-#![forbid(unsafe_code)]
-
 use std::sync::mpsc::{Receiver, Sender, channel};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use codemode_engine::CellStart;
-
-use crate::RUNTIME_THREAD_STACK_BYTES;
-use crate::thread::{self, ThreadContext, WarmRuntime};
+use super::driver::{self, ScriptRuntime, ThreadContext, WarmRuntime};
+use crate::CellStart;
 
 /// How long a replacement waits before creating its isolate: creating one while the cell that
 /// took its predecessor starts competes with that cell for the CPU (measured: it cost about half
@@ -28,26 +24,44 @@ use crate::thread::{self, ThreadContext, WarmRuntime};
 const REFILL_DELAY: Duration = Duration::from_millis(10);
 
 /// A cell handed to a warm thread (boxed: it is large, and moves through a channel).
-pub(crate) type Job = Box<(CellStart, ThreadContext)>;
+pub type Job<R> = Box<(CellStart, ThreadContext<<R as ScriptRuntime>::Terminator>)>;
 
-#[derive(Debug)]
-pub(crate) struct WarmPool {
+/// Threads that have created their runtime and wait for a cell.
+pub struct WarmPool<R: ScriptRuntime> {
     size: usize,
     heap_limit_bytes: usize,
     test_hooks: bool,
+    stack_bytes: usize,
     /// One sender per warm thread whose runtime is ready and which waits for a cell.
-    idle: Mutex<Vec<Sender<Job>>>,
+    idle: Mutex<Vec<Sender<Job<R>>>>,
     /// Threads started and still creating their runtime (counted against `size`).
     warming: std::sync::atomic::AtomicUsize,
 }
 
-impl WarmPool {
-    /// A pool that keeps `size` warm threads with `heap_limit_bytes` heaps.
-    pub(crate) fn new(size: usize, heap_limit_bytes: usize, test_hooks: bool) -> Arc<Self> {
+impl<R: ScriptRuntime> std::fmt::Debug for WarmPool<R> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WarmPool")
+            .field("size", &self.size)
+            .field("heap_limit_bytes", &self.heap_limit_bytes)
+            .field("ready", &self.ready())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<R: ScriptRuntime> WarmPool<R> {
+    /// A pool that keeps `size` warm threads with `heap_limit_bytes` heaps, each with a stack of
+    /// `stack_bytes`.
+    pub fn new(
+        size: usize,
+        heap_limit_bytes: usize,
+        test_hooks: bool,
+        stack_bytes: usize,
+    ) -> Arc<Self> {
         let pool = Arc::new(WarmPool {
             size,
             heap_limit_bytes,
             test_hooks,
+            stack_bytes,
             idle: Mutex::new(Vec::new()),
             warming: std::sync::atomic::AtomicUsize::new(0),
         });
@@ -59,7 +73,7 @@ impl WarmPool {
 
     /// Hands `job` to a warm thread; gives it back when none can take it (the cold path then
     /// runs it).
-    pub(crate) fn dispatch(&self, job: Job) -> Result<(), Job> {
+    pub fn dispatch(&self, job: Job<R>) -> Result<(), Job<R>> {
         if job.0.limits.heap_limit_bytes != self.heap_limit_bytes {
             return Err(job);
         }
@@ -77,11 +91,11 @@ impl WarmPool {
     }
 
     /// How many warm runtimes are ready for a cell now.
-    pub(crate) fn ready(&self) -> usize {
+    pub fn ready(&self) -> usize {
         self.lock_idle().len()
     }
 
-    fn lock_idle(&self) -> std::sync::MutexGuard<'_, Vec<Sender<Job>>> {
+    fn lock_idle(&self) -> std::sync::MutexGuard<'_, Vec<Sender<Job<R>>>> {
         self.idle
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -102,7 +116,7 @@ impl WarmPool {
         let test_hooks = self.test_hooks;
         let spawned = std::thread::Builder::new()
             .name("codemode-cell-warm".into())
-            .stack_size(RUNTIME_THREAD_STACK_BYTES)
+            .stack_size(self.stack_bytes)
             .spawn(move || {
                 std::thread::sleep(delay);
                 warm_thread(heap_limit_bytes, test_hooks, pool)
@@ -114,7 +128,7 @@ impl WarmPool {
 
     /// A warm thread's runtime is ready (or could not be made): it stops counting as warming,
     /// and, when ready, offers itself for work.
-    fn warmed(&self, ready: Option<Sender<Job>>) {
+    fn warmed(&self, ready: Option<Sender<Job<R>>>) {
         let mut idle = self.lock_idle();
         self.warming
             .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
@@ -126,8 +140,12 @@ impl WarmPool {
 
 /// A warm thread: creates its runtime, offers itself to the pool, waits for a cell, starts its
 /// replacement, runs the cell.
-fn warm_thread(heap_limit_bytes: usize, test_hooks: bool, pool: Weak<WarmPool>) {
-    let warm = WarmRuntime::create(heap_limit_bytes, test_hooks);
+fn warm_thread<R: ScriptRuntime>(
+    heap_limit_bytes: usize,
+    test_hooks: bool,
+    pool: Weak<WarmPool<R>>,
+) {
+    let warm = WarmRuntime::<R>::create(heap_limit_bytes, test_hooks);
     let Some(offered_to) = pool.upgrade() else {
         return;
     };
@@ -135,7 +153,7 @@ fn warm_thread(heap_limit_bytes: usize, test_hooks: bool, pool: Weak<WarmPool>) 
         offered_to.warmed(None);
         return;
     };
-    let (sender, jobs): (Sender<Job>, Receiver<Job>) = channel();
+    let (sender, jobs): (Sender<Job<R>>, Receiver<Job<R>>) = channel();
     offered_to.warmed(Some(sender));
     drop(offered_to);
     let Ok(job) = jobs.recv() else {
@@ -148,5 +166,5 @@ fn warm_thread(heap_limit_bytes: usize, test_hooks: bool, pool: Weak<WarmPool>) 
         pool.add_thread(REFILL_DELAY);
     }
     debug_assert_eq!(warm.heap_limit_bytes(), cell.limits.heap_limit_bytes);
-    thread::run_warm(warm, cell, context);
+    driver::run_warm(warm, cell, context);
 }

@@ -1,18 +1,35 @@
 //! The Rust side of the bootstrap's `host(op, a?, b?)`: turns each call of a global into an event,
-//! an answer, or a refusal, by way of the engine-independent rules in `codemode_engine::globals`.
+//! an answer, or a refusal, by way of the engine-independent rules in [`crate::globals`].
 //!
 //! State: the cell's [`CellGlobals`] (tool-call ids, stored values and writes), its timer table, the
 //! event sender, and what the cell asked of the runtime thread (exit, or that nobody listens).
 
-#![forbid(unsafe_code)]
-
 use std::time::Instant;
 
-use codemode_engine::globals::{self, CellGlobals, JsString, Refusal};
-use codemode_engine::timers::{Timers, normalize_delay};
-use codemode_engine::{EventSender, RuntimeEvent};
+use crate::globals::{self, CellGlobals, JsString, Refusal};
+use crate::timers::{Timers, normalize_delay};
+use crate::{EventSender, RuntimeEvent};
 
-use crate::ffi::{Host, HostReply};
+/// What the host answers to one host call from JavaScript.
+#[derive(Debug)]
+pub enum HostReply {
+    /// Return `undefined`.
+    Undefined,
+    /// Return this string.
+    String(String),
+    /// Throw an `Error` with this message.
+    Throw(String),
+    /// Terminate execution at once.
+    Terminate,
+}
+
+/// The Rust side of the host-call entry point, as an engine's runtime calls it.
+pub trait Host {
+    /// `host(op, a?, b?)` from the bootstrap; `a` and `b` are `None` when JavaScript passed
+    /// `undefined`. The bytes are the engine's UTF-8, in which a lone surrogate may be its own
+    /// three bytes (decoded with [`JsString`]).
+    fn call(&mut self, op: i32, a: Option<&[u8]>, b: Option<&[u8]>) -> HostReply;
+}
 
 // The ops of the bootstrap (js/bootstrap.js uses the same numbers).
 const OP_TEXT: i32 = 1;
@@ -26,31 +43,39 @@ const OP_EXIT: i32 = 8;
 const OP_TOOL_CALL: i32 = 9;
 const OP_SET_TIMEOUT: i32 = 10;
 const OP_CLEAR_TIMEOUT: i32 = 11;
+/// The op of `__codemode_test_panic()`, a global that exists only with test hooks on.
 #[cfg(feature = "test-hooks")]
 const OP_TEST_PANIC: i32 = 99;
 
 /// Why the host stopped the cell's JavaScript from inside a host call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum HostStop {
+#[non_exhaustive]
+pub enum HostStop {
     /// The cell called `exit()`.
     Exit,
     /// The event receiver is gone: nobody will ever read this cell's output.
     Abandoned,
 }
 
+/// The host of one cell's bootstrap: the cell's globals, timers and events.
 #[derive(Debug)]
-pub(crate) struct CellHost {
-    pub(crate) globals: CellGlobals,
-    pub(crate) timers: Timers,
+pub struct CellHost {
+    /// The cell's globals: tool calls, stored values.
+    pub globals: CellGlobals,
+    /// The cell's timers.
+    pub timers: Timers,
     events: EventSender,
     /// The first reason the host stopped the cell, if it did.
-    pub(crate) stop: Option<HostStop>,
+    pub stop: Option<HostStop>,
+    /// Whether the test-only ops answer (an engine built with its test hooks sets this).
     #[cfg_attr(not(feature = "test-hooks"), allow(dead_code))]
     test_hooks: bool,
 }
 
 impl CellHost {
-    pub(crate) fn new(globals: CellGlobals, events: EventSender, test_hooks: bool) -> Self {
+    /// The host of a cell with these globals, sending its events to `events`; `test_hooks` makes
+    /// the test-only ops answer (only engines built for tests pass true).
+    pub fn new(globals: CellGlobals, events: EventSender, test_hooks: bool) -> Self {
         CellHost {
             globals,
             timers: Timers::default(),
@@ -62,13 +87,13 @@ impl CellHost {
 
     /// Lets go of the cell's event sender (a closed one takes its place), so that the cell's
     /// owner sees its events end while the runtime is still being disposed of.
-    pub(crate) fn release_events(&mut self) {
-        let (closed, _) = codemode_engine::event_channel(None);
+    pub fn release_events(&mut self) {
+        let (closed, _) = crate::event_channel(None);
         self.events = closed;
     }
 
     /// Sends an event; returns false (and records that the cell is abandoned) if nobody listens.
-    pub(crate) fn emit(&mut self, event: RuntimeEvent) -> bool {
+    pub fn emit(&mut self, event: RuntimeEvent) -> bool {
         if self.events.send_blocking(event).is_ok() {
             return true;
         }

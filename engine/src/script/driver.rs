@@ -1,5 +1,5 @@
-//! The runtime thread of one V8 cell: owns the isolate, evaluates the module, and runs the cell's
-//! event loop (tool results, timers, pending frontier) until the cell ends.
+//! The runtime thread of one cell of a [`ScriptRuntime`]: owns the runtime, evaluates the module,
+//! and runs the cell's event loop (tool results, timers, pending frontier) until the cell ends.
 //!
 //! The loop, after evaluating the module and after every step (a command, a timer): run microtasks,
 //! see whether the cell ended (terminated, exited, out of heap, settled), run a due timer, or take a
@@ -7,10 +7,8 @@
 //! [`RuntimeEvent::Pending`] once per idle spell and, when pausing, blocks on the control channel.
 //!
 //! Termination reaches the thread three ways, all idempotent: the [`TerminateTarget`] flag checked
-//! between steps, `TerminateExecution` for JavaScript that is running, and `Terminate` messages that
-//! wake a thread blocked on either channel.
-
-#![forbid(unsafe_code)]
+//! between steps, the runtime's terminator for JavaScript that is running, and `Terminate`
+//! messages that wake a thread blocked on either channel.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -18,23 +16,103 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, TryRecvError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use codemode_engine::globals::CellGlobals;
-use codemode_engine::{
-    CellStart, EventSender, PendingMode, RuntimeCommand, RuntimeControl, RuntimeEvent, Terminate,
-};
 use serde::Serialize;
 
-use crate::ffi::{IsolateTerminator, ModuleState, RunStatus, V8Runtime};
-use crate::host::{CellHost, HostStop};
-use crate::watchdog::{self, Watch};
+use super::host::{CellHost, HostStop};
+use crate::globals::CellGlobals;
+use crate::{
+    CellStart, EventSender, PendingMode, RuntimeCommand, RuntimeControl, RuntimeEvent, Terminate,
+};
 
-const BOOTSTRAP_JS: &str = include_str!("../js/bootstrap.js");
+/// The bootstrap every script engine runs in a fresh runtime: a script that evaluates to an
+/// installer function `(host, config) => dispatch`. It installs the globals over `host(op, a?, b?)`
+/// (answered by [`CellHost`]) and returns the dispatcher the runtime thread calls with
+/// `(kind, id, payload)`.
+pub const BOOTSTRAP_JS: &str = include_str!("../../js/bootstrap.js");
+
+/// The resource name the bootstrap script is compiled under; its frames are never the cell's.
+pub const BOOTSTRAP_RESOURCE_NAME: &str = "codemode:bootstrap";
+
+/// The resource name of the cell's module: error positions read `cell.js:LINE:COLUMN`.
+pub const CELL_RESOURCE_NAME: &str = "cell.js";
 
 // The kinds of the bootstrap's dispatcher.
 const DISPATCH_RESOLVE: i32 = 1;
 const DISPATCH_REJECT: i32 = 2;
 const DISPATCH_TIMER: i32 = 3;
 const DISPATCH_INSTALL_TOOLS: i32 = 4;
+
+/// How a call that ran JavaScript ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RunStatus {
+    /// It returned.
+    Ok,
+    /// It threw; the error text of the globals contract (the value, then `at cell.js:L:C`).
+    Exception(String),
+    /// Execution was terminated: by a terminator, a host reply, or a limit.
+    Terminated,
+}
+
+/// The state of the module's evaluation promise.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ModuleState {
+    /// Not settled yet.
+    Pending,
+    /// The module ran to its end.
+    Fulfilled,
+    /// The module threw or rejected; the error text.
+    Rejected(String),
+}
+
+/// Stops a runtime's JavaScript from any thread: what a [`ScriptRuntime`] hands out so that a
+/// terminate handle can reach JavaScript that is running. A no-op once its runtime is gone.
+pub trait ScriptTerminator: Clone + Send + Sync + std::fmt::Debug + 'static {
+    /// Stops the JavaScript running now, and any the runtime would run later.
+    fn terminate(&self);
+}
+
+/// Watches a cell's CPU time; dropped (before its runtime) when the cell ends.
+pub trait CpuWatch {
+    /// Whether the budget ran out and the cell was stopped for it.
+    fn exceeded(&self) -> bool;
+}
+
+/// One JavaScript runtime that runs the bootstrap and one cell's module: the engine-specific half
+/// of a script engine. The runtime thread ([`run`], [`run_warm`]) drives it.
+pub trait ScriptRuntime: Sized + 'static {
+    /// Stops this runtime's JavaScript from another thread.
+    type Terminator: ScriptTerminator;
+    /// Watches the CPU time of the cell running on this thread.
+    type CpuWatch: CpuWatch;
+    /// Marks the calling thread as running a cell, for as long as it lives.
+    type CellGuard;
+
+    /// Creates a runtime with a heap limit, on the calling thread (the one that will run it).
+    fn create(heap_limit_bytes: usize, host: CellHost) -> Result<Self, String>;
+    /// The host its `host(...)` calls reach.
+    fn host(&mut self) -> &mut CellHost;
+    /// A terminator for this runtime.
+    fn terminator(&self) -> Self::Terminator;
+    /// Whether a host call panicked (the runtime was stopped then).
+    fn host_panicked(&self) -> bool;
+    /// Whether the heap limit stopped the runtime.
+    fn heap_limit_hit(&self) -> bool;
+    /// Runs the bootstrap script `source` (an installer) with the host function and `config`
+    /// (JSON), and keeps the dispatcher it returns.
+    fn bootstrap(&mut self, source: &str, config: &str) -> RunStatus;
+    /// Compiles and evaluates the cell's source as an ES module named [`CELL_RESOURCE_NAME`].
+    fn evaluate_module(&mut self, source: &str) -> RunStatus;
+    /// Calls the dispatcher with `(kind, id, payload)`.
+    fn dispatch(&mut self, kind: i32, id: &str, payload: Option<&str>) -> RunStatus;
+    /// Runs every queued microtask (promise job).
+    fn run_microtasks(&mut self) -> RunStatus;
+    /// The state of the module's evaluation.
+    fn module_state(&mut self) -> ModuleState;
+    /// Puts the calling thread's cell under a CPU budget; fails when it cannot be enforced.
+    fn watch_cpu(&self, budget: Duration, call_id: String) -> Result<Self::CpuWatch, String>;
+    /// Marks the calling thread as running the cell `call_id`.
+    fn enter_cell(call_id: &str) -> Self::CellGuard;
+}
 
 /// The error of a cell that awaits a promise nothing can settle (Node reports the same case as an
 /// unsettled top-level await).
@@ -50,24 +128,33 @@ struct BootstrapConfig {
     test_hooks: bool,
 }
 
-/// The state a [`codemode_engine::TerminateHandle`] shares with the runtime thread.
-#[derive(Debug, Default)]
-pub(crate) struct TerminateTarget {
+/// The state a [`crate::TerminateHandle`] shares with the runtime thread.
+#[derive(Debug)]
+pub struct TerminateTarget<T> {
     requested: AtomicBool,
-    /// The isolate's terminator while it is alive; the thread attaches and detaches it.
-    isolate: Mutex<Option<IsolateTerminator>>,
+    /// The runtime's terminator while it is alive; the thread attaches and detaches it.
+    runtime: Mutex<Option<T>>,
 }
 
-impl TerminateTarget {
+impl<T> Default for TerminateTarget<T> {
+    fn default() -> Self {
+        TerminateTarget {
+            requested: AtomicBool::new(false),
+            runtime: Mutex::new(None),
+        }
+    }
+}
+
+impl<T: ScriptTerminator> TerminateTarget<T> {
     fn requested(&self) -> bool {
         self.requested.load(Ordering::SeqCst)
     }
 
-    /// Makes the live isolate reachable by `terminate`. If termination was requested before, the
-    /// isolate is terminated at once, so that no JavaScript of this cell ever runs.
-    fn attach(&self, terminator: IsolateTerminator) {
+    /// Makes the live runtime reachable by `terminate`. If termination was requested before, the
+    /// runtime is terminated at once, so that no JavaScript of this cell ever runs.
+    fn attach(&self, terminator: T) {
         let mut isolate = self
-            .isolate
+            .runtime
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
         if self.requested() {
@@ -77,7 +164,7 @@ impl TerminateTarget {
     }
 
     fn detach(&self) {
-        self.isolate
+        self.runtime
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
             .take();
@@ -86,7 +173,7 @@ impl TerminateTarget {
     fn request(&self) {
         // The flag is set under the lock so that `attach` cannot miss it.
         let isolate = self
-            .isolate
+            .runtime
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
         self.requested.store(true, Ordering::SeqCst);
@@ -100,13 +187,16 @@ impl TerminateTarget {
 /// The runtime thread itself holds only the target, so dropping every handle and sender still
 /// disconnects its channels.
 #[derive(Debug)]
-pub(crate) struct CellTerminator {
-    pub(crate) target: Arc<TerminateTarget>,
-    pub(crate) commands: Sender<RuntimeCommand>,
-    pub(crate) control: Sender<RuntimeControl>,
+pub struct CellTerminator<T> {
+    /// The shared target.
+    pub target: Arc<TerminateTarget<T>>,
+    /// Wakes a thread blocked on commands.
+    pub commands: Sender<RuntimeCommand>,
+    /// Wakes a thread paused at its pending frontier.
+    pub control: Sender<RuntimeControl>,
 }
 
-impl Terminate for CellTerminator {
+impl<T: ScriptTerminator> Terminate for CellTerminator<T> {
     fn terminate(&self) {
         self.target.request();
         let _ = self.commands.send(RuntimeCommand::Terminate);
@@ -115,23 +205,35 @@ impl Terminate for CellTerminator {
 }
 
 /// The channels and shared state the runtime thread runs with.
-pub(crate) struct ThreadContext {
-    pub(crate) events: EventSender,
-    pub(crate) commands: Receiver<RuntimeCommand>,
-    pub(crate) control: Receiver<RuntimeControl>,
-    pub(crate) terminate: Arc<TerminateTarget>,
-    pub(crate) test_hooks: bool,
+#[derive(Debug)]
+pub struct ThreadContext<T> {
+    /// Where the cell's events go.
+    pub events: EventSender,
+    /// The cell's commands.
+    pub commands: Receiver<RuntimeCommand>,
+    /// The pending-frontier controls.
+    pub control: Receiver<RuntimeControl>,
+    /// What terminate handles reach.
+    pub terminate: Arc<TerminateTarget<T>>,
+    /// Whether the bootstrap installs its test-only globals.
+    pub test_hooks: bool,
 }
 
 /// The body of a cell's runtime thread on the cold path: creates the runtime, then runs the cell.
 /// Never panics: a panic becomes [`RuntimeEvent::ThreadPanicked`].
-pub(crate) fn run(cell: CellStart, context: ThreadContext) {
-    report(context.events.clone(), || CellThread::run(cell, context));
+pub fn run<R: ScriptRuntime>(cell: CellStart, context: ThreadContext<R::Terminator>) {
+    report::<R>(context.events.clone(), || {
+        CellThread::<R>::run(cell, context)
+    });
 }
 
 /// Runs a cell on a runtime warmed earlier on this thread.
-pub(crate) fn run_warm(warm: WarmRuntime, cell: CellStart, context: ThreadContext) {
-    report(context.events.clone(), || {
+pub fn run_warm<R: ScriptRuntime>(
+    warm: WarmRuntime<R>,
+    cell: CellStart,
+    context: ThreadContext<R::Terminator>,
+) {
+    report::<R>(context.events.clone(), || {
         if context.events.send_blocking(RuntimeEvent::Started).is_err() {
             return (Ending::Abandoned, None);
         }
@@ -143,7 +245,7 @@ pub(crate) fn run_warm(warm: WarmRuntime, cell: CellStart, context: ThreadContex
 /// runtime the body hands back is disposed of only after that: disposing of an isolate takes
 /// about as long as running a small cell (unmapping its heap), and the cell's owner need not wait
 /// for it.
-fn report(events: EventSender, body: impl FnOnce() -> (Ending, Option<Disposal>)) {
+fn report<R: ScriptRuntime>(events: EventSender, body: impl FnOnce() -> (Ending, Option<R>)) {
     let outcome = catch_unwind(AssertUnwindSafe(body));
     let (ending, disposal) = outcome.unwrap_or((Ending::Panicked, None));
     let event = match ending {
@@ -171,9 +273,6 @@ fn report(events: EventSender, body: impl FnOnce() -> (Ending, Option<Disposal>)
     drop(disposal);
 }
 
-/// A runtime whose cell has ended, to dispose of once the owner knows how it ended.
-type Disposal = V8Runtime<CellHost>;
-
 /// How a cell's thread ends.
 enum Ending {
     Finished {
@@ -199,11 +298,11 @@ enum EndReason {
     Panicked,
 }
 
-struct CellThread {
-    runtime: V8Runtime<CellHost>,
+struct CellThread<R: ScriptRuntime> {
+    runtime: R,
     commands: Receiver<RuntimeCommand>,
     control: Receiver<RuntimeControl>,
-    terminate: Arc<TerminateTarget>,
+    terminate: Arc<TerminateTarget<R::Terminator>>,
     pending_mode: PendingMode,
     /// In pause mode: whether the next idle point pauses (set by `Resume` and
     /// `ObservePendingFrontier`, cleared by `Continue`).
@@ -211,31 +310,38 @@ struct CellThread {
     /// Whether `Pending` was already reported for the current idle spell.
     idle_reported: bool,
     heap_limit_bytes: usize,
-    /// The CPU budget's watch, when the cell has one; dropped before the isolate.
-    cpu_watch: Option<(Watch, Duration)>,
+    /// The CPU budget's watch, when the cell has one; dropped before the runtime.
+    cpu_watch: Option<(R::CpuWatch, Duration)>,
 }
 
-/// A runtime created ahead of its cell (pre-warming): the isolate and context exist and the bootstrap
-/// has run; the host is a placeholder until a cell arrives.
-pub(crate) struct WarmRuntime {
-    runtime: V8Runtime<CellHost>,
+/// A runtime created ahead of its cell (pre-warming): the runtime exists and the bootstrap has
+/// run; the host is a placeholder until a cell arrives.
+pub struct WarmRuntime<R> {
+    runtime: R,
     heap_limit_bytes: usize,
 }
 
-impl WarmRuntime {
-    /// Creates the isolate and context and runs the bootstrap, on the calling thread (which will
-    /// run the cell).
-    pub(crate) fn create(heap_limit_bytes: usize, test_hooks: bool) -> Result<Self, String> {
+impl<R> std::fmt::Debug for WarmRuntime<R> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WarmRuntime")
+            .field("heap_limit_bytes", &self.heap_limit_bytes)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<R: ScriptRuntime> WarmRuntime<R> {
+    /// Creates the runtime and runs the bootstrap, on the calling thread (which will run the
+    /// cell).
+    pub fn create(heap_limit_bytes: usize, test_hooks: bool) -> Result<Self, String> {
         // Nobody listens to the placeholder's events; the real host replaces it before any
         // JavaScript runs.
-        let (placeholder_events, _) = codemode_engine::event_channel(None);
+        let (placeholder_events, _) = crate::event_channel(None);
         let placeholder = CellHost::new(
             CellGlobals::new(String::new(), Vec::new(), Default::default()),
             placeholder_events,
             test_hooks,
         );
-        let mut runtime =
-            V8Runtime::new(heap_limit_bytes, placeholder).map_err(|error| error.to_string())?;
+        let mut runtime = R::create(heap_limit_bytes, placeholder)?;
         let config = serde_json::to_string(&BootstrapConfig { test_hooks })
             .map_err(|error| format!("cannot encode the bootstrap configuration: {error}"))?;
         match runtime.bootstrap(BOOTSTRAP_JS, &config) {
@@ -248,18 +354,19 @@ impl WarmRuntime {
         }
     }
 
-    pub(crate) fn heap_limit_bytes(&self) -> usize {
+    /// The heap limit it was created with.
+    pub fn heap_limit_bytes(&self) -> usize {
         self.heap_limit_bytes
     }
 }
 
-impl CellThread {
+impl<R: ScriptRuntime> CellThread<R> {
     /// Runs `cell` on a runtime created now (the cold path).
-    fn run(cell: CellStart, context: ThreadContext) -> (Ending, Option<Disposal>) {
+    fn run(cell: CellStart, context: ThreadContext<R::Terminator>) -> (Ending, Option<R>) {
         if context.events.send_blocking(RuntimeEvent::Started).is_err() {
             return (Ending::Abandoned, None);
         }
-        match WarmRuntime::create(cell.limits.heap_limit_bytes, context.test_hooks) {
+        match WarmRuntime::<R>::create(cell.limits.heap_limit_bytes, context.test_hooks) {
             Ok(warm) => CellThread::run_on(warm, cell, context),
             Err(error_text) => (
                 Ending::Finished {
@@ -274,10 +381,10 @@ impl CellThread {
     /// Runs `cell` on a runtime created earlier, after `Started` was sent; hands the runtime
     /// back for disposal, its events sender released.
     fn run_on(
-        warm: WarmRuntime,
+        warm: WarmRuntime<R>,
         cell: CellStart,
-        context: ThreadContext,
-    ) -> (Ending, Option<Disposal>) {
+        context: ThreadContext<R::Terminator>,
+    ) -> (Ending, Option<R>) {
         let ThreadContext {
             events,
             commands,
@@ -289,7 +396,7 @@ impl CellThread {
             mut runtime,
             heap_limit_bytes,
         } = warm;
-        let _running = crate::hard_stop::running(&cell.call_id);
+        let _running = R::enter_cell(&cell.call_id);
         let call_id = cell.call_id.clone();
         let globals = CellGlobals::new(cell.call_id, cell.enabled_tools, cell.stored_values)
             .with_max_tool_calls(cell.limits.max_tool_calls);
@@ -299,7 +406,7 @@ impl CellThread {
         terminate.attach(runtime.terminator());
         let cpu_watch = match cell.limits.cpu_time_limit {
             None => None,
-            Some(budget) => match watchdog::watch(budget, runtime.terminator(), call_id) {
+            Some(budget) => match runtime.watch_cpu(budget, call_id) {
                 Ok(watch) => Some((watch, budget)),
                 // A limit that cannot be enforced fails the cell rather than being ignored.
                 Err(error) => {
@@ -397,16 +504,16 @@ impl CellThread {
             None => {}
         }
         if self.runtime.heap_limit_hit() {
-            return Step::End(EndReason::Completed(Some(
-                codemode_engine::heap_limit_error(self.heap_limit_bytes),
-            )));
+            return Step::End(EndReason::Completed(Some(crate::heap_limit_error(
+                self.heap_limit_bytes,
+            ))));
         }
         if let Some((watch, budget)) = &self.cpu_watch
             && watch.exceeded()
         {
-            return Step::End(EndReason::Completed(Some(
-                codemode_engine::cpu_time_limit_error(*budget),
-            )));
+            return Step::End(EndReason::Completed(Some(crate::cpu_time_limit_error(
+                *budget,
+            ))));
         }
         match status {
             RunStatus::Ok => Step::Continue,

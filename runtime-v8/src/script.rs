@@ -1,0 +1,80 @@
+//! V8 as a [`ScriptRuntime`]: the engine-independent runtime thread, host and warm pool of
+//! `codemode_engine::script` drive a [`V8Runtime`] through this.
+
+#![forbid(unsafe_code)]
+
+use std::time::Duration;
+
+use codemode_engine::script::{
+    CellHost, CpuWatch, ModuleState, RunStatus, ScriptRuntime, ScriptTerminator,
+};
+
+use crate::ffi::{IsolateTerminator, V8Runtime};
+use crate::hard_stop::{self, RunningCell};
+use crate::watchdog::{self, Watch};
+
+impl ScriptTerminator for IsolateTerminator {
+    fn terminate(&self) {
+        IsolateTerminator::terminate(self);
+    }
+}
+
+impl CpuWatch for Watch {
+    fn exceeded(&self) -> bool {
+        Watch::exceeded(self)
+    }
+}
+
+impl ScriptRuntime for V8Runtime<CellHost> {
+    type Terminator = IsolateTerminator;
+    type CpuWatch = Watch;
+    type CellGuard = RunningCell;
+
+    fn create(heap_limit_bytes: usize, host: CellHost) -> Result<Self, String> {
+        V8Runtime::new(heap_limit_bytes, host).map_err(|error| error.to_string())
+    }
+
+    fn host(&mut self) -> &mut CellHost {
+        V8Runtime::host(self)
+    }
+
+    fn terminator(&self) -> IsolateTerminator {
+        V8Runtime::terminator(self)
+    }
+
+    fn host_panicked(&self) -> bool {
+        V8Runtime::host_panicked(self)
+    }
+
+    fn heap_limit_hit(&self) -> bool {
+        V8Runtime::heap_limit_hit(self)
+    }
+
+    fn bootstrap(&mut self, source: &str, config: &str) -> RunStatus {
+        V8Runtime::bootstrap(self, source, config)
+    }
+
+    fn evaluate_module(&mut self, source: &str) -> RunStatus {
+        V8Runtime::evaluate_module(self, source)
+    }
+
+    fn dispatch(&mut self, kind: i32, id: &str, payload: Option<&str>) -> RunStatus {
+        V8Runtime::dispatch(self, kind, id, payload)
+    }
+
+    fn run_microtasks(&mut self) -> RunStatus {
+        V8Runtime::run_microtasks(self)
+    }
+
+    fn module_state(&mut self) -> ModuleState {
+        V8Runtime::module_state(self)
+    }
+
+    fn watch_cpu(&self, budget: Duration, call_id: String) -> Result<Watch, String> {
+        watchdog::watch(budget, V8Runtime::terminator(self), call_id)
+    }
+
+    fn enter_cell(call_id: &str) -> RunningCell {
+        hard_stop::running(call_id)
+    }
+}
