@@ -29,6 +29,7 @@ impl ScriptRuntime for V8Runtime<CellHost> {
     type Terminator = IsolateTerminator;
     type CpuWatch = Watch;
     type CellGuard = RunningCell;
+    type HostGuard<'a> = &'a mut CellHost;
 
     fn create(heap_limit_bytes: usize, host: CellHost) -> Result<Self, String> {
         V8Runtime::new(heap_limit_bytes, host).map_err(|error| error.to_string())

@@ -8,6 +8,8 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+#[cfg(feature = "conformance")]
+pub mod conformance;
 pub mod mcp_servers;
 
 use std::future::Future;

@@ -86,11 +86,15 @@ pub trait ScriptRuntime: Sized + 'static {
     type CpuWatch: CpuWatch;
     /// Marks the calling thread as running a cell, for as long as it lives.
     type CellGuard;
+    /// Access to the host between calls into JavaScript.
+    type HostGuard<'a>: std::ops::DerefMut<Target = CellHost>
+    where
+        Self: 'a;
 
     /// Creates a runtime with a heap limit, on the calling thread (the one that will run it).
     fn create(heap_limit_bytes: usize, host: CellHost) -> Result<Self, String>;
-    /// The host its `host(...)` calls reach.
-    fn host(&mut self) -> &mut CellHost;
+    /// The host its `host(...)` calls reach (never held across a call into JavaScript).
+    fn host(&mut self) -> Self::HostGuard<'_>;
     /// A terminator for this runtime.
     fn terminator(&self) -> Self::Terminator;
     /// Whether a host call panicked (the runtime was stopped then).
@@ -526,7 +530,8 @@ impl<R: ScriptRuntime> CellThread<R> {
     /// Does one unit of work: a due timer, a queued command, or (when idle) reports `Pending` and
     /// waits for the next command or timer.
     fn next_step(&mut self) -> Step {
-        if let Some(id) = self.runtime.host().timers.pop_due(Instant::now()) {
+        let due = self.runtime.host().timers.pop_due(Instant::now());
+        if let Some(id) = due {
             return self.fire_timer(id);
         }
         match self.commands.try_recv() {
@@ -537,8 +542,11 @@ impl<R: ScriptRuntime> CellThread<R> {
         // Idle: nothing runnable until a command arrives or a timer is due. With no tool call
         // unanswered and no timer set, nothing ever will be: the cell awaits a promise that
         // nothing can settle, and would wait forever.
-        let host = self.runtime.host();
-        if !host.globals.has_unanswered_tool_calls() && host.timers.is_empty() {
+        let stuck = {
+            let host = self.runtime.host();
+            !host.globals.has_unanswered_tool_calls() && host.timers.is_empty()
+        };
+        if stuck {
             return Step::End(EndReason::Completed(Some(UNSETTLED_AWAIT.to_owned())));
         }
         if !self.idle_reported {
@@ -568,7 +576,8 @@ impl<R: ScriptRuntime> CellThread<R> {
                 PendingMode::PauseUntilResumed => {}
             }
         }
-        let received = match self.runtime.host().timers.next_deadline() {
+        let next_deadline = self.runtime.host().timers.next_deadline();
+        let received = match next_deadline {
             Some(deadline) => {
                 let timeout = deadline.saturating_duration_since(Instant::now());
                 match self.commands.recv_timeout(timeout) {

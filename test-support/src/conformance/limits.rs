@@ -1,13 +1,11 @@
-//! Resource limits on real V8: allocation bombs and unbounded recursion end the cell with a clear
+//! Resource limits on the engine under test: allocation bombs and unbounded recursion end the cell with a clear
 //! error, keep its earlier output, and leave the process (and the next cell) unharmed.
-
-mod common;
 
 use std::time::Duration;
 
-use codemode_engine::{CellLimits, CellStart, Engine, EngineError, PendingMode, event_channel};
-use codemode_runtime_v8::V8Engine;
-use common::{Options, run_with, texts_of};
+use super::harness::{Options, run_with, texts_of};
+use super::subject;
+use codemode_engine::{CellLimits, CellStart, EngineError, PendingMode, event_channel};
 
 const SMALL_HEAP: usize = 32 * 1024 * 1024;
 
@@ -37,29 +35,29 @@ fn assert_heap_limit_error(source: &str) {
     );
 }
 
-#[test]
-fn an_array_allocation_bomb_ends_the_cell_with_heap_limit_exceeded() {
+/// A conformance test.
+pub fn an_array_allocation_bomb_ends_the_cell_with_heap_limit_exceeded() {
     assert_heap_limit_error(
         r#"text("before the bomb"); const hoard = []; while (true) hoard.push(new Array(100_000).fill(1.5));"#,
     );
 }
 
-#[test]
-fn an_object_allocation_bomb_ends_the_cell_with_heap_limit_exceeded() {
+/// A conformance test.
+pub fn an_object_allocation_bomb_ends_the_cell_with_heap_limit_exceeded() {
     assert_heap_limit_error(
         r#"text("before the bomb"); const hoard = new Map(); for (let i = 0; ; i++) hoard.set(i, { i, s: `v${i}` });"#,
     );
 }
 
-#[test]
-fn a_string_building_bomb_ends_the_cell_with_heap_limit_exceeded() {
+/// A conformance test.
+pub fn a_string_building_bomb_ends_the_cell_with_heap_limit_exceeded() {
     assert_heap_limit_error(
         r#"text("before the bomb"); const parts = []; for (let i = 0; ; i++) parts.push("x".repeat(1000) + i);"#,
     );
 }
 
-#[test]
-fn array_buffers_count_against_the_heap_limit() {
+/// A conformance test.
+pub fn array_buffers_count_against_the_heap_limit() {
     let texts = texts_of_with_small_heap(
         r#"
         try { new ArrayBuffer(64 * 1024 * 1024); text("allocated"); }
@@ -69,10 +67,12 @@ fn array_buffers_count_against_the_heap_limit() {
         catch (error) { text(`${error.name} after ${kept.length} MiB`); }
         "#,
     );
-    assert_eq!(texts[0], "RangeError: Array buffer allocation failed");
-    assert!(texts[1].starts_with("RangeError after "), "{texts:?}");
+    let dialect = subject().dialect;
+    assert_eq!(texts[0], dialect.array_buffer_allocation_failed);
+    let after = format!("{} after ", dialect.allocation_failure_name());
+    assert!(texts[1].starts_with(&after), "{texts:?}");
     let mebibytes: usize = texts[1]
-        .trim_start_matches("RangeError after ")
+        .trim_start_matches(&after)
         .trim_end_matches(" MiB")
         .parse()
         .unwrap();
@@ -88,10 +88,11 @@ fn texts_of_with_small_heap(source: &str) -> Vec<String> {
     finished.texts()
 }
 
-#[test]
-fn unbounded_recursion_ends_the_cell_with_a_range_error() {
-    let finished =
-        common::run(r#"text("before"); function down(n) { return down(n + 1) + 1; } down(0);"#);
+/// A conformance test.
+pub fn unbounded_recursion_ends_the_cell_with_a_range_error() {
+    let finished = super::harness::run(
+        r#"text("before"); function down(n) { return down(n + 1) + 1; } down(0);"#,
+    );
     let error = finished.error().expect("the cell fails");
     assert!(
         error.starts_with("RangeError: Maximum call stack size exceeded"),
@@ -107,10 +108,11 @@ fn unbounded_recursion_ends_the_cell_with_a_range_error() {
     );
 }
 
-#[test]
-fn a_heap_limit_below_the_minimum_is_refused_before_a_thread_starts() {
+/// A conformance test.
+pub fn a_heap_limit_below_the_minimum_is_refused_before_a_thread_starts() {
     let (events, _receiver) = event_channel(None);
-    let error = V8Engine::new()
+    let error = subject()
+        .engine()
         .start(
             CellStart {
                 tenant: None,
@@ -131,8 +133,8 @@ fn a_heap_limit_below_the_minimum_is_refused_before_a_thread_starts() {
     );
 }
 
-#[test]
-fn a_spin_loop_is_ended_by_the_cpu_time_limit_with_an_error_naming_it() {
+/// A conformance test.
+pub fn a_spin_loop_is_ended_by_the_cpu_time_limit_with_an_error_naming_it() {
     let finished = run_with(
         r#"text("before the spin"); while (true) {}"#,
         Options {
@@ -151,8 +153,8 @@ fn a_spin_loop_is_ended_by_the_cpu_time_limit_with_an_error_naming_it() {
     assert_eq!(finished.texts(), ["before the spin"]);
 }
 
-#[test]
-fn waiting_uses_no_cpu_time_budget() {
+/// A conformance test.
+pub fn waiting_uses_no_cpu_time_budget() {
     // A cell that waits (here on timers) far longer than its CPU budget is not stopped.
     let finished = run_with(
         r#"for (let i = 0; i < 5; i++) await new Promise((resolve) => setTimeout(resolve, 100)); text("done");"#,
@@ -165,8 +167,8 @@ fn waiting_uses_no_cpu_time_budget() {
     assert_eq!(finished.texts(), ["done"]);
 }
 
-#[test]
-fn formatting_an_error_runs_no_cell_code_so_a_spinning_getter_cannot_mask_it() {
+/// A conformance test.
+pub fn formatting_an_error_runs_no_cell_code_so_a_spinning_getter_cannot_mask_it() {
     // Reading `stack` or calling `toString` of the thrown value would spin until the CPU limit
     // killed the cell, mid-formatting; the engine renders the value without running either.
     let finished = run_with(
@@ -183,8 +185,8 @@ fn formatting_an_error_runs_no_cell_code_so_a_spinning_getter_cannot_mask_it() {
     assert_eq!(finished.texts(), ["before"]);
 }
 
-#[test]
-fn a_cpu_limit_that_lands_while_a_rejection_is_pending_reports_the_limit() {
+/// A conformance test.
+pub fn a_cpu_limit_that_lands_while_a_rejection_is_pending_reports_the_limit() {
     // The spin happens in a microtask after the module's promise has a rejection queued: the
     // limit, not the rejection, is why the cell ended.
     let finished = run_with(

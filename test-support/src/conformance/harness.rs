@@ -1,9 +1,8 @@
-//! Drives real V8 cells through the engine's channels, as a cell actor would, for the tests.
+//! Drives real cells of the engine under test through the engine's channels, as a cell actor
+//! would: start a cell, read its events, answer its tools.
 //!
 //! Deadlines here only guard against hangs: a test that waits longer than [`HANG_GUARD`] for an
 //! event fails with "hung".
-
-#![allow(dead_code)]
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -13,20 +12,37 @@ use codemode_engine::{
     RuntimeEvent, event_channel,
 };
 use codemode_protocol::{OutputItem, ToolDefinition, ToolName};
-use codemode_runtime_v8::V8Engine;
 use serde_json::{Value, json};
 
-pub use codemode_test_support::HANG_GUARD;
+pub use crate::HANG_GUARD;
+
+use super::subject;
 
 /// Options of a test cell; `Default` is a client-mode cell with the `echo`, `fail` and `web.search`
 /// tools, no stored values and the default limits.
 pub struct Options {
+    /// The tools the cell may call.
     pub tools: Vec<ToolDefinition>,
+    /// The stored values the cell starts with.
     pub stored_values: HashMap<String, Value>,
+    /// Its heap limit.
     pub heap_limit_bytes: usize,
+    /// Its CPU budget.
     pub cpu_time_limit: Option<Duration>,
+    /// How it behaves at its pending frontier.
     pub pending_mode: PendingMode,
-    pub engine: V8Engine,
+    /// The engine that runs it.
+    pub engine: std::sync::Arc<dyn Engine>,
+}
+
+impl std::fmt::Debug for Options {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Options")
+            .field("heap_limit_bytes", &self.heap_limit_bytes)
+            .field("cpu_time_limit", &self.cpu_time_limit)
+            .field("pending_mode", &self.pending_mode)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Default for Options {
@@ -44,25 +60,36 @@ impl Default for Options {
             heap_limit_bytes: CellLimits::default().heap_limit_bytes,
             cpu_time_limit: CellLimits::default().cpu_time_limit,
             pending_mode: PendingMode::Continue,
-            engine: V8Engine::new(),
+            engine: subject().engine(),
         }
     }
 }
 
 /// A running cell and the test's end of its channels.
 pub struct Cell {
+    /// The cell's events.
     pub events: EventReceiver,
+    /// The cell's commands, controls and terminate handle.
     pub handles: EngineHandles,
     runtime: tokio::runtime::Runtime,
+}
+
+impl std::fmt::Debug for Cell {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cell").finish_non_exhaustive()
+    }
 }
 
 /// How a cell ended, with everything it emitted on the way.
 #[derive(Debug, Default)]
 pub struct Finished {
+    /// The output items, in order.
     pub items: Vec<OutputItem>,
+    /// Every event, in order.
     pub events: Vec<RuntimeEvent>,
     /// `Some` when the cell sent a result: the writes and the error text.
     pub result: Option<(HashMap<String, Value>, Option<String>)>,
+    /// Whether the runtime thread reported a panic.
     pub panicked: bool,
 }
 
@@ -88,15 +115,18 @@ impl Finished {
         self.result.is_some()
     }
 
+    /// How many events satisfy `wanted`.
     pub fn count(&self, wanted: fn(&RuntimeEvent) -> bool) -> usize {
         self.events.iter().filter(|event| wanted(event)).count()
     }
 }
 
+/// Starts `source` with the default options.
 pub fn start(source: &str) -> Cell {
     start_with(source, Options::default())
 }
 
+/// Starts `source` with `options`.
 pub fn start_with(source: &str, options: Options) -> Cell {
     let (sender, events) = event_channel(None);
     let handles = options
@@ -134,12 +164,14 @@ pub fn run(source: &str) -> Finished {
     start(source).finish()
 }
 
+/// Runs `source` with `options` to its end, answering tools the standard way.
 pub fn run_with(source: &str, options: Options) -> Finished {
     start_with(source, options).finish()
 }
 
 impl Cell {
     /// The next event, or `None` once the runtime thread has ended; fails the test if it hangs.
+    #[allow(clippy::should_implement_trait)] // a blocking read with a hang guard, not an iterator
     pub fn next(&mut self) -> Option<RuntimeEvent> {
         self.next_within(HANG_GUARD)
             .unwrap_or_else(|| panic!("hung: no event from the cell within {HANG_GUARD:?}"))

@@ -1,22 +1,20 @@
-//! The runtime thread's lifecycle on real V8: tool calls, termination from another thread, the
+//! The runtime thread's lifecycle on the engine under test: tool calls, termination from another thread, the
 //! pending frontier and pausing, panics, and many cells at once.
-
-mod common;
 
 use std::time::Duration;
 
+use super::harness::{Options, run, start, start_with, texts_of};
+use super::subject;
 use codemode_engine::{PendingMode, RuntimeCommand, RuntimeControl, RuntimeEvent};
 use codemode_protocol::{OutputItem, ToolKind, ToolName};
-use codemode_runtime_v8::V8Engine;
-use common::{Options, run, start, start_with, texts_of};
 use serde_json::json;
 
 fn is_tool_call(event: &RuntimeEvent) -> bool {
     matches!(event, RuntimeEvent::ToolCall { .. })
 }
 
-#[test]
-fn a_tool_call_is_answered_with_its_json_result() {
+/// A conformance test.
+pub fn a_tool_call_is_answered_with_its_json_result() {
     let finished = run(r#"
         const echoed = await tools.echo({ q: "x", n: [1, 2] });
         text(echoed.n[1]);
@@ -51,8 +49,8 @@ fn a_tool_call_is_answered_with_its_json_result() {
     );
 }
 
-#[test]
-fn a_failed_tool_rejects_its_promise_with_the_error_text() {
+/// A conformance test.
+pub fn a_failed_tool_rejects_its_promise_with_the_error_text() {
     assert_eq!(
         texts_of(
             r#"try { await tools.fail({}); } catch (error) { text(`${error.name}: ${error.message}`); }"#
@@ -61,8 +59,8 @@ fn a_failed_tool_rejects_its_promise_with_the_error_text() {
     );
 }
 
-#[test]
-fn an_unserialisable_tool_argument_rejects_without_calling_the_tool() {
+/// A conformance test.
+pub fn an_unserialisable_tool_argument_rejects_without_calling_the_tool() {
     let finished =
         run(r#"try { await tools.echo(() => 1); } catch (error) { text(error.message); }"#);
     assert_eq!(
@@ -72,8 +70,8 @@ fn an_unserialisable_tool_argument_rejects_without_calling_the_tool() {
     assert_eq!(finished.count(is_tool_call), 0);
 }
 
-#[test]
-fn two_tool_calls_run_in_parallel_with_promise_all() {
+/// A conformance test.
+pub fn two_tool_calls_run_in_parallel_with_promise_all() {
     let mut cell = start(
         r#"
         const [a, b] = await Promise.all([tools.echo("a"), tools.echo("b")]);
@@ -109,8 +107,8 @@ fn two_tool_calls_run_in_parallel_with_promise_all() {
     assert_eq!(finished.error(), None);
 }
 
-#[test]
-fn a_cell_terminated_while_its_tool_call_is_unanswered_ends_without_a_result() {
+/// A conformance test.
+pub fn a_cell_terminated_while_its_tool_call_is_unanswered_ends_without_a_result() {
     let mut cell =
         start(r#"text("asked"); await tools.echo("never answered"); text("unreachable");"#);
     let mut seen = Vec::new();
@@ -144,25 +142,25 @@ fn terminate_from_another_thread(source: &str) {
     assert!(!rest.panicked);
 }
 
-#[test]
-fn terminate_stops_a_synchronous_infinite_loop() {
+/// A conformance test.
+pub fn terminate_stops_a_synchronous_infinite_loop() {
     terminate_from_another_thread(r#"text("running"); while (true) {}"#);
 }
 
-#[test]
-fn terminate_stops_a_microtask_loop() {
+/// A conformance test.
+pub fn terminate_stops_a_microtask_loop() {
     terminate_from_another_thread(r#"text("running"); for (;;) await null;"#);
 }
 
-#[test]
-fn terminate_stops_a_spin_loop_inside_a_timer_callback() {
+/// A conformance test.
+pub fn terminate_stops_a_spin_loop_inside_a_timer_callback() {
     terminate_from_another_thread(
         r#"setTimeout(() => { text("running"); for (;;) {} }, 1); await new Promise(() => {});"#,
     );
 }
 
-#[test]
-fn terminate_before_the_cell_runs_means_none_of_its_javascript_runs() {
+/// A conformance test.
+pub fn terminate_before_the_cell_runs_means_none_of_its_javascript_runs() {
     let cell = start(r#"text("must not appear"); while (true) {}"#);
     cell.handles.terminate.terminate();
     let finished = cell.drain();
@@ -171,8 +169,8 @@ fn terminate_before_the_cell_runs_means_none_of_its_javascript_runs() {
     assert!(finished.items.len() <= 1);
 }
 
-#[test]
-fn a_terminate_handle_is_harmless_after_its_cell_has_ended() {
+/// A conformance test.
+pub fn a_terminate_handle_is_harmless_after_its_cell_has_ended() {
     let cell = start(r#"text("done");"#);
     let terminate = cell.handles.terminate.clone();
     let finished = cell.finish();
@@ -184,7 +182,9 @@ fn a_terminate_handle_is_harmless_after_its_cell_has_ended() {
 }
 
 /// Waits for the next tool call and the `Pending` that follows it; returns the call.
-fn call_then_pending(cell: &mut common::Cell) -> (String, ToolName, Option<serde_json::Value>) {
+fn call_then_pending(
+    cell: &mut super::harness::Cell,
+) -> (String, ToolName, Option<serde_json::Value>) {
     let mut seen = Vec::new();
     let RuntimeEvent::ToolCall {
         id, name, input, ..
@@ -196,8 +196,8 @@ fn call_then_pending(cell: &mut common::Cell) -> (String, ToolName, Option<serde
     (id, name, input)
 }
 
-#[test]
-fn pending_is_emitted_only_while_the_cell_waits_on_tools_or_timers() {
+/// A conformance test.
+pub fn pending_is_emitted_only_while_the_cell_waits_on_tools_or_timers() {
     let is_pending = |event: &RuntimeEvent| *event == RuntimeEvent::Pending;
     let synchronous = run(r#"text(1); await null; await Promise.resolve(2); text(3);"#);
     assert_eq!(synchronous.count(is_pending), 0);
@@ -219,8 +219,8 @@ fn pending_is_emitted_only_while_the_cell_waits_on_tools_or_timers() {
     assert_eq!(timer.error(), None);
 }
 
-#[test]
-fn a_paused_cell_runs_nothing_until_resumed() {
+/// A conformance test.
+pub fn a_paused_cell_runs_nothing_until_resumed() {
     let mut cell = start_with(
         r#"const value = await tools.echo("x"); text(`got ${value}`);"#,
         Options {
@@ -256,8 +256,8 @@ fn a_paused_cell_runs_nothing_until_resumed() {
     ));
 }
 
-#[test]
-fn resume_pauses_at_every_frontier_and_continue_stops_pausing_until_asked() {
+/// A conformance test.
+pub fn resume_pauses_at_every_frontier_and_continue_stops_pausing_until_asked() {
     let mut cell = start_with(
         r#"
         const a = await tools.echo("a");
@@ -312,8 +312,8 @@ fn resume_pauses_at_every_frontier_and_continue_stops_pausing_until_asked() {
     assert_eq!(finished.texts(), ["abc"]);
 }
 
-#[test]
-fn terminate_reaches_a_paused_cell() {
+/// A conformance test.
+pub fn terminate_reaches_a_paused_cell() {
     let mut cell = start_with(
         r#"await tools.echo("x");"#,
         Options {
@@ -327,8 +327,8 @@ fn terminate_reaches_a_paused_cell() {
     assert!(!cell.drain().completed());
 }
 
-#[test]
-fn a_host_fired_timeout_runs_the_timer_early() {
+/// A conformance test.
+pub fn a_host_fired_timeout_runs_the_timer_early() {
     let mut cell = start(
         r#"
         await new Promise((resolve) => setTimeout(() => { text("fired"); resolve(); }, 600_000));
@@ -357,9 +357,9 @@ fn a_host_fired_timeout_runs_the_timer_early() {
     assert_eq!(finished.error(), None);
 }
 
-#[test]
-fn dropping_every_sender_ends_an_idle_cell() {
-    let common::Cell {
+/// A conformance test.
+pub fn dropping_every_sender_ends_an_idle_cell() {
+    let super::harness::Cell {
         mut events,
         handles,
         ..
@@ -374,14 +374,14 @@ fn dropping_every_sender_ends_an_idle_cell() {
     assert_eq!(events.blocking_recv(), None);
 }
 
-#[test]
-fn awaiting_a_promise_nothing_can_settle_fails_at_once() {
+/// A conformance test.
+pub fn awaiting_a_promise_nothing_can_settle_fails_at_once() {
     for source in [
         r#"text("before"); await new Promise(() => {});"#,
         // A cleared timer settles nothing either.
         r#"text("before"); await new Promise((resolve) => clearTimeout(setTimeout(resolve, 10)));"#,
     ] {
-        let finished = common::run(source);
+        let finished = super::harness::run(source);
         assert_eq!(finished.texts(), ["before"], "{source}");
         let error = finished.error().unwrap_or_default().to_owned();
         assert!(
@@ -391,18 +391,20 @@ fn awaiting_a_promise_nothing_can_settle_fails_at_once() {
     }
     // A pending tool call or timer can settle it: those cells complete.
     assert_eq!(
-        common::run(r#"await new Promise((resolve) => setTimeout(resolve, 5)); text("timer");"#)
-            .texts(),
+        super::harness::run(
+            r#"await new Promise((resolve) => setTimeout(resolve, 5)); text("timer");"#
+        )
+        .texts(),
         ["timer"]
     );
 }
 
-#[test]
-fn a_panic_on_the_runtime_thread_is_reported_and_the_process_lives_on() {
-    let finished = common::run_with(
+/// A conformance test.
+pub fn a_panic_on_the_runtime_thread_is_reported_and_the_process_lives_on() {
+    let finished = super::harness::run_with(
         r#"text("before"); __codemode_test_panic(); text("after");"#,
         Options {
-            engine: V8Engine::with_fault_injection(),
+            engine: subject().faulty(),
             ..Options::default()
         },
     );
@@ -415,8 +417,8 @@ fn a_panic_on_the_runtime_thread_is_reported_and_the_process_lives_on() {
     );
 }
 
-#[test]
-fn thirty_two_cells_run_in_parallel_threads_with_their_own_globals() {
+/// A conformance test.
+pub fn thirty_two_cells_run_in_parallel_threads_with_their_own_globals() {
     let cells: Vec<_> = (0..32)
         .map(|index| {
             start(&format!(
@@ -443,23 +445,23 @@ fn thirty_two_cells_run_in_parallel_threads_with_their_own_globals() {
     }
 }
 
-#[test]
-fn an_engine_without_warm_runtimes_creates_each_runtime_when_its_cell_starts() {
-    let finished = common::run_with(
+/// A conformance test.
+pub fn an_engine_without_warm_runtimes_creates_each_runtime_when_its_cell_starts() {
+    let finished = super::harness::run_with(
         r#"text(await tools.echo("cold"));"#,
         Options {
-            engine: V8Engine::with_warm_runtimes(0),
+            engine: subject().warm(0),
             ..Options::default()
         },
     );
     assert_eq!(finished.texts(), ["cold"]);
 }
 
-#[test]
-fn a_pool_of_one_warm_runtime_serves_cell_after_cell() {
-    let engine = V8Engine::with_warm_runtimes(1);
+/// A conformance test.
+pub fn a_pool_of_one_warm_runtime_serves_cell_after_cell() {
+    let engine = subject().warm(1);
     for index in 0..10 {
-        let finished = common::run_with(
+        let finished = super::harness::run_with(
             &format!("globalThis.seen = (globalThis.seen ?? 0) + 1; text(`{index}:${{seen}}`);"),
             Options {
                 engine: engine.clone(),
@@ -471,12 +473,12 @@ fn a_pool_of_one_warm_runtime_serves_cell_after_cell() {
     }
 }
 
-#[test]
-fn a_burst_larger_than_the_pool_falls_back_to_cold_runtimes() {
-    let engine = V8Engine::with_warm_runtimes(2);
+/// A conformance test.
+pub fn a_burst_larger_than_the_pool_falls_back_to_cold_runtimes() {
+    let engine = subject().warm(2);
     let cells: Vec<_> = (0..8)
         .map(|index| {
-            common::start_with(
+            super::harness::start_with(
                 &format!("await new Promise((resolve) => setTimeout(resolve, 5)); text({index});"),
                 Options {
                     engine: engine.clone(),

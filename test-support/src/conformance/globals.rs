@@ -1,18 +1,17 @@
-//! Each global, used normally and refused, on real V8.
-
-mod common;
+//! Each global, used normally and refused, on the engine under test.
 
 use std::collections::HashMap;
 
+use super::harness::{Options, error_of, run, run_with, texts_of};
+use super::subject;
 use codemode_engine::RuntimeEvent;
 use codemode_protocol::{AudioItem, ImageDetail, ImageItem, OutputItem};
-use common::{Options, error_of, run, run_with, texts_of};
 use serde_json::json;
 
 const PNG: &str = "data:image/png;base64,iVBORw0KGgo=";
 
-#[test]
-fn text_uses_string_for_primitives_and_json_for_everything_else() {
+/// A conformance test.
+pub fn text_uses_string_for_primitives_and_json_for_everything_else() {
     let texts = texts_of(
         r#"
         text(undefined); text(null); text(true); text(1.5); text(10n); text("plain");
@@ -39,16 +38,16 @@ fn text_uses_string_for_primitives_and_json_for_everything_else() {
     );
 }
 
-#[test]
-fn a_throwing_to_json_surfaces_as_the_cells_error() {
+/// A conformance test.
+pub fn a_throwing_to_json_surfaces_as_the_cells_error() {
     let error =
         error_of(r#"text("before"); text({ toJSON() { throw new Error("no json for you"); } });"#);
     assert!(error.starts_with("Error: no json for you"), "{error}");
     assert!(error.contains("cell.js:1:"), "{error}");
 }
 
-#[test]
-fn image_accepts_data_urls_objects_and_mcp_blocks_with_detail_overrides() {
+/// A conformance test.
+pub fn image_accepts_data_urls_objects_and_mcp_blocks_with_detail_overrides() {
     let finished = run(&format!(
         r#"
         image("{PNG}");
@@ -77,8 +76,8 @@ fn image_accepts_data_urls_objects_and_mcp_blocks_with_detail_overrides() {
     );
 }
 
-#[test]
-fn image_refusals_are_thrown_as_errors_the_cell_can_catch() {
+/// A conformance test.
+pub fn image_refusals_are_thrown_as_errors_the_cell_can_catch() {
     let texts = texts_of(
         r#"
         for (const [value, detail] of [
@@ -102,8 +101,8 @@ fn image_refusals_are_thrown_as_errors_the_cell_can_catch() {
     );
 }
 
-#[test]
-fn audio_accepts_data_urls_and_mcp_blocks_and_refuses_remote_urls() {
+/// A conformance test.
+pub fn audio_accepts_data_urls_and_mcp_blocks_and_refuses_remote_urls() {
     let finished = run(r#"
         audio("data:audio/wav;base64,UklGRg==");
         audio({ type: "audio", data: "SUQz", mimeType: "audio/mpeg" });
@@ -126,8 +125,8 @@ fn audio_accepts_data_urls_and_mcp_blocks_and_refuses_remote_urls() {
     );
 }
 
-#[test]
-fn store_and_load_share_values_within_the_cell_as_deep_copies() {
+/// A conformance test.
+pub fn store_and_load_share_values_within_the_cell_as_deep_copies() {
     let finished = run_with(
         r#"
         text(load("from_before").n);
@@ -151,8 +150,8 @@ fn store_and_load_share_values_within_the_cell_as_deep_copies() {
     );
 }
 
-#[test]
-fn store_refuses_values_without_a_json_form() {
+/// A conformance test.
+pub fn store_refuses_values_without_a_json_form() {
     let texts = texts_of(
         r#"
         const cyclic = {}; cyclic.self = cyclic;
@@ -164,21 +163,26 @@ fn store_refuses_values_without_a_json_form() {
     let refusal = "Unable to store \"key\". Only plain serializable objects can be stored.";
     assert_eq!(texts[..2], [refusal; 2]);
     // Values whose serialisation throws say why.
+    let dialect = subject().dialect;
     assert!(
-        texts[2].starts_with(
-            "Unable to store \"key\": the value cannot be serialized (Converting circular structure to JSON"
-        ),
+        texts[2].starts_with(&format!(
+            "Unable to store \"key\": the value cannot be serialized ({}",
+            dialect.circular_json
+        )),
         "{}",
         texts[2]
     );
     assert_eq!(
         texts[3],
-        "Unable to store \"key\": the value cannot be serialized (Do not know how to serialize a BigInt)."
+        format!(
+            "Unable to store \"key\": the value cannot be serialized ({}).",
+            dialect.bigint_json
+        )
     );
 }
 
-#[test]
-fn notify_delivers_text_to_the_host_and_refuses_blank_text() {
+/// A conformance test.
+pub fn notify_delivers_text_to_the_host_and_refuses_blank_text() {
     let finished = run(r#"
         notify({ progress: 0.5 });
         try { notify("   "); } catch (error) { text(error.message); }
@@ -199,8 +203,8 @@ fn notify_delivers_text_to_the_host_and_refuses_blank_text() {
     );
 }
 
-#[test]
-fn yield_control_asks_the_observer_to_yield_and_the_script_goes_on() {
+/// A conformance test.
+pub fn yield_control_asks_the_observer_to_yield_and_the_script_goes_on() {
     let finished = run(r#"text("a"); yield_control(); text("b");"#);
     assert_eq!(finished.error(), None);
     let position = |wanted: &RuntimeEvent| finished.events.iter().position(|event| event == wanted);
@@ -209,8 +213,8 @@ fn yield_control_asks_the_observer_to_yield_and_the_script_goes_on() {
     assert!(position(&RuntimeEvent::ContentItem(OutputItem::text("b"))) > Some(yield_at));
 }
 
-#[test]
-fn exit_ends_the_script_successfully_and_cannot_be_caught() {
+/// A conformance test.
+pub fn exit_ends_the_script_successfully_and_cannot_be_caught() {
     let finished = run(r#"
         text("before");
         store("kept", 1);
@@ -226,8 +230,8 @@ fn exit_ends_the_script_successfully_and_cannot_be_caught() {
     );
 }
 
-#[test]
-fn exit_inside_an_async_function_and_a_timer_also_ends_the_script() {
+/// A conformance test.
+pub fn exit_inside_an_async_function_and_a_timer_also_ends_the_script() {
     assert_eq!(
         texts_of(r#"await (async () => { await null; text("in"); exit(); })(); text("never");"#),
         ["in"]
@@ -238,8 +242,8 @@ fn exit_inside_an_async_function_and_a_timer_also_ends_the_script() {
     );
 }
 
-#[test]
-fn timers_fire_in_order_with_arguments_and_can_be_cleared() {
+/// A conformance test.
+pub fn timers_fire_in_order_with_arguments_and_can_be_cleared() {
     let texts = texts_of(
         r#"
         const done = Promise.withResolvers();
@@ -255,8 +259,8 @@ fn timers_fire_in_order_with_arguments_and_can_be_cleared() {
     assert_eq!(texts, ["ids 1 3", "first", "second xy"]);
 }
 
-#[test]
-fn timer_arguments_are_normalised_and_refused_as_s2_says() {
+/// A conformance test.
+pub fn timer_arguments_are_normalised_and_refused_as_s2_says() {
     let texts = texts_of(
         r#"
         const order = [];
@@ -283,8 +287,8 @@ fn timer_arguments_are_normalised_and_refused_as_s2_says() {
     );
 }
 
-#[test]
-fn pending_timers_do_not_keep_a_finished_cell_alive() {
+/// A conformance test.
+pub fn pending_timers_do_not_keep_a_finished_cell_alive() {
     let started = std::time::Instant::now();
     let texts = texts_of(r#"setTimeout(() => text("late"), 60_000); text("done");"#);
     assert_eq!(texts, ["done"]);
@@ -295,8 +299,8 @@ fn pending_timers_do_not_keep_a_finished_cell_alive() {
     );
 }
 
-#[test]
-fn a_throwing_timer_callback_fails_the_cell() {
+/// A conformance test.
+pub fn a_throwing_timer_callback_fails_the_cell() {
     let finished = run(r#"
         setTimeout(() => { throw new TypeError("from the timer"); }, 1);
         await new Promise(() => {});
@@ -306,8 +310,8 @@ fn a_throwing_timer_callback_fails_the_cell() {
     assert!(error.contains("cell.js:2:"), "{error}");
 }
 
-#[test]
-fn forbidden_globals_are_absent() {
+/// A conformance test.
+pub fn forbidden_globals_are_absent() {
     assert_eq!(
         texts_of(
             r#"text([typeof console, typeof SharedArrayBuffer, typeof Atomics, typeof WebAssembly,
@@ -317,8 +321,8 @@ fn forbidden_globals_are_absent() {
     );
 }
 
-#[test]
-fn all_tools_lists_the_enabled_tools_by_global_name_with_their_declarations() {
+/// A conformance test.
+pub fn all_tools_lists_the_enabled_tools_by_global_name_with_their_declarations() {
     assert_eq!(
         texts_of(
             "text(ALL_TOOLS.map(({ name, description }) => ({ name, description }))); text(Object.keys(tools));"
@@ -334,8 +338,8 @@ fn all_tools_lists_the_enabled_tools_by_global_name_with_their_declarations() {
     );
 }
 
-#[test]
-fn search_tools_finds_tools_by_every_word_of_the_query() {
+/// A conformance test.
+pub fn search_tools_finds_tools_by_every_word_of_the_query() {
     assert_eq!(
         texts_of(
             r#"text(search_tools("WEB search").map((tool) => tool.name));
@@ -347,8 +351,8 @@ fn search_tools_finds_tools_by_every_word_of_the_query() {
     );
 }
 
-#[test]
-fn imports_are_refused_static_and_dynamic() {
+/// A conformance test.
+pub fn imports_are_refused_static_and_dynamic() {
     let error = error_of(r#"import fs from "node:fs"; text(1);"#);
     assert!(
         error.starts_with("Error: Unsupported import in exec: node:fs"),
@@ -360,34 +364,38 @@ fn imports_are_refused_static_and_dynamic() {
     );
 }
 
-#[test]
-fn errors_carry_the_stack_with_line_and_column() {
+/// A conformance test.
+pub fn errors_carry_the_stack_with_line_and_column() {
     let error =
         error_of("text(1);\nfunction inner() {\n  throw new RangeError('deep');\n}\ninner();");
     assert!(error.starts_with("RangeError: deep\n"), "{error}");
-    assert!(error.contains("at inner (cell.js:3:9)"), "{error}");
+    let column = 9 + subject().dialect.new_error_column_offset;
+    assert!(
+        error.contains(&format!("at inner (cell.js:3:{column})")),
+        "{error}"
+    );
     assert!(error.contains("cell.js:5:1"), "{error}");
     assert!(!error.contains("codemode:bootstrap"), "{error}");
 }
 
-#[test]
-fn syntax_errors_name_line_and_column() {
+/// A conformance test.
+pub fn syntax_errors_name_line_and_column() {
     let error = error_of("text(1);\nconst x = ;\n");
     assert!(
-        error.starts_with("SyntaxError: Unexpected token ';'"),
+        error.starts_with(subject().dialect.unexpected_semicolon),
         "{error}"
     );
     assert!(error.ends_with("at cell.js:2:11"), "{error}");
 }
 
-#[test]
-fn a_thrown_non_error_becomes_its_string() {
+/// A conformance test.
+pub fn a_thrown_non_error_becomes_its_string() {
     assert!(error_of(r#"throw "plain words";"#).starts_with("plain words\n"));
     assert!(error_of(r#"await Promise.reject(42);"#).starts_with("42\n"));
 }
 
-#[test]
-fn the_prelude_supplies_array_copy_methods() {
+/// A conformance test.
+pub fn the_prelude_supplies_array_copy_methods() {
     assert_eq!(
         texts_of(
             r#"
@@ -411,8 +419,8 @@ fn the_prelude_supplies_array_copy_methods() {
     );
 }
 
-#[test]
-fn the_prelude_supplies_group_by() {
+/// A conformance test.
+pub fn the_prelude_supplies_group_by() {
     assert_eq!(
         texts_of(
             r#"
@@ -432,8 +440,8 @@ fn the_prelude_supplies_group_by() {
     );
 }
 
-#[test]
-fn the_prelude_supplies_promise_with_resolvers_and_array_from_async() {
+/// A conformance test.
+pub fn the_prelude_supplies_promise_with_resolvers_and_array_from_async() {
     assert_eq!(
         texts_of(
             r#"
@@ -450,16 +458,16 @@ fn the_prelude_supplies_promise_with_resolvers_and_array_from_async() {
     );
 }
 
-#[test]
-fn intl_works_with_the_system_icu() {
+/// A conformance test.
+pub fn intl_works_with_the_system_icu() {
     assert_eq!(
         texts_of("text(new Intl.NumberFormat('de-DE').format(1234.5));"),
         ["1.234,5"]
     );
 }
 
-#[test]
-fn a_cell_that_overwrites_built_ins_cannot_break_its_own_globals() {
+/// A conformance test.
+pub fn a_cell_that_overwrites_built_ins_cannot_break_its_own_globals() {
     let finished = run(r#"
         const RealPromise = Promise;
         JSON.stringify = () => "tampered";
@@ -483,8 +491,8 @@ fn a_cell_that_overwrites_built_ins_cannot_break_its_own_globals() {
     );
 }
 
-#[test]
-fn the_host_entry_point_is_not_reachable_from_the_cell() {
+/// A conformance test.
+pub fn the_host_entry_point_is_not_reachable_from_the_cell() {
     assert_eq!(
         texts_of(
             r#"
@@ -498,8 +506,8 @@ fn the_host_entry_point_is_not_reachable_from_the_cell() {
     );
 }
 
-#[test]
-fn a_lone_surrogate_in_text_becomes_one_replacement_character() {
+/// A conformance test.
+pub fn a_lone_surrogate_in_text_becomes_one_replacement_character() {
     assert_eq!(
         texts_of(
             r#"text("a\uD800b"); text("\uDC00"); text("pair \uD83D\uDE00 kept"); notify("x\uD800");"#
@@ -508,8 +516,8 @@ fn a_lone_surrogate_in_text_becomes_one_replacement_character() {
     );
 }
 
-#[test]
-fn store_refuses_lone_surrogates_by_key_and_reason_so_keys_never_collide() {
+/// A conformance test.
+pub fn store_refuses_lone_surrogates_by_key_and_reason_so_keys_never_collide() {
     assert_eq!(
         texts_of(
             r#"
@@ -535,8 +543,8 @@ fn store_refuses_lone_surrogates_by_key_and_reason_so_keys_never_collide() {
     );
 }
 
-#[test]
-fn a_tool_argument_with_a_lone_surrogate_is_refused_with_the_reason() {
+/// A conformance test.
+pub fn a_tool_argument_with_a_lone_surrogate_is_refused_with_the_reason() {
     assert_eq!(
         texts_of(
             r#"try { await tools.echo({ q: "\uD800" }); } catch (error) { text(error.message); }"#
@@ -547,8 +555,8 @@ fn a_tool_argument_with_a_lone_surrogate_is_refused_with_the_reason() {
     );
 }
 
-#[test]
-fn any_thrown_value_is_rendered_by_the_engine_with_its_position_when_it_has_one() {
+/// A conformance test.
+pub fn any_thrown_value_is_rendered_by_the_engine_with_its_position_when_it_has_one() {
     // Not an Error: V8 renders the value; a module's body keeps no position for it, and says so.
     for (source, rendered) in [
         ("text(1);\nthrow null;", "null"),
@@ -606,8 +614,8 @@ fn any_thrown_value_is_rendered_by_the_engine_with_its_position_when_it_has_one(
     );
 }
 
-#[test]
-fn a_cell_cannot_hide_or_rewrite_its_error_text() {
+/// A conformance test.
+pub fn a_cell_cannot_hide_or_rewrite_its_error_text() {
     for source in [
         "Error.stackTraceLimit = 0;\nnull.x;",
         "Error.prepareStackTrace = () => \"hidden\";\nnull.x;",
@@ -615,7 +623,11 @@ fn a_cell_cannot_hide_or_rewrite_its_error_text() {
     ] {
         assert_eq!(
             error_of(source),
-            "TypeError: Cannot read properties of null (reading 'x')\n    at cell.js:2:6",
+            format!(
+                "{}\n    at cell.js:2:{}",
+                subject().dialect.null_property_read,
+                subject().dialect.null_property_read_column
+            ),
             "{source}"
         );
     }
@@ -623,12 +635,15 @@ fn a_cell_cannot_hide_or_rewrite_its_error_text() {
         error_of(
             "function inner() { throw new Error(\"deep\"); }\nfunction outer() { inner(); }\nouter();"
         ),
-        "Error: deep\n    at inner (cell.js:1:26)\n    at outer (cell.js:2:20)\n    at cell.js:3:1"
+        format!(
+            "Error: deep\n    at inner (cell.js:1:{})\n    at outer (cell.js:2:20)\n    at cell.js:3:1",
+            26 + subject().dialect.new_error_column_offset
+        )
     );
 }
 
-#[test]
-fn exit_inside_to_json_stops_the_text_that_called_it() {
+/// A conformance test.
+pub fn exit_inside_to_json_stops_the_text_that_called_it() {
     let finished = run(
         r#"text("before"); text({ toJSON() { exit(); return "after exit"; } }); text("never");"#,
     );
@@ -636,8 +651,8 @@ fn exit_inside_to_json_stops_the_text_that_called_it() {
     assert_eq!(finished.error(), None);
 }
 
-#[test]
-fn a_replaced_array_iterator_breaks_none_of_the_globals() {
+/// A conformance test.
+pub fn a_replaced_array_iterator_breaks_none_of_the_globals() {
     assert_eq!(
         texts_of(
             r#"Array.prototype[Symbol.iterator] = function* () { throw new Error("tampered"); };
