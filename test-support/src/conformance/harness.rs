@@ -45,8 +45,9 @@ impl std::fmt::Debug for Options {
     }
 }
 
-impl Default for Options {
-    fn default() -> Self {
+impl Options {
+    /// The default options, for a cell of `engine`.
+    pub fn for_engine(engine: std::sync::Arc<dyn Engine>) -> Self {
         Options {
             tools: vec![
                 ToolDefinition::function(ToolName::plain("echo"), "Resolves with its argument."),
@@ -60,8 +61,15 @@ impl Default for Options {
             heap_limit_bytes: CellLimits::default().heap_limit_bytes,
             cpu_time_limit: CellLimits::default().cpu_time_limit,
             pending_mode: PendingMode::Continue,
-            engine: subject().engine(),
+            engine,
         }
+    }
+}
+
+impl Default for Options {
+    /// The default options, for a cell of the engine under test.
+    fn default() -> Self {
+        Options::for_engine(subject().engine())
     }
 }
 

@@ -200,3 +200,64 @@ pub fn a_cpu_limit_that_lands_while_a_rejection_is_pending_reports_the_limit() {
     let error = finished.error().unwrap_or_default();
     assert!(error.starts_with("cpu time limit exceeded"), "{error}");
 }
+
+/// A conformance test.
+pub fn a_typed_array_bomb_ends_the_cell_at_the_heap_limit() {
+    // V8 refuses the buffer past the limit with its catchable allocation error, QuickJS runs out
+    // of heap: either way the buffers cannot pass the limit, and the cell ends saying why.
+    let finished = run_with(
+        r#"text("before the bomb"); const kept = []; for (;;) kept.push(new Float64Array(1 << 17));"#,
+        small_heap(),
+    );
+    let error = finished.error().unwrap_or_default();
+    assert!(
+        error.starts_with("heap limit exceeded")
+            || error.starts_with(subject().dialect.array_buffer_allocation_failed),
+        "{error}"
+    );
+    assert_eq!(finished.texts(), ["before the bomb"]);
+}
+
+/// A conformance test.
+pub fn large_strings_end_the_cell_with_heap_limit_exceeded() {
+    assert_heap_limit_error(
+        r#"text("before the bomb"); const kept = []; for (let i = 0; ; i++) kept.push("x".repeat(1 << 20) + i);"#,
+    );
+}
+
+/// A conformance test.
+pub fn running_out_of_heap_while_a_tool_call_is_unanswered_ends_the_cell() {
+    // The tool call is never answered: the heap, not the call, ends the cell.
+    let mut cell = super::harness::start_with(
+        r#"text("before the bomb"); const pending = tools.echo(1);
+           const hoard = []; while (true) hoard.push(new Array(100_000).fill(1.5));"#,
+        small_heap(),
+    );
+    let mut texts = Vec::new();
+    let mut error = None;
+    while let Some(event) = cell.next() {
+        match event {
+            codemode_engine::RuntimeEvent::ContentItem(codemode_protocol::OutputItem::Text {
+                text,
+            }) => texts.push(text),
+            codemode_engine::RuntimeEvent::Result { error_text, .. } => error = error_text,
+            _ => {}
+        }
+    }
+    let error = error.expect("the cell fails");
+    assert!(error.starts_with("heap limit exceeded"), "{error}");
+    assert_eq!(texts, ["before the bomb"]);
+    assert_eq!(texts_of(r#"text("next");"#), ["next"]);
+}
+
+/// A conformance test.
+pub fn a_promise_job_that_throws_rejects_only_its_own_promise() {
+    assert_eq!(
+        texts_of(
+            r#"Promise.resolve().then(() => { throw new Error("in a job"); });
+               await new Promise((resolve) => setTimeout(resolve, 10));
+               text("still running");"#
+        ),
+        ["still running"]
+    );
+}

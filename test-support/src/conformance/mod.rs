@@ -231,6 +231,10 @@ macro_rules! __conformance_tests {
         limits::waiting_uses_no_cpu_time_budget,
         limits::formatting_an_error_runs_no_cell_code_so_a_spinning_getter_cannot_mask_it,
         limits::a_cpu_limit_that_lands_while_a_rejection_is_pending_reports_the_limit,
+        limits::a_typed_array_bomb_ends_the_cell_at_the_heap_limit,
+        limits::large_strings_end_the_cell_with_heap_limit_exceeded,
+        limits::running_out_of_heap_while_a_tool_call_is_unanswered_ends_the_cell,
+        limits::a_promise_job_that_throws_rejects_only_its_own_promise,
         );
     };
 }
