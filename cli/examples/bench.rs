@@ -4,7 +4,8 @@
 //!
 //! Every row is measured twice, side by side: for the in-process engine (`V8Engine`, with the
 //! yardstick and ratio) and for engine processes (`ProcessEngine`, the binary's default), so the
-//! price of the process boundary is always visible. Run on a quiet machine: the figures are
+//! price of the process boundary is always visible. A second table puts the two engines, V8 and
+//! QuickJS, side by side on the same rows, in-process and in engine processes. Run on a quiet machine: the figures are
 //! wall-clock times.
 //!
 //! ```text
@@ -18,6 +19,7 @@ use codemode_engine::{CellLimits, CellStart, Engine, PendingMode, RuntimeEvent, 
 use codemode_engine_process::{ProcessEngine, ProcessEngineConfig};
 use codemode_host_adapters::{InProcessTools, MemoryStore};
 use codemode_protocol::ExecuteRequest;
+use codemode_runtime_quickjs::QuickJsEngine;
 use codemode_runtime_v8::V8Engine;
 use codemode_session::{CellEvent, Session, SessionConfig};
 use rmcp::ServiceExt;
@@ -419,11 +421,17 @@ fn flag(args: &[String], name: &str) -> Option<String> {
 /// Engine processes of the release binary beside `codemode` (the launcher), which this example's
 /// library path (set by cargo) lets start.
 fn process_config(codemode: &str, warm_runtimes: usize) -> ProcessEngineConfig {
+    process_config_for(codemode, "v8", warm_runtimes)
+}
+
+/// [`process_config`], for the engine named `engine` (`v8` or `quickjs`).
+fn process_config_for(codemode: &str, engine: &str, warm_runtimes: usize) -> ProcessEngineConfig {
     let program = std::path::Path::new(codemode).with_file_name("codemode-v8");
-    let mut config = ProcessEngineConfig::new(program, ["engine-host"]).with_warm_runtimes(
-        warm_runtimes,
-        codemode_protocol::limits::DEFAULT_HEAP_LIMIT_BYTES,
-    );
+    let mut config = ProcessEngineConfig::new(program, ["engine-host", "--engine", engine])
+        .with_warm_runtimes(
+            warm_runtimes,
+            codemode_protocol::limits::DEFAULT_HEAP_LIMIT_BYTES,
+        );
     if let Some(path) = std::env::var_os("LD_LIBRARY_PATH") {
         config = config.with_env("LD_LIBRARY_PATH", path);
     }
@@ -432,9 +440,131 @@ fn process_config(codemode: &str, warm_runtimes: usize) -> ProcessEngineConfig {
 
 /// Engine processes as the binary runs them (one spare kept ready), with one process started.
 fn process_engine(codemode: &str, warm_runtimes: usize) -> ProcessEngine {
-    let engine = ProcessEngine::new(process_config(codemode, warm_runtimes));
+    process_engine_for(codemode, "v8", warm_runtimes)
+}
+
+/// [`process_engine`], for the engine named `engine`.
+fn process_engine_for(codemode: &str, engine: &str, warm_runtimes: usize) -> ProcessEngine {
+    let engine = ProcessEngine::new(process_config_for(codemode, engine, warm_runtimes));
     engine.check().expect("engine processes start");
     engine
+}
+
+/// A CPU-heavy cell: how long from start to result.
+fn heavy(engine: &dyn Engine, source: &str, runs: usize) -> Vec<f64> {
+    (0..runs)
+        .map(|_| {
+            let (took, result) = run_to_result(engine, source);
+            assert!(
+                matches!(
+                    result,
+                    RuntimeEvent::Result {
+                        error_text: None,
+                        ..
+                    }
+                ),
+                "{result:?}"
+            );
+            ms(took)
+        })
+        .collect()
+}
+
+/// One row of the engines' table: V8 and QuickJS, in-process and in engine processes.
+struct EngineRow {
+    name: String,
+    unit: &'static str,
+    /// V8 in-process, QuickJS in-process, V8 engine processes, QuickJS engine processes.
+    figures: [Stats; 4],
+}
+
+/// The engines side by side on the same rows; printed as a second table.
+fn engine_comparison(codemode: &str, runtime: &tokio::runtime::Runtime) -> Vec<EngineRow> {
+    let runs = 200;
+    let mut rows = Vec::new();
+    let single = |value: f64| Stats {
+        median: value,
+        p99: value,
+    };
+    let cold: [Box<dyn Engine>; 4] = [
+        Box::new(V8Engine::with_warm_runtimes(0)),
+        Box::new(QuickJsEngine::with_warm_runtimes(0)),
+        Box::new(process_engine_for(codemode, "v8", 0)),
+        Box::new(process_engine_for(codemode, "quickjs", 0)),
+    ];
+    rows.push(EngineRow {
+        name: "cold start (no pre-warming)".into(),
+        unit: "ms",
+        figures: cold
+            .each_ref()
+            .map(|engine| stats(spaced(engine.as_ref(), runs, Duration::from_millis(20)))),
+    });
+    let warm: [Arc<dyn Engine>; 4] = [
+        Arc::new(V8Engine::new()),
+        Arc::new(QuickJsEngine::new()),
+        Arc::new(process_engine_for(codemode, "v8", 2)),
+        Arc::new(process_engine_for(codemode, "quickjs", 2)),
+    ];
+    rows.push(EngineRow {
+        name: "warm start, 20 ms apart".into(),
+        unit: "ms",
+        figures: warm
+            .each_ref()
+            .map(|engine| stats(spaced(engine.as_ref(), runs, Duration::from_millis(20)))),
+    });
+    rows.push(EngineRow {
+        name: "awaited tool round trip".into(),
+        unit: "µs",
+        figures: warm.each_ref().map(|engine| {
+            stats(
+                (0..5)
+                    .map(|_| runtime.block_on(tool_round_trip(Arc::clone(engine), 2000)))
+                    .collect(),
+            )
+        }),
+    });
+    rows.push(EngineRow {
+        name: "terminate() to Terminated".into(),
+        unit: "ms",
+        figures: warm
+            .each_ref()
+            .map(|engine| stats(termination(engine.as_ref(), 100))),
+    });
+    let quickjs_parked = process_engine_for(codemode, "quickjs", 0);
+    let v8_parked = process_engine_for(codemode, "v8", 0);
+    rows.push(EngineRow {
+        name: "memory per parked cell (1,000)".into(),
+        unit: "MiB",
+        figures: [
+            single(parked_cells(&V8Engine::with_warm_runtimes(0), None, 1000)),
+            single(parked_cells(
+                &QuickJsEngine::with_warm_runtimes(0),
+                None,
+                1000,
+            )),
+            single(parked_cells(&v8_parked, Some(&v8_parked), 1000)),
+            single(parked_cells(&quickjs_parked, Some(&quickjs_parked), 1000)),
+        ],
+    });
+    for (name, source) in [
+        (
+            "CPU-heavy: 10 million additions",
+            "let sum = 0; for (let i = 0; i < 1e7; i++) sum += i; text(sum)",
+        ),
+        (
+            "CPU-heavy: sort 1 million numbers",
+            "const a = Array.from({ length: 1e6 }, (_, i) => (i * 7919) % 1000003); a.sort((x, y) => x - y); text(a[0])",
+        ),
+    ] {
+        rows.push(EngineRow {
+            name: name.into(),
+            unit: "ms",
+            figures: warm
+                .each_ref()
+                .map(|engine| stats(heavy(engine.as_ref(), source, 5))),
+        });
+    }
+    rows
 }
 
 /// What one engine process costs: spawn to ready (ms, each a fresh process), and its
@@ -495,6 +625,29 @@ fn main() {
         println!("100,000 keys: in-process {keys:.1} ms, engine processes {keys_process:.1} ms");
         let held = runtime.block_on(memory_per_stored_byte(Arc::clone(&processes)));
         println!("bytes held per byte stored, engine processes: {held:.2}");
+        return;
+    }
+    if args.iter().any(|arg| arg == "--engines-only") {
+        // The engines' table alone: not the whole suite.
+        let codemode =
+            flag(&args, "--codemode").unwrap_or_else(|| "target/release/codemode".into());
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        for row in engine_comparison(&codemode, &runtime) {
+            let [v8, quickjs, v8_process, quickjs_process] = row.figures;
+            println!(
+                "{}: V8 {:.3}, QuickJS {:.3} {unit} in-process; V8 {:.3}, QuickJS {:.3} {unit} in engine processes (p99 {:.3})",
+                row.name,
+                v8.median,
+                quickjs.median,
+                v8_process.median,
+                quickjs_process.median,
+                quickjs_process.p99,
+                unit = row.unit
+            );
+        }
         return;
     }
     let json_path = flag(&args, "--json");
@@ -660,7 +813,7 @@ fn main() {
         let exec_with = |engine: &'static str| {
             runtime.block_on(mcp_calls(
                 tokio::process::Command::new(&codemode).configure(|command| {
-                    command.args(["mcp", "--engine", engine]);
+                    command.args(["mcp", "--isolation", engine]);
                 }),
                 "exec",
                 json!({"code": "text(\"hi\")"}),
@@ -726,6 +879,33 @@ fn main() {
             "engine_processes": row.process.map(|stats| json!({"median": stats.median, "p99": stats.p99})),
         }));
     }
+    let engines = engine_comparison(&codemode, &runtime);
+    println!(
+        "\n| figure | V8 in-process | QuickJS in-process | QuickJS / V8 | V8 engine processes | QuickJS engine processes | QuickJS / V8 |"
+    );
+    println!("|---|---|---|---|---|---|---|");
+    let mut json_engines = Vec::new();
+    for row in &engines {
+        let [v8, quickjs, v8_process, quickjs_process] = row.figures;
+        println!(
+            "| {} | {:.3} {unit} | {:.3} {unit} | {:.2} | {:.3} {unit} | {:.3} {unit} | {:.2} |",
+            row.name,
+            v8.median,
+            quickjs.median,
+            quickjs.median / v8.median,
+            v8_process.median,
+            quickjs_process.median,
+            quickjs_process.median / v8_process.median,
+            unit = row.unit
+        );
+        json_engines.push(json!({
+            "figure": row.name, "unit": row.unit,
+            "v8_in_process": {"median": v8.median, "p99": v8.p99},
+            "quickjs_in_process": {"median": quickjs.median, "p99": quickjs.p99},
+            "v8_engine_processes": {"median": v8_process.median, "p99": v8_process.p99},
+            "quickjs_engine_processes": {"median": quickjs_process.median, "p99": quickjs_process.p99},
+        }));
+    }
     let (spawn, idle_mib) = process_cost(&codemode, 20);
     let ping_pong = stats((0..5).map(|_| socket_ping_pong(20_000)).collect());
     println!(
@@ -744,6 +924,7 @@ fn main() {
             &path,
             serde_json::to_vec_pretty(&json!({
                 "rows": json_rows,
+                "engines": json_engines,
                 "engine_process": {"spawn_ms": {"median": spawn.median, "p99": spawn.p99}, "idle_pss_mib": idle_mib},
                 "socket_ping_pong_us": ping_pong.median,
             }))

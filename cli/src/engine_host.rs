@@ -1,18 +1,22 @@
 //! The hidden engine-host mode (`codemode-v8 engine-host`): the program an engine process runs.
 //! The parent (`codemode run` or `codemode mcp` with the default engine) starts it with its
-//! standard input as the channel; it runs V8 cells until the parent goes away.
+//! standard input as the channel; it runs V8 or QuickJS cells (`--engine`) until the parent goes
+//! away.
 
 use std::process::ExitCode;
 use std::time::Duration;
 
 use codemode_engine_process::HardStopKind;
+use codemode_runtime_quickjs::QuickJsEngine;
 use codemode_runtime_v8::{HardStop, HardStopReason, V8Engine};
+
+use crate::setup::JsEngine;
 
 /// How long to wait for the warm runtimes before saying ready anyway (cells then start cold).
 const WARM_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Runs the engine-process loop with a V8 engine.
-pub fn serve() -> ExitCode {
+/// Runs the engine-process loop with the engine `engine`.
+pub fn serve(engine: JsEngine) -> ExitCode {
     // Whatever the parent's parent leaked into this process goes before anything runs.
     if let Err(error) = codemode_runtime_v8::close_inherited_descriptors() {
         tracing::error!("engine process: {error}");
@@ -24,19 +28,36 @@ pub fn serve() -> ExitCode {
                 Duration::from_millis(settings.hard_stop_grace_ms),
                 on_hard_stop,
             );
-            let engine = V8Engine::with_warm_runtimes_for_heap(
-                settings.warm_runtimes,
-                settings.warm_heap_limit_bytes,
-            );
             // Warm before the sandbox closes and before the parent counts on this process.
             let deadline = std::time::Instant::now() + WARM_TIMEOUT;
-            while engine.ready_runtimes() < settings.warm_runtimes
-                && std::time::Instant::now() < deadline
-            {
-                std::thread::sleep(Duration::from_millis(1));
+            let warm = |ready: &dyn Fn() -> usize| {
+                while ready() < settings.warm_runtimes && std::time::Instant::now() < deadline {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            };
+            match engine {
+                JsEngine::V8 => {
+                    let engine = V8Engine::with_warm_runtimes_for_heap(
+                        settings.warm_runtimes,
+                        settings.warm_heap_limit_bytes,
+                    );
+                    warm(&|| engine.ready_runtimes());
+                    codemode_runtime_v8::v8_available()?;
+                    Ok(Box::new(engine) as Box<dyn codemode_engine::Engine>)
+                }
+                JsEngine::QuickJs => {
+                    codemode_runtime_quickjs::set_hard_stop_hook(
+                        Duration::from_millis(settings.hard_stop_grace_ms),
+                        on_quickjs_hard_stop,
+                    );
+                    let engine = QuickJsEngine::with_warm_runtimes_for_heap(
+                        settings.warm_runtimes,
+                        settings.warm_heap_limit_bytes,
+                    );
+                    warm(&|| engine.ready_runtimes());
+                    Ok(Box::new(engine) as Box<dyn codemode_engine::Engine>)
+                }
             }
-            codemode_runtime_v8::v8_available()?;
-            Ok(Box::new(engine))
         },
         // Test builds only: a native probe that tries what an exploit would.
         codemode_runtime_v8::NATIVE_ATTACK_PROBE,
@@ -57,4 +78,14 @@ fn on_hard_stop(stop: &HardStop) {
         ),
     };
     codemode_engine_process::child::hard_stop(stop.call_id.as_deref(), kind, &message)
+}
+
+/// A QuickJS cell still running its grace period after its CPU budget ran out (a built-in that
+/// loops in C checks no interrupt): the process ends, and the parent fails the cell saying why.
+fn on_quickjs_hard_stop(call_id: &str) {
+    codemode_engine_process::child::hard_stop(
+        Some(call_id),
+        HardStopKind::CpuTimeLimit,
+        "cpu time limit exceeded",
+    )
 }

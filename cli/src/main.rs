@@ -17,7 +17,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-/// Run model-written JavaScript that orchestrates tools, in V8 cells.
+/// Run model-written JavaScript that orchestrates tools, in V8 or QuickJS cells.
 ///
 /// This is `codemode-v8`, the program the `codemode` launcher runs once it has found V8.
 #[derive(Debug, Parser)]
@@ -36,7 +36,11 @@ enum Command {
     /// Run cells for a parent codemode in an engine process (the parent starts it; not for
     /// people).
     #[command(hide = true)]
-    EngineHost,
+    EngineHost {
+        /// The JavaScript engine of the cells.
+        #[arg(long, value_enum, default_value_t = setup::JsEngine::V8)]
+        engine: setup::JsEngine,
+    },
     /// Serve a small demo MCP server (add, image, fail, sleep, note, pid), to try --mcp with.
     DemoMcpServer {
         /// Serve over streamable HTTP at this address instead of stdio, such as 127.0.0.1:8081.
@@ -56,9 +60,9 @@ pub(crate) mod exit {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging();
-    if let Command::EngineHost = cli.command {
+    if let Command::EngineHost { engine } = cli.command {
         // A plain thread loop: no async runtime in an engine process.
-        return engine_host::serve();
+        return engine_host::serve(engine);
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -74,7 +78,9 @@ fn main() -> ExitCode {
         match cli.command {
             Command::Run(args) => run::run(args).await,
             Command::Mcp(args) => serve::serve(args).await,
-            Command::EngineHost => unreachable!("handled before the async runtime starts"),
+            Command::EngineHost { .. } => {
+                unreachable!("handled before the async runtime starts")
+            }
             Command::DemoMcpServer { http } => {
                 let served = match http {
                     Some(address) => {

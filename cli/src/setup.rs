@@ -10,6 +10,7 @@ use codemode_host_adapters::{
     CompositeTools, FileStore, InProcessTools, McpServerConfig, McpTools, McpTransport, MemoryStore,
 };
 use codemode_protocol::normalize_identifier;
+use codemode_runtime_quickjs::QuickJsEngine;
 use codemode_runtime_v8::V8Engine;
 use codemode_session::{Session, SessionConfig, Store};
 use serde_json::{Value, json};
@@ -48,16 +49,21 @@ pub struct SessionArgs {
     /// tools as tools.NAME__TOOL.
     #[arg(long = "config", value_name = "FILE")]
     pub config: Option<PathBuf>,
+    /// The JavaScript engine of the cells: V8 (the default: JIT speed on heavy cells), or
+    /// QuickJS (no system library, a fresh runtime in a fraction of a millisecond, small memory,
+    /// slower on heavy computation). The default comes from `CODEMODE_ENGINE` when it is set.
+    #[arg(long, value_enum, value_name = "ENGINE", env = "CODEMODE_ENGINE", default_value_t = JsEngine::V8)]
+    pub engine: JsEngine,
     /// Where cells run: in sandboxed engine processes (the default: a cell that crashes its
     /// engine ends only its own process), or in this process (faster to start, but a fatal
-    /// error in V8 ends the whole program).
-    #[arg(long, value_enum, value_name = "WHERE", default_value_t = EngineChoice::Process)]
-    pub engine: EngineChoice,
-    /// Live cells per engine process (with --engine process): a crash or hard stop ends at most
-    /// this many cells.
+    /// error in the engine ends the whole program).
+    #[arg(long, value_enum, value_name = "WHERE", default_value_t = Isolation::Process)]
+    pub isolation: Isolation,
+    /// Live cells per engine process (with --isolation process): a crash or hard stop ends at
+    /// most this many cells.
     #[arg(long, value_name = "N", default_value_t = codemode_engine_process::DEFAULT_CELLS_PER_PROCESS)]
     pub cells_per_process: usize,
-    /// Run engine processes as this user (with --engine process): for a server started as root,
+    /// Run engine processes as this user (with --isolation process): for a server started as root,
     /// so that native code in an engine process holds no file of root's (see SECURITY.md). The
     /// user must be able to read this program and V8's libraries.
     #[arg(long, value_name = "USER")]
@@ -66,11 +72,31 @@ pub struct SessionArgs {
 
 /// Where cells run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum EngineChoice {
+pub enum Isolation {
     /// In sandboxed child engine processes.
     Process,
     /// In this process.
     InProcess,
+}
+
+/// The JavaScript engine of the cells.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum JsEngine {
+    /// V8, the system's (Debian's libnode108).
+    V8,
+    /// QuickJS-NG, built into this program.
+    #[value(name = "quickjs")]
+    QuickJs,
+}
+
+impl JsEngine {
+    /// The engine's name on the command line (and in the engine-host arguments).
+    pub fn name(self) -> &'static str {
+        match self {
+            JsEngine::V8 => "v8",
+            JsEngine::QuickJs => "quickjs",
+        }
+    }
 }
 
 /// Whether the demo tools `echo` and `sleep` are offered.
@@ -155,12 +181,21 @@ impl SessionArgs {
         if let Some(engine) = ENGINE.get() {
             return Ok(Arc::clone(engine));
         }
-        let engine: Arc<dyn codemode_engine::Engine> = match self.engine {
-            EngineChoice::InProcess => Arc::new(V8Engine::with_warm_runtimes_for_heap(
-                codemode_runtime_v8::DEFAULT_WARM_RUNTIMES,
-                config.heap_limit_bytes,
-            )),
-            EngineChoice::Process => Arc::new(process_engine(
+        let engine: Arc<dyn codemode_engine::Engine> = match (self.isolation, self.engine) {
+            (Isolation::InProcess, JsEngine::V8) => {
+                Arc::new(V8Engine::with_warm_runtimes_for_heap(
+                    codemode_runtime_v8::DEFAULT_WARM_RUNTIMES,
+                    config.heap_limit_bytes,
+                ))
+            }
+            (Isolation::InProcess, JsEngine::QuickJs) => {
+                Arc::new(QuickJsEngine::with_warm_runtimes_for_heap(
+                    codemode_runtime_quickjs::DEFAULT_WARM_RUNTIMES,
+                    config.heap_limit_bytes,
+                ))
+            }
+            (Isolation::Process, engine) => Arc::new(process_engine(
+                engine,
                 config.heap_limit_bytes,
                 self.cells_per_process,
                 self.engine_user.as_deref(),
@@ -188,6 +223,7 @@ impl SessionArgs {
 
 /// Engine processes that run this program in its engine-host mode.
 fn process_engine(
+    engine: JsEngine,
     heap_limit_bytes: usize,
     cells_per_process: usize,
     engine_user: Option<&str>,
@@ -195,9 +231,12 @@ fn process_engine(
     // The program this process runs, whatever replaced its file since it started: an upgrade
     // installed under a running server does not break the engine processes it starts.
     let program = std::path::PathBuf::from("/proc/self/exe");
-    let mut config = codemode_engine_process::ProcessEngineConfig::new(program, ["engine-host"])
-        .with_warm_runtimes(codemode_runtime_v8::DEFAULT_WARM_RUNTIMES, heap_limit_bytes)
-        .with_cells_per_process(cells_per_process);
+    let mut config = codemode_engine_process::ProcessEngineConfig::new(
+        program,
+        ["engine-host", "--engine", engine.name()],
+    )
+    .with_warm_runtimes(codemode_runtime_v8::DEFAULT_WARM_RUNTIMES, heap_limit_bytes)
+    .with_cells_per_process(cells_per_process);
     if let Some(name) = engine_user {
         let user = nix::unistd::User::from_name(name)
             .map_err(|error| SetupError {

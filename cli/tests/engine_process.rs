@@ -257,6 +257,34 @@ fn a_cpu_limit_that_does_not_take_effect_ends_the_cell_with_the_limit_error() {
 }
 
 #[test]
+fn a_quickjs_built_in_that_checks_no_interrupt_is_ended_by_the_hard_stop() {
+    // QuickJS's `fill` loops in C without an interrupt check; with a heap too large to stop it
+    // soon, only the engine process's hard stop ends the cell, a grace period after its budget.
+    let mut config = ProcessEngineConfig::new(
+        env!("CARGO_BIN_EXE_codemode-v8"),
+        ["engine-host", "--engine", "quickjs"],
+    )
+    .with_hard_stop_grace(Duration::from_millis(100));
+    if let Some(path) = std::env::var_os("LD_LIBRARY_PATH") {
+        config = config.with_env("LD_LIBRARY_PATH", path);
+    }
+    let engine = ProcessEngine::new(config);
+    let mut limited = cell(r#"text("before"); new Array(1e9).fill(0); text("after")"#);
+    limited.limits = CellLimits::default()
+        .with_heap_limit_bytes(4 << 30)
+        .with_cpu_time_limit(Some(Duration::from_millis(200)));
+    let ended = start(&engine, limited).finish();
+    assert_eq!(ended.texts, ["before"]);
+    assert!(
+        error_of(&ended).starts_with("cpu time limit exceeded"),
+        "{ended:?}"
+    );
+    // The engine serves the next cell from a new process.
+    let next = start(&engine, cell(r#"text("next")"#)).finish();
+    assert_eq!(next.texts, ["next"]);
+}
+
+#[test]
 fn the_engine_process_is_sandboxed() {
     // A pipe without close-on-exec: every process this test starts inherits it.
     let leaked = nix::unistd::pipe().unwrap();

@@ -217,7 +217,7 @@ fn max_tool_calls_refuses_the_call_past_it_by_name() {
     );
     // The same in-process, and by default the cap is far away.
     let (json, _) = run_json(
-        &["--engine", "in-process", "--max-tool-calls", "2"],
+        &["--isolation", "in-process", "--max-tool-calls", "2"],
         "await tools.echo(1); await tools.echo(2); await tools.echo(3);",
     );
     assert!(

@@ -1,4 +1,5 @@
-// The bootstrap of every V8 cell: runs once, as a classic script, before the cell's module.
+// The bootstrap of every cell of a script engine (V8, QuickJS): runs once, as a classic script,
+// before the cell's module.
 //
 // It evaluates to a function that receives the native host entry point and the runtime's
 // configuration (JSON), installs the globals and the prelude of built-ins that V8 10.2 lacks,
@@ -11,7 +12,7 @@
 (function installCodemodeGlobals(host, configJson) {
   'use strict';
 
-  // The ops of `host(op, a?, b?)`; the Rust side (src/host.rs) uses the same numbers.
+  // The ops of `host(op, a?, b?)`; the Rust side (engine/src/script/host.rs) uses the same numbers.
   const OP_TEXT = 1;
   const OP_IMAGE = 2;
   const OP_AUDIO = 3;
@@ -130,6 +131,11 @@
     try {
       json = jsonStringify(value);
     } catch (error) {
+      // Running out of memory is not the value's fault: it ends the cell as the heap limit (an
+      // engine that lets a cell catch it, QuickJS, reports it as null or an InternalError).
+      if (error === null || (typeof error === 'object' && error.name === 'InternalError' && error.message === 'out of memory')) {
+        throw error;
+      }
       // A cycle, a BigInt, a throwing getter or toJSON: say why, not only that it failed.
       let reason;
       try {

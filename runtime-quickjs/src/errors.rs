@@ -33,6 +33,7 @@ pub(crate) fn error_text<'js>(
     value: &Value<'js>,
     recorded: Option<(u32, u32)>,
     stack_getter: Option<&rquickjs::Function<'js>>,
+    source: Option<&str>,
 ) -> ErrorText {
     let mut frames = String::new();
     let rendered = if value.is_error() {
@@ -60,6 +61,12 @@ pub(crate) fn error_text<'js>(
         if let Some(stack) = stack {
             frames = cell_frames(&stack);
         }
+        let message = v8_shaped_message(
+            &name,
+            &message,
+            source,
+            frames.lines().nth(1).and_then(first_cell_position),
+        );
         if message.is_empty() {
             name
         } else {
@@ -79,6 +86,56 @@ pub(crate) fn error_text<'js>(
             .to_owned();
     }
     ErrorText::Text(rendered + &frames)
+}
+
+/// QuickJS's message in the shape V8 gives it, which the session's hints read:
+/// `'x' is not defined` becomes `x is not defined`, and `not a function` names what was called
+/// (`tools.ecoh is not a function`), read from the cell's source where the error points.
+fn v8_shaped_message(
+    name: &str,
+    message: &str,
+    source: Option<&str>,
+    position: Option<(u32, u32)>,
+) -> String {
+    if name == "ReferenceError"
+        && let Some(quoted) = message.strip_suffix(" is not defined")
+        && let Some(bare) = quoted
+            .strip_prefix('\'')
+            .and_then(|rest| rest.strip_suffix('\''))
+    {
+        return format!("{bare} is not defined");
+    }
+    if name == "TypeError"
+        && message == "not a function"
+        && let (Some(source), Some((line, column))) = (source, position)
+        && let Some(callee) = callee_at(source, line, column)
+    {
+        return format!("{callee} is not a function");
+    }
+    message.to_owned()
+}
+
+/// The dotted name (`tools.web__search`, `run`) that the 1-based `line` and `column` point into,
+/// when a call follows it.
+fn callee_at(source: &str, line: u32, column: u32) -> Option<String> {
+    let text: Vec<char> = source
+        .lines()
+        .nth(line.checked_sub(1)? as usize)?
+        .chars()
+        .collect();
+    let at = (column.checked_sub(1)? as usize).min(text.len());
+    let part = |c: char| c.is_alphanumeric() || c == '_' || c == '$' || c == '.';
+    let start = (0..at)
+        .rev()
+        .take_while(|&i| part(text[i]))
+        .last()
+        .unwrap_or(at);
+    let end = (at..text.len())
+        .find(|&i| !part(text[i]))
+        .unwrap_or(text.len());
+    let callee: String = text[start..end].iter().collect();
+    let follows = text[end..].iter().find(|c| !c.is_whitespace());
+    (!callee.is_empty() && !callee.starts_with('.') && follows == Some(&'(')).then_some(callee)
 }
 
 /// A thrown value that is not an `Error`, as V8 renders one.
@@ -161,5 +218,27 @@ mod tests {
         );
         assert_eq!(first_cell_position(stack), Some((2, 9)));
         assert_eq!(first_cell_position("    at x (native)"), None);
+    }
+
+    #[test]
+    fn messages_take_v8s_shape() {
+        let source = "text(1);\nconst hits = await tools.ecoh({ q: 1 });";
+        assert_eq!(
+            v8_shaped_message("TypeError", "not a function", Some(source), Some((2, 26))),
+            "tools.ecoh is not a function"
+        );
+        assert_eq!(
+            v8_shaped_message("TypeError", "not a function", Some(source), Some((1, 1))),
+            "text is not a function"
+        );
+        // No call there: left as QuickJS says it.
+        assert_eq!(
+            v8_shaped_message("TypeError", "not a function", Some("x.y;"), Some((1, 3))),
+            "not a function"
+        );
+        assert_eq!(
+            v8_shaped_message("ReferenceError", "'fetch' is not defined", None, None),
+            "fetch is not defined"
+        );
     }
 }

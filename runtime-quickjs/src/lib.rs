@@ -18,6 +18,7 @@
 
 mod errors;
 mod runtime;
+mod watchdog;
 
 use std::sync::Arc;
 
@@ -26,6 +27,7 @@ use codemode_engine::{CellStart, Engine, EngineError, EngineHandles, EventSender
 use codemode_protocol::limits::DEFAULT_HEAP_LIMIT_BYTES;
 
 pub use crate::runtime::QuickJsRuntime;
+pub use crate::watchdog::{HardStopHook, set_hard_stop_hook};
 
 /// How many pre-warmed runtimes an engine keeps ready by default.
 pub const DEFAULT_WARM_RUNTIMES: usize = 2;

@@ -74,11 +74,13 @@ struct CpuBudget {
     exceeded: Arc<AtomicBool>,
 }
 
-/// The CPU watch of a cell: whether the interrupt handler stopped it for its budget.
+/// The CPU watch of a cell: whether the interrupt handler stopped it for its budget (and its
+/// place under the watchdog, for a built-in that does not stop).
 #[derive(Debug)]
 pub struct BudgetWatch {
     exceeded: Arc<AtomicBool>,
     budget: Rc<RefCell<Option<CpuBudget>>>,
+    _watchdog: crate::watchdog::Registration,
 }
 
 impl CpuWatch for BudgetWatch {
@@ -149,6 +151,8 @@ pub struct QuickJsRuntime {
     module_promise: Option<Persistent<Promise<'static>>>,
     /// QuickJS's own getter of an error's `stack`, taken before any cell code runs.
     stack_getter: Option<Persistent<Function<'static>>>,
+    /// The cell's source, for naming what an error points at.
+    source: Option<Rc<str>>,
     context: Context,
     runtime: Runtime,
     host: Rc<RefCell<CellHost>>,
@@ -215,6 +219,7 @@ impl QuickJsRuntime {
             dispatch: None,
             module_promise: None,
             stack_getter: None,
+            source: None,
             context,
             runtime,
             host: Rc::new(RefCell::new(host)),
@@ -259,6 +264,10 @@ impl QuickJsRuntime {
         // When QuickJS runs out of memory so far that it cannot make the error either, the
         // exception is a bare `null`: no cell threw that one (a cell's `throw` is recorded). The
         // heap is looked at once the context is left (`after_call`).
+        if value.type_of() == rquickjs::Type::Uninitialized {
+            // No exception value at all: QuickJS could not even allocate one.
+            return ErrorText::OutOfMemory;
+        }
         if value.is_null() && recorded.is_none() {
             self.flags.bare_null_thrown.set(true);
         }
@@ -266,14 +275,22 @@ impl QuickJsRuntime {
             .stack_getter
             .clone()
             .and_then(|getter| getter.restore(ctx).ok());
-        error_text(ctx, &value, recorded, stack_getter.as_ref())
+        error_text(
+            ctx,
+            &value,
+            recorded,
+            stack_getter.as_ref(),
+            self.source.as_deref(),
+        )
     }
 
-    /// Whether the heap holds at least half of its limit: where an allocation that fails is the
-    /// limit's doing. Only outside the context.
+    /// Whether the heap still holds an eighth of its limit after a failed call: QuickJS frees a
+    /// failed operation's temporaries at once, so what remains is what the cell kept, and a bare
+    /// `null` with that much kept is the limit's doing (a cell that throws `null` itself is
+    /// recorded by the throw-site global). Only outside the context.
     fn memory_is_short(&self) -> bool {
         let used = usize::try_from(self.runtime.memory_usage().malloc_size).unwrap_or(usize::MAX);
-        used >= self.heap_limit_bytes / 2
+        used >= self.heap_limit_bytes / 8
     }
 
     /// The status of a call, once its context is left: a bare `null` thrown while the heap is
@@ -502,6 +519,7 @@ impl ScriptRuntime for QuickJsRuntime {
     }
 
     fn evaluate_module(&mut self, source: &str) -> RunStatus {
+        self.source = Some(Rc::from(source));
         let context = self.context.clone();
         let status = context.with(|ctx| {
             let result = (|| -> rquickjs::Result<()> {
@@ -543,13 +561,18 @@ impl ScriptRuntime for QuickJsRuntime {
             match self.runtime.execute_pending_job() {
                 Ok(true) => continue,
                 Ok(false) => return RunStatus::Ok,
-                // A job that failed is one that could not run (interrupted, out of memory): a
-                // promise job that throws only rejects its promise.
+                // A promise job that throws only rejects its promise; a job that fails is one
+                // that was stopped (interrupted, out of memory), or a callback with nobody to
+                // hand its error to (a FinalizationRegistry's), whose error is dropped as V8
+                // drops it.
                 Err(job) => {
                     let status = job
                         .0
                         .with(|ctx| self.failed(&ctx, rquickjs::Error::Exception));
-                    return self.after_call(status);
+                    match self.after_call(status) {
+                        RunStatus::Exception(_) => continue,
+                        stopped => return stopped,
+                    }
                 }
             }
         }
@@ -588,11 +611,13 @@ impl ScriptRuntime for QuickJsRuntime {
         state
     }
 
-    fn watch_cpu(&self, budget: Duration, _call_id: String) -> Result<BudgetWatch, String> {
+    fn watch_cpu(&self, budget: Duration, call_id: String) -> Result<BudgetWatch, String> {
+        let exceeded = Arc::new(AtomicBool::new(false));
+        let watchdog =
+            crate::watchdog::register(budget, self.halt.clone(), Arc::clone(&exceeded), call_id)?;
         let baseline = thread_cpu_time().ok_or_else(|| {
             "cannot read the cell thread's CPU clock to enforce its CPU-time limit".to_owned()
         })?;
-        let exceeded = Arc::new(AtomicBool::new(false));
         *self.budget.borrow_mut() = Some(CpuBudget {
             baseline,
             budget,
@@ -601,6 +626,7 @@ impl ScriptRuntime for QuickJsRuntime {
         Ok(BudgetWatch {
             exceeded,
             budget: Rc::clone(&self.budget),
+            _watchdog: watchdog,
         })
     }
 
