@@ -125,7 +125,10 @@ fn not_found_message(looked_in: &[PathBuf]) -> String {
          your user)\n  \
          apt-get install libnode108        on Debian bookworm (installs it for the system)\n  \
          CODEMODE_V8_PREFIX=/path/to/v8    a folder where Debian's libnode108 is unpacked\n\
-         or unpack a codemode release tarball, whose lib/ folder carries V8.",
+         or unpack a codemode release tarball, whose lib/ folder carries V8.\n\n\
+         Or run cells on QuickJS, which needs no system library: build codemode without V8\n  \
+         cargo install --path cli --no-default-features\n\
+         and its cells run on QuickJS (--engine quickjs).",
     );
     message
 }
@@ -162,6 +165,12 @@ fn main() -> ExitCode {
     }
     let mut command = Command::new(&program);
     command.args(std::env::args_os().skip(1));
+    if !cfg!(feature = "v8") {
+        // A build without V8: the program links nothing to find.
+        let error = command.exec();
+        eprintln!("error: cannot start {}: {error}", program.display());
+        return ExitCode::FAILURE;
+    }
     match find_v8(&environment) {
         Ok(Found::System) => {}
         Ok(Found::Folder(folder)) => {

@@ -19,7 +19,8 @@ use clap::{Parser, Subcommand};
 
 /// Run model-written JavaScript that orchestrates tools, in V8 or QuickJS cells.
 ///
-/// This is `codemode-v8`, the program the `codemode` launcher runs once it has found V8.
+/// This is `codemode-v8`, the program the `codemode` launcher runs once it has found V8 (a build
+/// without V8 needs no library, and the launcher runs it at once).
 #[derive(Debug, Parser)]
 #[command(name = "codemode", bin_name = "codemode", version, about)]
 struct Cli {
@@ -38,7 +39,7 @@ enum Command {
     #[command(hide = true)]
     EngineHost {
         /// The JavaScript engine of the cells.
-        #[arg(long, value_enum, default_value_t = setup::JsEngine::V8)]
+        #[arg(long, value_enum, default_value_t = setup::JsEngine::DEFAULT)]
         engine: setup::JsEngine,
     },
     /// Serve a small demo MCP server (add, image, fail, sleep, note, pid), to try --mcp with.

@@ -11,6 +11,7 @@ use codemode_host_adapters::{
 };
 use codemode_protocol::normalize_identifier;
 use codemode_runtime_quickjs::QuickJsEngine;
+#[cfg(feature = "v8")]
 use codemode_runtime_v8::V8Engine;
 use codemode_session::{Session, SessionConfig, Store};
 use serde_json::{Value, json};
@@ -51,8 +52,9 @@ pub struct SessionArgs {
     pub config: Option<PathBuf>,
     /// The JavaScript engine of the cells: V8 (the default: JIT speed on heavy cells), or
     /// QuickJS (no system library, a fresh runtime in a fraction of a millisecond, small memory,
-    /// slower on heavy computation). The default comes from `CODEMODE_ENGINE` when it is set.
-    #[arg(long, value_enum, value_name = "ENGINE", env = "CODEMODE_ENGINE", default_value_t = JsEngine::V8)]
+    /// slower on heavy computation). The default comes from `CODEMODE_ENGINE` when it is set;
+    /// a build without V8 runs QuickJS.
+    #[arg(long, value_enum, value_name = "ENGINE", env = "CODEMODE_ENGINE", default_value_t = JsEngine::DEFAULT)]
     pub engine: JsEngine,
     /// Where cells run: in sandboxed engine processes (the default: a cell that crashes its
     /// engine ends only its own process), or in this process (faster to start, but a fatal
@@ -90,6 +92,13 @@ pub enum JsEngine {
 }
 
 impl JsEngine {
+    /// The engine of a cell when none is named: V8 when this program has it.
+    pub const DEFAULT: JsEngine = if cfg!(feature = "v8") {
+        JsEngine::V8
+    } else {
+        JsEngine::QuickJs
+    };
+
     /// The engine's name on the command line (and in the engine-host arguments).
     pub fn name(self) -> &'static str {
         match self {
@@ -181,13 +190,28 @@ impl SessionArgs {
         if let Some(engine) = ENGINE.get() {
             return Ok(Arc::clone(engine));
         }
+        #[cfg(not(feature = "v8"))]
+        if self.engine == JsEngine::V8 {
+            return Err(SetupError {
+                message: concat!(
+                    "this codemode was built without V8 (cargo's --no-default-features): run its ",
+                    "cells on QuickJS with --engine quickjs, or install a build with V8 ",
+                    "(cargo xtask setup-v8 && cargo install --path cli)"
+                )
+                .to_owned(),
+                usage: true,
+            });
+        }
         let engine: Arc<dyn codemode_engine::Engine> = match (self.isolation, self.engine) {
+            #[cfg(feature = "v8")]
             (Isolation::InProcess, JsEngine::V8) => {
                 Arc::new(V8Engine::with_warm_runtimes_for_heap(
                     codemode_runtime_v8::DEFAULT_WARM_RUNTIMES,
                     config.heap_limit_bytes,
                 ))
             }
+            #[cfg(not(feature = "v8"))]
+            (Isolation::InProcess, JsEngine::V8) => unreachable!("refused above"),
             (Isolation::InProcess, JsEngine::QuickJs) => {
                 Arc::new(QuickJsEngine::with_warm_runtimes_for_heap(
                     codemode_runtime_quickjs::DEFAULT_WARM_RUNTIMES,
@@ -235,7 +259,10 @@ fn process_engine(
         program,
         ["engine-host", "--engine", engine.name()],
     )
-    .with_warm_runtimes(codemode_runtime_v8::DEFAULT_WARM_RUNTIMES, heap_limit_bytes)
+    .with_warm_runtimes(
+        codemode_runtime_quickjs::DEFAULT_WARM_RUNTIMES,
+        heap_limit_bytes,
+    )
     .with_cells_per_process(cells_per_process);
     if let Some(name) = engine_user {
         let user = nix::unistd::User::from_name(name)

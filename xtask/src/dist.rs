@@ -232,6 +232,60 @@ pub fn check() -> Result<(), String> {
     Ok(())
 }
 
+/// Builds `codemode` without V8 (`--no-default-features`, release) and, with the repository's V8
+/// renamed out of sight and an empty environment, checks that its program links no V8 and runs a
+/// cell on QuickJS. Run it last: it leaves `target/release/codemode*` built without V8.
+pub fn no_v8_check() -> Result<(), String> {
+    let root = crate::workspace_root();
+    run(
+        Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+            .current_dir(&root)
+            .args([
+                "build",
+                "--release",
+                "-p",
+                "codemode-cli",
+                "--no-default-features",
+            ]),
+    )?;
+    let bin = root.join("target/release");
+    let needed = Command::new("readelf")
+        .arg("-d")
+        .arg(bin.join("codemode-v8"))
+        .output()
+        .map_err(|error| format!("cannot run readelf: {error}"))?;
+    let needed = String::from_utf8_lossy(&needed.stdout);
+    if needed.contains("libnode") {
+        return Err(format!(
+            "the build without V8 still links libnode:\n{needed}"
+        ));
+    }
+    let scratch = std::env::temp_dir().join(format!("codemode-no-v8-check-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&scratch);
+    std::fs::create_dir_all(&scratch)
+        .map_err(|error| format!("cannot create {}: {error}", scratch.display()))?;
+    let _hidden = HiddenFolder::hide(&v8_prefix())?;
+    let mut cell = Command::new(bin.join("codemode"));
+    cell.args(["run", "--json", "-"])
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .env("HOME", &scratch)
+        .current_dir(&scratch);
+    // QuickJS has no Intl: the cell says which engine ran it.
+    let output = run_with_input(
+        &mut cell,
+        "text(`without V8 ${1 + 1}, Intl ${typeof Intl}`)",
+    )?;
+    let _ = std::fs::remove_dir_all(&scratch);
+    if !output.contains("without V8 2, Intl undefined") {
+        return Err(format!(
+            "the build without V8 ran no QuickJS cell: {output}"
+        ));
+    }
+    println!("no-v8-check: a codemode built without V8 links no libnode and runs QuickJS cells");
+    Ok(())
+}
+
 fn check_no_absolute_run_path(program: &Path) -> Result<(), String> {
     let output = Command::new("readelf")
         .arg("-d")

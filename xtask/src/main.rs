@@ -12,6 +12,8 @@
 //!   figures beside yardsticks measured in the same run, also written to `target/bench/bench.json`.
 //! - `dist-check`: unpacks that tarball elsewhere and runs a cell and an MCP round trip with it,
 //!   with the repository's V8 out of sight.
+//! - `no-v8-check`: builds `codemode` without V8 (`--no-default-features`) and, with V8 out of
+//!   sight, checks that it links no libnode and runs a QuickJS cell.
 //! - `setup-mcp-servers`: the real third-party MCP servers the end-to-end tests drive (npm and
 //!   PyPI, pinned) into `target/mcp-servers/`.
 //! - `ci`: what `.ci/run` runs: setup-v8, `cargo fmt --check`, clippy with warnings denied,
@@ -38,6 +40,7 @@ fn main() -> ExitCode {
         Some("ci") => ci(),
         Some("dist") => dist::dist().map(|tarball| println!("{}", tarball.display())),
         Some("dist-check") => dist::check(),
+        Some("no-v8-check") => dist::no_v8_check(),
         Some("bench") => bench(),
         Some("setup-mcp-servers") => codemode_test_support::mcp_servers::install(&workspace_root())
             .map(|_| {
@@ -53,6 +56,7 @@ fn main() -> ExitCode {
                  ci         setup-v8, fmt --check, clippy -D warnings, docs, tests, dist-check\n  \
                  dist       build the release tarball in target/dist/\n  \
                  dist-check build it, unpack it elsewhere, run a cell and an MCP round trip\n  \
+                 no-v8-check  build codemode without V8 and run a QuickJS cell with V8 out of sight\n  \
                  bench      the benchmark suite, release build: a table, and target/bench/bench.json\n  \
                  setup-mcp-servers  install the real MCP servers the tests drive into target/mcp-servers/"
             );
