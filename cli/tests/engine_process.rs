@@ -16,8 +16,16 @@ use serde_json::{Value, json};
 const HANG_GUARD: Duration = Duration::from_secs(60);
 
 fn config() -> ProcessEngineConfig {
-    let mut config = ProcessEngineConfig::new(env!("CARGO_BIN_EXE_codemode-v8"), ["engine-host"])
-        .with_test_hooks();
+    config_for("v8")
+}
+
+/// Engine processes of the engine named `engine` (`v8` or `quickjs`).
+fn config_for(engine: &str) -> ProcessEngineConfig {
+    let mut config = ProcessEngineConfig::new(
+        env!("CARGO_BIN_EXE_codemode-v8"),
+        ["engine-host", "--engine", engine],
+    )
+    .with_test_hooks();
     if let Some(path) = std::env::var_os("LD_LIBRARY_PATH") {
         config = config.with_env("LD_LIBRARY_PATH", path);
     }
@@ -260,15 +268,8 @@ fn a_cpu_limit_that_does_not_take_effect_ends_the_cell_with_the_limit_error() {
 fn a_quickjs_built_in_that_checks_no_interrupt_is_ended_by_the_hard_stop() {
     // QuickJS's `fill` loops in C without an interrupt check; with a heap too large to stop it
     // soon, only the engine process's hard stop ends the cell, a grace period after its budget.
-    let mut config = ProcessEngineConfig::new(
-        env!("CARGO_BIN_EXE_codemode-v8"),
-        ["engine-host", "--engine", "quickjs"],
-    )
-    .with_hard_stop_grace(Duration::from_millis(100));
-    if let Some(path) = std::env::var_os("LD_LIBRARY_PATH") {
-        config = config.with_env("LD_LIBRARY_PATH", path);
-    }
-    let engine = ProcessEngine::new(config);
+    let engine =
+        ProcessEngine::new(config_for("quickjs").with_hard_stop_grace(Duration::from_millis(100)));
     let mut limited = cell(r#"text("before"); new Array(1e9).fill(0); text("after")"#);
     limited.limits = CellLimits::default()
         .with_heap_limit_bytes(4 << 30)
@@ -286,9 +287,20 @@ fn a_quickjs_built_in_that_checks_no_interrupt_is_ended_by_the_hard_stop() {
 
 #[test]
 fn the_engine_process_is_sandboxed() {
+    assert_sandboxed(config());
+}
+
+#[test]
+fn a_quickjs_engine_process_is_sandboxed_the_same() {
+    assert_sandboxed(config_for("quickjs"));
+}
+
+/// Engine processes of `config` run under seccomp, refuse the probes, hold only their channel
+/// and capture pipes, an empty environment but the library path, and the root as their folder.
+fn assert_sandboxed(config: ProcessEngineConfig) {
     // A pipe without close-on-exec: every process this test starts inherits it.
     let leaked = nix::unistd::pipe().unwrap();
-    let engine = ProcessEngine::new(config());
+    let engine = ProcessEngine::new(config);
     let ended = start(&engine, cell(r#"text("up")"#)).finish();
     assert_eq!(ended.texts, ["up"]);
     let pid = engine.process_ids()[0];
