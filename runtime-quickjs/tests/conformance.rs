@@ -25,7 +25,7 @@ const DIFFERENCES: &[Difference] = &[
         why: "QuickJS-NG has no Intl (no ICU): toLocaleString and Intl.* are not there",
     },
     Difference {
-        test: "any_thrown_value_is_rendered_by_the_engine_with_its_position_when_it_has_one",
+        test: "an_unmarked_throw_in_a_callback_keeps_its_position",
         why: "a `throw` of a value that is not an Error, left unmarked, has no position on \
               QuickJS even in a callback (V8 keeps one in its message); the session marks every \
               `throw` of a cell, so cells get the position on both engines",

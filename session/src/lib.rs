@@ -1,8 +1,13 @@
 //! Sessions: what an embedder uses to give a model the `exec` and `wait` tools (sessions, output, the model-facing tools and the extras).
 //!
 //! A [`Session`] owns its cells (ids `"1"`, `"2"`, …), its stored values and its enabled tools. It
-//! sits on three pluggable pieces: an engine (`codemode_engine::Engine`, such as V8), a [`Store`]
-//! for stored values, and a [`ToolProvider`] for tools; `host-adapters` has ready-made ones. The
+//! sits on three pluggable pieces: an engine (`codemode_engine::Engine`), a [`Store`] for stored
+//! values, and a [`ToolProvider`] for tools; `host-adapters` has ready-made stores and providers.
+//! For the engine: `codemode_runtime_v8::V8Engine` (JIT speed on heavy cells; needs the system's
+//! V8), `codemode_runtime_quickjs::QuickJsEngine` (no system library, a fresh runtime in a fraction
+//! of a millisecond, small memory; an interpreter), or either inside sandboxed child processes
+//! with `codemode_engine_process::ProcessEngine`, which is what to give model-written code in a
+//! server. Both engines pass one conformance suite, so a session behaves the same on either. The
 //! operations (`execute`, `wait`, `terminate`, `execute_to_pending`, `wait_to_pending`,
 //! `shutdown`) return [`CellReport`]s; the model-facing layer (`exec_tool`, `wait_tool`, their
 //! descriptions) parses pragmas and renders reports as the output contract says, with error hints (actionable errors).

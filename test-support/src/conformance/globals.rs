@@ -605,7 +605,12 @@ pub fn any_thrown_value_is_rendered_by_the_engine_with_its_position_when_it_has_
         error_of("throw { toString() { throw new Error(\"no\"); } };")
             .starts_with("[object Object]")
     );
-    // Thrown where V8 has a message (a timer callback), a primitive has its line and column.
+}
+
+/// A conformance test.
+pub fn an_unmarked_throw_in_a_callback_keeps_its_position() {
+    // Thrown where V8 has a message (a timer callback), a primitive has its line and column even
+    // without the session's mark.
     assert_eq!(
         error_of(
             "setTimeout(() => { throw null; }, 1);\nawait new Promise((r) => setTimeout(r, 50));"

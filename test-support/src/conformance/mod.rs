@@ -196,6 +196,7 @@ macro_rules! __conformance_tests {
         globals::store_refuses_lone_surrogates_by_key_and_reason_so_keys_never_collide,
         globals::a_tool_argument_with_a_lone_surrogate_is_refused_with_the_reason,
         globals::any_thrown_value_is_rendered_by_the_engine_with_its_position_when_it_has_one,
+        globals::an_unmarked_throw_in_a_callback_keeps_its_position,
         globals::a_cell_cannot_hide_or_rewrite_its_error_text,
         globals::exit_inside_to_json_stops_the_text_that_called_it,
         globals::a_replaced_array_iterator_breaks_none_of_the_globals,
