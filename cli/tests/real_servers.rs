@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 mod common;
 
 use codemode_test_support::{mcp_servers, within};
-use common::{CODEMODE, text_of};
+use common::{CODEMODE, text_of, wait_for_line};
 
 async fn exec(
     client: &rmcp::service::RunningService<RoleClient, ()>,
@@ -158,6 +158,26 @@ image(picture.content.find((block) => block.type === "image"));
     client.cancel().await.unwrap();
 }
 
+/// `codemode mcp` with `server-everything` as its one downstream server (named `everything`),
+/// its config written to a scratch folder named `name`; `log` sets its `CODEMODE_LOG`.
+fn codemode_with_everything(name: &str, log: Option<&str>) -> tokio::process::Command {
+    let servers = mcp_servers::install(&mcp_servers::workspace_root()).unwrap_or_else(|error| {
+        panic!("the real MCP servers could not be installed from their registries: {error}")
+    });
+    let folder = codemode_test_support::scratch_folder(name);
+    let config_path = folder.join("mcp.json");
+    let config = json!({"mcpServers": {
+        "everything": {"command": servers.npm_program("mcp-server-everything"), "args": ["stdio"]}
+    }});
+    std::fs::write(&config_path, config.to_string()).unwrap();
+    tokio::process::Command::new(CODEMODE).configure(|command| {
+        command.arg("mcp").arg("--config").arg(&config_path);
+        if let Some(log) = log {
+            command.env("CODEMODE_LOG", log);
+        }
+    })
+}
+
 /// A client that counts `notifications/tools/list_changed`.
 #[derive(Clone, Default)]
 struct ListChanges(std::sync::Arc<std::sync::atomic::AtomicUsize>);
@@ -170,19 +190,8 @@ impl rmcp::ClientHandler for ListChanges {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_downstream_tool_list_change_reaches_the_client_as_a_change_of_exec() {
-    let servers = mcp_servers::install(&mcp_servers::workspace_root()).unwrap_or_else(|error| {
-        panic!("the real MCP servers could not be installed from their registries: {error}")
-    });
     // server-everything registers more tools once its client has initialised, and says so.
-    let folder = codemode_test_support::scratch_folder("real-servers-list-changed");
-    let config_path = folder.join("mcp.json");
-    let config = json!({"mcpServers": {
-        "everything": {"command": servers.npm_program("mcp-server-everything"), "args": ["stdio"]}
-    }});
-    std::fs::write(&config_path, config.to_string()).unwrap();
-    let command = tokio::process::Command::new(CODEMODE).configure(|command| {
-        command.arg("mcp").arg("--config").arg(&config_path);
-    });
+    let command = codemode_with_everything("real-servers-list-changed", None);
     let changes = ListChanges::default();
     let client = within(
         "connect",
@@ -241,18 +250,7 @@ impl rmcp::ClientHandler for ProgressMessages {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_downstream_tools_progress_reaches_the_client_waiting_on_the_cell() {
-    let servers = mcp_servers::install(&mcp_servers::workspace_root()).unwrap_or_else(|error| {
-        panic!("the real MCP servers could not be installed from their registries: {error}")
-    });
-    let folder = codemode_test_support::scratch_folder("real-servers-progress");
-    let config_path = folder.join("mcp.json");
-    let config = json!({"mcpServers": {
-        "everything": {"command": servers.npm_program("mcp-server-everything"), "args": ["stdio"]}
-    }});
-    std::fs::write(&config_path, config.to_string()).unwrap();
-    let command = tokio::process::Command::new(CODEMODE).configure(|command| {
-        command.arg("mcp").arg("--config").arg(&config_path);
-    });
+    let command = codemode_with_everything("real-servers-progress", None);
     let messages = ProgressMessages::default();
     let client = within(
         "connect",
@@ -288,22 +286,10 @@ async fn a_downstream_tools_progress_reaches_the_client_waiting_on_the_cell() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn terminating_a_cell_cancels_the_task_of_a_tool_that_runs_only_as_a_task() {
-    let servers = mcp_servers::install(&mcp_servers::workspace_root()).unwrap_or_else(|error| {
-        panic!("the real MCP servers could not be installed from their registries: {error}")
-    });
-    let folder = codemode_test_support::scratch_folder("real-servers-task-cancel");
-    let config_path = folder.join("mcp.json");
-    let config = json!({"mcpServers": {
-        "everything": {"command": servers.npm_program("mcp-server-everything"), "args": ["stdio"]}
-    }});
-    std::fs::write(&config_path, config.to_string()).unwrap();
-    let command = tokio::process::Command::new(CODEMODE).configure(|command| {
-        command
-            .arg("mcp")
-            .arg("--config")
-            .arg(&config_path)
-            .env("CODEMODE_LOG", "codemode_host_adapters=info");
-    });
+    let command = codemode_with_everything(
+        "real-servers-task-cancel",
+        Some("codemode_host_adapters=info"),
+    );
     let (transport, stderr) = TokioChildProcess::builder(command)
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -335,16 +321,10 @@ async fn terminating_a_cell_cancels_the_task_of_a_tool_that_runs_only_as_a_task(
     let terminated = text_of(&within("terminate", client.call_tool(params)).await.unwrap());
     assert!(terminated.starts_with("Script terminated"), "{terminated}");
     // The downstream server accepted the cancellation of the task.
-    within("the task is cancelled", async {
-        use tokio::io::AsyncBufReadExt;
-        let mut lines = tokio::io::BufReader::new(stderr.unwrap()).lines();
-        while let Some(line) = lines.next_line().await.unwrap() {
-            if line.contains("cancelled the task of a call the cell no longer waits for") {
-                return;
-            }
-        }
-        panic!("codemode ended before it cancelled the task");
-    })
+    wait_for_line(
+        stderr.unwrap(),
+        "cancelled the task of a call the cell no longer waits for",
+    )
     .await;
     client.cancel().await.unwrap();
 }

@@ -23,7 +23,7 @@ use serde_json::{Value, json};
 mod common;
 
 use codemode_test_support::within;
-use common::{CODEMODE, text_of};
+use common::{CODEMODE, text_of, wait_for_line};
 
 /// A client that declares the tasks extension.
 #[derive(Clone, Default)]
@@ -242,16 +242,7 @@ await tools.inner__exec({ code: "await new Promise((resolve) => setTimeout(resol
     .unwrap();
     let ended = poll_to_the_end(&client, &outer.task.task_id).await;
     assert_eq!(ended.task.status, TaskStatus::Cancelled);
-    within("the inner server says it cancelled the task", async {
-        use tokio::io::AsyncBufReadExt;
-        let mut lines = tokio::io::BufReader::new(stderr).lines();
-        while let Some(line) = lines.next_line().await.unwrap() {
-            if line.contains("cancelled an exec task") {
-                return;
-            }
-        }
-        panic!("the outer server ended before the inner server cancelled the task");
-    })
-    .await;
+    // The inner server's log line, passed on by the outer server.
+    wait_for_line(stderr, "cancelled an exec task").await;
     client.cancel().await.unwrap();
 }

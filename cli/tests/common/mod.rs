@@ -45,3 +45,19 @@ pub fn text_of(result: &CallToolResult) -> String {
         .collect::<Vec<_>>()
         .join("\n")
 }
+
+/// Reads `stderr` (a child's standard error) until a line contains `needle`; fails the test if
+/// the child ends first, or past the hang guard.
+pub async fn wait_for_line(stderr: tokio::process::ChildStderr, needle: &str) {
+    use tokio::io::AsyncBufReadExt;
+    codemode_test_support::within(&format!("a line with {needle:?}"), async {
+        let mut lines = tokio::io::BufReader::new(stderr).lines();
+        while let Some(line) = lines.next_line().await.unwrap() {
+            if line.contains(needle) {
+                return;
+            }
+        }
+        panic!("the process ended before it wrote a line with {needle:?}");
+    })
+    .await
+}
