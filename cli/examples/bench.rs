@@ -478,6 +478,37 @@ struct EngineRow {
     figures: [Stats; 4],
 }
 
+/// Prints the engines' table; returns its rows as JSON.
+fn print_engines(rows: &[EngineRow]) -> Vec<Value> {
+    println!(
+        "\n| figure | V8 in-process | QuickJS in-process | QuickJS / V8 | V8 engine processes | QuickJS engine processes | QuickJS / V8 |"
+    );
+    println!("|---|---|---|---|---|---|---|");
+    rows.iter()
+        .map(|row| {
+            let [v8, quickjs, v8_process, quickjs_process] = row.figures;
+            println!(
+                "| {} | {:.3} {unit} | {:.3} {unit} | {:.2} | {:.3} {unit} | {:.3} {unit} | {:.2} |",
+                row.name,
+                v8.median,
+                quickjs.median,
+                quickjs.median / v8.median,
+                v8_process.median,
+                quickjs_process.median,
+                quickjs_process.median / v8_process.median,
+                unit = row.unit
+            );
+            json!({
+                "figure": row.name, "unit": row.unit,
+                "v8_in_process": {"median": v8.median, "p99": v8.p99},
+                "quickjs_in_process": {"median": quickjs.median, "p99": quickjs.p99},
+                "v8_engine_processes": {"median": v8_process.median, "p99": v8_process.p99},
+                "quickjs_engine_processes": {"median": quickjs_process.median, "p99": quickjs_process.p99},
+            })
+        })
+        .collect()
+}
+
 /// The engines side by side on the same rows; printed as a second table.
 fn engine_comparison(codemode: &str, runtime: &tokio::runtime::Runtime) -> Vec<EngineRow> {
     let runs = 200;
@@ -635,19 +666,7 @@ fn main() {
             .enable_all()
             .build()
             .unwrap();
-        for row in engine_comparison(&codemode, &runtime) {
-            let [v8, quickjs, v8_process, quickjs_process] = row.figures;
-            println!(
-                "{}: V8 {:.3}, QuickJS {:.3} {unit} in-process; V8 {:.3}, QuickJS {:.3} {unit} in engine processes (p99 {:.3})",
-                row.name,
-                v8.median,
-                quickjs.median,
-                v8_process.median,
-                quickjs_process.median,
-                quickjs_process.p99,
-                unit = row.unit
-            );
-        }
+        print_engines(&engine_comparison(&codemode, &runtime));
         return;
     }
     let json_path = flag(&args, "--json");
@@ -879,33 +898,7 @@ fn main() {
             "engine_processes": row.process.map(|stats| json!({"median": stats.median, "p99": stats.p99})),
         }));
     }
-    let engines = engine_comparison(&codemode, &runtime);
-    println!(
-        "\n| figure | V8 in-process | QuickJS in-process | QuickJS / V8 | V8 engine processes | QuickJS engine processes | QuickJS / V8 |"
-    );
-    println!("|---|---|---|---|---|---|---|");
-    let mut json_engines = Vec::new();
-    for row in &engines {
-        let [v8, quickjs, v8_process, quickjs_process] = row.figures;
-        println!(
-            "| {} | {:.3} {unit} | {:.3} {unit} | {:.2} | {:.3} {unit} | {:.3} {unit} | {:.2} |",
-            row.name,
-            v8.median,
-            quickjs.median,
-            quickjs.median / v8.median,
-            v8_process.median,
-            quickjs_process.median,
-            quickjs_process.median / v8_process.median,
-            unit = row.unit
-        );
-        json_engines.push(json!({
-            "figure": row.name, "unit": row.unit,
-            "v8_in_process": {"median": v8.median, "p99": v8.p99},
-            "quickjs_in_process": {"median": quickjs.median, "p99": quickjs.p99},
-            "v8_engine_processes": {"median": v8_process.median, "p99": v8_process.p99},
-            "quickjs_engine_processes": {"median": quickjs_process.median, "p99": quickjs_process.p99},
-        }));
-    }
+    let json_engines = print_engines(&engine_comparison(&codemode, &runtime));
     let (spawn, idle_mib) = process_cost(&codemode, 20);
     let ping_pong = stats((0..5).map(|_| socket_ping_pong(20_000)).collect());
     println!(

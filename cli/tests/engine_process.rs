@@ -251,25 +251,22 @@ fn a_termination_that_does_not_take_effect_kills_the_process_after_the_grace_per
 
 #[test]
 fn a_cpu_limit_that_does_not_take_effect_ends_the_cell_with_the_limit_error() {
-    let engine = ProcessEngine::new(config().with_hard_stop_grace(Duration::from_millis(100)));
-    let mut limited = cell(r#"text("before"); new Array(1e9).fill(0)"#);
-    limited.limits = CellLimits::default()
-        .with_heap_limit_bytes(4 << 30)
-        .with_cpu_time_limit(Some(Duration::from_millis(200)));
-    let ended = start(&engine, limited).finish();
-    assert_eq!(ended.texts, ["before"]);
-    assert!(
-        error_of(&ended).starts_with("cpu time limit exceeded"),
-        "{ended:?}"
-    );
+    assert_hard_stopped_at_the_cpu_limit("v8");
 }
 
 #[test]
 fn a_quickjs_built_in_that_checks_no_interrupt_is_ended_by_the_hard_stop() {
-    // QuickJS's `fill` loops in C without an interrupt check; with a heap too large to stop it
-    // soon, only the engine process's hard stop ends the cell, a grace period after its budget.
-    let engine =
-        ProcessEngine::new(config_for("quickjs").with_hard_stop_grace(Duration::from_millis(100)));
+    // QuickJS's `fill` loops in C without an interrupt check.
+    assert_hard_stopped_at_the_cpu_limit("quickjs");
+}
+
+/// A long built-in past its CPU budget, with a heap too large to stop it soon: only the engine
+/// process's hard stop ends the cell, a grace period after the budget, keeping its output; the
+/// engine serves the next cell from a new process.
+fn assert_hard_stopped_at_the_cpu_limit(engine_name: &str) {
+    let engine = ProcessEngine::new(
+        config_for(engine_name).with_hard_stop_grace(Duration::from_millis(100)),
+    );
     let mut limited = cell(r#"text("before"); new Array(1e9).fill(0); text("after")"#);
     limited.limits = CellLimits::default()
         .with_heap_limit_bytes(4 << 30)
@@ -280,7 +277,6 @@ fn a_quickjs_built_in_that_checks_no_interrupt_is_ended_by_the_hard_stop() {
         error_of(&ended).starts_with("cpu time limit exceeded"),
         "{ended:?}"
     );
-    // The engine serves the next cell from a new process.
     let next = start(&engine, cell(r#"text("next")"#)).finish();
     assert_eq!(next.texts, ["next"]);
 }

@@ -261,13 +261,13 @@ impl QuickJsRuntime {
                 let thrown = thrown.clone().restore(ctx).ok()?;
                 same_value(&thrown, &value).then_some((*line, *column))
             });
-        // When QuickJS runs out of memory so far that it cannot make the error either, the
-        // exception is a bare `null`: no cell threw that one (a cell's `throw` is recorded). The
-        // heap is looked at once the context is left (`after_call`).
         if value.type_of() == rquickjs::Type::Uninitialized {
             // No exception value at all: QuickJS could not even allocate one.
             return ErrorText::OutOfMemory;
         }
+        // When QuickJS runs out of memory so far that it cannot make the error either, the
+        // exception is a bare `null`: no cell threw that one (a cell's `throw` is recorded). The
+        // heap is looked at once the context is left (`heap_ran_out`).
         if value.is_null() && recorded.is_none() {
             self.flags.bare_null_thrown.set(true);
         }
@@ -293,14 +293,23 @@ impl QuickJsRuntime {
         used >= self.heap_limit_bytes / 8
     }
 
-    /// The status of a call, once its context is left: a bare `null` thrown while the heap is
-    /// short is the memory limit.
-    fn after_call(&self, status: RunStatus) -> RunStatus {
-        if self.flags.bare_null_thrown.replace(false) && self.memory_is_short() {
+    /// Whether the last call's bare `null` was the memory limit (it was thrown while the heap is
+    /// short); records it. Only once the context is left.
+    fn heap_ran_out(&self) -> bool {
+        let ran_out = self.flags.bare_null_thrown.replace(false) && self.memory_is_short();
+        if ran_out {
             self.flags.out_of_memory.set(true);
-            return RunStatus::Terminated;
         }
-        status
+        ran_out
+    }
+
+    /// The status of a call, once its context is left.
+    fn after_call(&self, status: RunStatus) -> RunStatus {
+        if self.heap_ran_out() {
+            RunStatus::Terminated
+        } else {
+            status
+        }
     }
 
     fn status(&self, ctx: &Ctx<'_>, result: rquickjs::Result<()>) -> RunStatus {
@@ -418,12 +427,10 @@ fn host_argument<'js>(
     if value.is_undefined() {
         return Ok(None);
     }
-    let string = match value.as_string() {
-        Some(string) => string.clone(),
-        None => rquickjs::String::from_str(
-            ctx.clone(),
-            &value.get::<rquickjs::convert::Coerced<String>>()?.0,
-        )?,
+    // The bootstrap passes strings; anything else is made one as JavaScript would.
+    let Some(string) = value.as_string() else {
+        let text = value.get::<rquickjs::convert::Coerced<String>>()?.0;
+        return Ok(Some(text.into_bytes()));
     };
     match string.to_string() {
         Ok(text) => Ok(Some(text.into_bytes())),
@@ -433,7 +440,7 @@ fn host_argument<'js>(
                 .eval::<Function<'_>, _>(
                     "(s) => { const u = []; for (let i = 0; i < s.length; i++) u.push(s.charCodeAt(i)); return u; }",
                 )?
-                .call((string,))?;
+                .call((string.clone(),))?;
             Ok(Some(generalised_utf8(&units)))
         }
     }
@@ -602,11 +609,8 @@ impl ScriptRuntime for QuickJsRuntime {
                 },
             }
         });
-        if let ModuleState::Rejected(text) = state {
-            if let RunStatus::Terminated = self.after_call(RunStatus::Exception(String::new())) {
-                return ModuleState::Rejected("out of memory".to_owned());
-            }
-            return ModuleState::Rejected(text);
+        if matches!(state, ModuleState::Rejected(_)) && self.heap_ran_out() {
+            return ModuleState::Rejected("out of memory".to_owned());
         }
         state
     }

@@ -444,7 +444,7 @@ impl Session {
         let host = Arc::new(SessionCellHost {
             shared: Arc::clone(shared),
             cell_id: cell_id.clone(),
-            call_id: request.call_id.clone(),
+            tool_progress: cell_tool_progress(shared, &cell_id, &request.call_id),
             error_text: Mutex::new(None),
         });
         let config = CellConfig {
@@ -590,12 +590,26 @@ impl Drop for Session {
     }
 }
 
+/// A cell's tool progress: published as the cell's notifications, which name the request that
+/// started it, so its watchers hear a tool's progress as they hear `notify(...)`.
+fn cell_tool_progress(shared: &Arc<Shared>, cell_id: &str, call_id: &str) -> ToolProgress {
+    let events = shared.events.clone();
+    let (cell_id, call_id) = (cell_id.to_owned(), call_id.to_owned());
+    ToolProgress::new(move |text| {
+        let _ = events.send(SessionEvent::Notification {
+            cell_id: cell_id.clone(),
+            call_id: call_id.clone(),
+            text,
+        });
+    })
+}
+
 /// The host of one cell of a session.
 struct SessionCellHost {
     shared: Arc<Shared>,
     cell_id: String,
-    /// The id of the request that started the cell, which its notifications name.
-    call_id: String,
+    /// Where the cell's tools report progress (made once per cell, shared by its calls).
+    tool_progress: ToolProgress,
     /// The error text of the cell's completion, kept for the completion notice.
     error_text: Mutex<Option<Option<String>>>,
 }
@@ -620,20 +634,14 @@ impl CellHost for SessionCellHost {
                 tracing::debug!(input = ?invocation.input, "tool call input");
             }
             let began = Instant::now();
-            // A tool's progress reaches the cell's watchers as the cell's notifications do.
-            let events = self.shared.events.clone();
-            let (cell_id, call_id) = (self.cell_id.clone(), self.call_id.clone());
-            let progress = ToolProgress::new(move |text| {
-                let _ = events.send(SessionEvent::Notification {
-                    cell_id: cell_id.clone(),
-                    call_id: call_id.clone(),
-                    text,
-                });
-            });
             let result = self
                 .shared
                 .provider
-                .call_tool_with_progress(invocation, cancellation.clone(), progress)
+                .call_tool_with_progress(
+                    invocation,
+                    cancellation.clone(),
+                    self.tool_progress.clone(),
+                )
                 .await;
             let duration_ms = began.elapsed().as_millis() as u64;
             let outcome = match (&result, cancellation.is_cancelled()) {

@@ -39,9 +39,9 @@ use std::time::Duration;
 use codemode_protocol::{ResultType, ToolDefinition, ToolKind, ToolName};
 use codemode_session::{ToolInvocation, ToolListError, ToolProgress, ToolProvider};
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams, ClientCapabilities,
-    ClientConfig, ClientRequest, ContentBlock, CustomRequest, ErrorCode, GetTaskParams,
-    Implementation,
+    CallToolRequestParams, CallToolResult, CancelTaskParams, ClientCapabilities, ClientConfig,
+    ClientRequest, ContentBlock, CustomRequest, ErrorCode, GetTaskParams, Implementation,
+    ServerResult,
 };
 use rmcp::service::{RoleClient, RunningService};
 use rmcp::transport::{ConfigureCommandExt, StreamableHttpClientTransport, TokioChildProcess};
@@ -452,7 +452,7 @@ impl McpTools {
         peer: &rmcp::Peer<RoleClient>,
         request: ClientRequest,
         progress: &CallProgress,
-    ) -> Result<rmcp::model::ServerResult, ServiceError> {
+    ) -> Result<ServerResult, ServiceError> {
         let handle = peer
             .send_request_with_option(request, rmcp::service::PeerRequestOptions::no_options())
             .await?;
@@ -472,12 +472,9 @@ impl McpTools {
                 routes: std::sync::Arc::clone(&self.progress),
                 token: handle.progress_token.0.clone(),
             });
-        let mut abandoned = CancelRequestOnDrop {
-            peer: Some(peer.clone()),
-            id: handle.id.clone(),
-        };
+        let mut abandoned = SpawnOnDrop::new(notify_cancelled(peer.clone(), handle.id.clone()));
         let answer = handle.await_response().await;
-        abandoned.peer = None;
+        abandoned.disarm();
         answer
     }
 
@@ -499,32 +496,13 @@ impl McpTools {
         }
         let request =
             ClientRequest::CallToolRequest(rmcp::model::CallToolRequest::new(params.clone()));
-        let answer = self
-            .send(peer, request, progress)
-            .await
-            .and_then(|answer| match answer {
-                rmcp::model::ServerResult::CallToolResult(result) => {
-                    Ok(CallToolResponse::Complete(result))
-                }
-                rmcp::model::ServerResult::InputRequiredResult(result) => {
-                    Ok(CallToolResponse::InputRequired(result))
-                }
-                rmcp::model::ServerResult::CreateTaskResult(result) => {
-                    Ok(CallToolResponse::Task(result))
-                }
-                rmcp::model::ServerResult::EmptyResult(_) => Ok(CallToolResponse::Complete(
-                    CallToolResult::success(Vec::new()),
-                )),
-                _ => Err(ServiceError::UnexpectedResponse),
-            });
-        match answer {
-            Ok(CallToolResponse::Complete(result)) if !refused_outside_a_task(&result) => {
-                Ok(result)
-            }
-            Ok(CallToolResponse::Complete(_)) => {
+        match self.send(peer, request, progress).await {
+            Ok(ServerResult::CallToolResult(result)) if refused_outside_a_task(&result) => {
                 self.call_as_task_from_now_on(peer, params, progress).await
             }
-            Ok(CallToolResponse::Task(created)) => {
+            Ok(ServerResult::CallToolResult(result)) => Ok(result),
+            Ok(ServerResult::EmptyResult(_)) => Ok(CallToolResult::success(Vec::new())),
+            Ok(ServerResult::CreateTaskResult(created)) => {
                 follow_task(
                     peer,
                     TaskProtocol::Extension,
@@ -533,7 +511,7 @@ impl McpTools {
                 )
                 .await
             }
-            Ok(CallToolResponse::InputRequired(_)) => Err(CallFailure::Refused(
+            Ok(ServerResult::InputRequiredResult(_)) => Err(CallFailure::Refused(
                 "the tool asked for input (elicitation or sampling), which a cell cannot give"
                     .to_owned(),
             )),
@@ -617,30 +595,65 @@ struct CallProgress {
     routes: std::sync::Mutex<Vec<ProgressRoute>>,
 }
 
-/// Tells the server that a request whose answer nobody waits for any more is cancelled.
-struct CancelRequestOnDrop {
-    peer: Option<rmcp::Peer<RoleClient>>,
-    id: rmcp::model::RequestId,
+/// Work to start on the async runtime when dropped before it is disarmed: telling a server that
+/// something it runs for a call nobody waits for any more is cancelled.
+struct SpawnOnDrop(Option<std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>>);
+
+impl SpawnOnDrop {
+    fn new(work: impl std::future::Future<Output = ()> + Send + 'static) -> Self {
+        SpawnOnDrop(Some(Box::pin(work)))
+    }
+
+    /// What it would have undone ended normally: nothing to do.
+    fn disarm(&mut self) {
+        self.0 = None;
+    }
 }
 
-impl Drop for CancelRequestOnDrop {
+impl Drop for SpawnOnDrop {
     fn drop(&mut self) {
-        let Some(peer) = self.peer.take() else {
-            return;
-        };
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        let id = self.id.clone();
-        runtime.spawn(async move {
-            let notice = rmcp::model::CancelledNotificationParam::new(
-                Some(id),
-                Some("the cell no longer waits for this call".to_owned()),
-            );
-            if let Err(error) = peer.notify_cancelled(notice).await {
-                tracing::debug!(%error, "cannot tell the server that a call is cancelled");
-            }
-        });
+        if let Some(work) = self.0.take()
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            runtime.spawn(work);
+        }
+    }
+}
+
+/// Tells the server that request `id`, whose answer nobody waits for any more, is cancelled.
+async fn notify_cancelled(peer: rmcp::Peer<RoleClient>, id: rmcp::model::RequestId) {
+    let notice = rmcp::model::CancelledNotificationParam::new(
+        Some(id),
+        Some("the cell no longer waits for this call".to_owned()),
+    );
+    if let Err(error) = peer.notify_cancelled(notice).await {
+        tracing::debug!(%error, "cannot tell the server that a call is cancelled");
+    }
+}
+
+/// Sends `tasks/cancel` for a task whose call nobody waits for any more.
+async fn cancel_task(peer: rmcp::Peer<RoleClient>, protocol: TaskProtocol, task_id: String) {
+    let sent = match protocol {
+        TaskProtocol::Extension => peer
+            .cancel_task(CancelTaskParams::new(task_id.clone()))
+            .await
+            .map(drop),
+        TaskProtocol::Augmented => peer
+            .send_request(ClientRequest::CustomRequest(CustomRequest::new(
+                "tasks/cancel",
+                Some(json!({ "taskId": task_id })),
+            )))
+            .await
+            .map(drop),
+    };
+    match sent {
+        Ok(()) => tracing::info!(
+            %task_id,
+            "cancelled the task of a call the cell no longer waits for"
+        ),
+        Err(error) => {
+            tracing::debug!(%task_id, %error, "cannot cancel the task of an abandoned call")
+        }
     }
 }
 
@@ -673,7 +686,7 @@ fn poll_interval(suggested_ms: Option<u64>) -> Duration {
         .clamp(TASK_POLL_BOUNDS.0, TASK_POLL_BOUNDS.1)
 }
 
-fn to_json(result: &rmcp::model::ServerResult) -> Result<Value, CallFailure> {
+fn to_json(result: &ServerResult) -> Result<Value, CallFailure> {
     serde_json::to_value(result)
         .map_err(|error| CallFailure::Refused(format!("cannot read the server's answer: {error}")))
 }
@@ -686,11 +699,7 @@ async fn follow_task(
     task_id: String,
     mut interval: Duration,
 ) -> Result<CallToolResult, CallFailure> {
-    let mut cancel = CancelTaskOnDrop {
-        peer: Some(peer.clone()),
-        protocol,
-        task_id: task_id.clone(),
-    };
+    let mut cancel = SpawnOnDrop::new(cancel_task(peer.clone(), protocol, task_id.clone()));
     loop {
         tokio::time::sleep(interval).await;
         let state = match protocol {
@@ -767,7 +776,7 @@ async fn follow_task(
                     .await
                     .map_err(CallFailure::Service)?;
                 return match result {
-                    rmcp::model::ServerResult::CallToolResult(result) => Ok(result),
+                    ServerResult::CallToolResult(result) => Ok(result),
                     other => Err(CallFailure::Refused(format!(
                         "the task's result is not a tool result: {}",
                         to_json(&other)?
@@ -780,57 +789,6 @@ async fn follow_task(
                 )));
             }
         }
-    }
-}
-
-/// Sends `tasks/cancel` for a task that is dropped before it ends.
-struct CancelTaskOnDrop {
-    peer: Option<rmcp::Peer<RoleClient>>,
-    protocol: TaskProtocol,
-    task_id: String,
-}
-
-impl CancelTaskOnDrop {
-    /// The task ended: nothing to cancel.
-    fn disarm(&mut self) {
-        self.peer = None;
-    }
-}
-
-impl Drop for CancelTaskOnDrop {
-    fn drop(&mut self) {
-        let Some(peer) = self.peer.take() else {
-            return;
-        };
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        let task_id = std::mem::take(&mut self.task_id);
-        let protocol = self.protocol;
-        runtime.spawn(async move {
-            let sent = match protocol {
-                TaskProtocol::Extension => peer
-                    .cancel_task(CancelTaskParams::new(task_id.clone()))
-                    .await
-                    .map(drop),
-                TaskProtocol::Augmented => peer
-                    .send_request(ClientRequest::CustomRequest(CustomRequest::new(
-                        "tasks/cancel",
-                        Some(json!({ "taskId": task_id })),
-                    )))
-                    .await
-                    .map(drop),
-            };
-            match sent {
-                Ok(()) => tracing::info!(
-                    %task_id,
-                    "cancelled the task of a call the cell no longer waits for"
-                ),
-                Err(error) => {
-                    tracing::debug!(%task_id, %error, "cannot cancel the task of an abandoned call")
-                }
-            }
-        });
     }
 }
 
