@@ -641,6 +641,45 @@ fn main() {
         }
         return;
     }
+    if args.iter().any(|arg| arg == "--quickjs-start-only") {
+        // QuickJS's warm start in-process, for profiling: not part of the suite's table.
+        let engine = QuickJsEngine::new();
+        let start = stats(spaced(&engine, 300, Duration::from_millis(20)));
+        println!(
+            "quickjs in-process warm text(\"hi\"): p50 {:.3} ms (p99 {:.3})",
+            start.median, start.p99
+        );
+        return;
+    }
+    if args.iter().any(|arg| arg == "--quickjs-targets") {
+        // Issue 19's two targets, QuickJS in engine processes, with V8 beside it: not the suite.
+        let codemode =
+            flag(&args, "--codemode").unwrap_or_else(|| "target/release/codemode".into());
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        println!(
+            "yardsticks: socket ping-pong {:.1} µs, thread-to-tokio oneshot {:.1} µs",
+            socket_ping_pong(20_000),
+            oneshot_round_trip(20_000, &runtime)
+        );
+        for engine in ["quickjs", "v8"] {
+            let processes: Arc<dyn Engine> = Arc::new(process_engine_for(&codemode, engine, 2));
+            let start = stats(spaced(processes.as_ref(), 200, Duration::from_millis(20)));
+            let trips = stats(
+                (0..5)
+                    .map(|_| runtime.block_on(tool_round_trip(Arc::clone(&processes), 2000)))
+                    .collect(),
+            );
+            println!(
+                "{engine} in engine processes: warm text(\"hi\") p50 {:.3} ms (p99 {:.3}), \
+                 tool round trip p50 {:.1} µs",
+                start.median, start.p99, trips.median
+            );
+        }
+        return;
+    }
     if args.iter().any(|arg| arg == "--stored-only") {
         // A quick look at the stored-value rows, for profiling: not part of the suite's table.
         let codemode =

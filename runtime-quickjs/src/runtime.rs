@@ -617,11 +617,16 @@ impl ScriptRuntime for QuickJsRuntime {
 
     fn watch_cpu(&self, budget: Duration, call_id: String) -> Result<BudgetWatch, String> {
         let exceeded = Arc::new(AtomicBool::new(false));
-        let watchdog =
-            crate::watchdog::register(budget, self.halt.clone(), Arc::clone(&exceeded), call_id)?;
         let baseline = thread_cpu_time().ok_or_else(|| {
             "cannot read the cell thread's CPU clock to enforce its CPU-time limit".to_owned()
         })?;
+        let watchdog = crate::watchdog::register(
+            baseline,
+            budget,
+            self.halt.clone(),
+            Arc::clone(&exceeded),
+            call_id,
+        )?;
         *self.budget.borrow_mut() = Some(CpuBudget {
             baseline,
             budget,

@@ -89,24 +89,27 @@ fn watchdog() -> Result<&'static Watchdog, String> {
         .clone()
 }
 
-/// Puts the calling thread's cell under the watchdog: past `budget` it is halted and `exceeded`
-/// set.
+/// Puts the calling thread's cell under the watchdog: once the thread's CPU time passes
+/// `baseline` (its CPU clock when the cell started) by `budget`, the cell is halted and `exceeded`
+/// set. Cheap on the cell's path: no `/proc` read, and the watchdog is woken only when it was
+/// watching nothing.
 pub(crate) fn register(
+    baseline: Duration,
     budget: Duration,
     halt: Halt,
     exceeded: Arc<AtomicBool>,
     call_id: String,
 ) -> Result<Registration, String> {
     let tid = nix::unistd::gettid().as_raw();
-    let baseline = thread_cpu_time(tid)
-        .ok_or_else(|| "cannot read the cell thread's CPU time from /proc".to_owned())?;
     let watchdog = watchdog()?;
     let key = watchdog.next_key.fetch_add(1, Ordering::Relaxed);
-    watchdog
-        .watched
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-        .insert(
+    let was_idle = {
+        let mut watched = watchdog
+            .watched
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let was_idle = watched.is_empty();
+        watched.insert(
             key,
             Watched {
                 tid,
@@ -119,24 +122,36 @@ pub(crate) fn register(
                 reported: false,
             },
         );
-    watchdog.wake.notify_one();
+        was_idle
+    };
+    if was_idle {
+        watchdog.wake.notify_one();
+    }
     Ok(Registration(key))
 }
 
 impl Watchdog {
     fn run(&self) {
-        let mut watched = self
-            .watched
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
         loop {
-            if watched.is_empty() {
+            // Each check waits a poll first: one right at a cell's start finds nothing spent, and
+            // until then the CPU is left to the starting cell. (The interrupt handler enforces
+            // the budget itself to the tick; this catches only built-ins that run on in C.)
+            let mut watched = self
+                .watched
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            while watched.is_empty() {
                 watched = self
                     .wake
                     .wait(watched)
                     .unwrap_or_else(|poisoned| poisoned.into_inner());
-                continue;
             }
+            drop(watched);
+            std::thread::sleep(POLL_INTERVAL);
+            let mut watched = self
+                .watched
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
             let mut report = Vec::new();
             for cell in watched.values_mut() {
                 let Some(now) = thread_cpu_time(cell.tid) else {
@@ -164,16 +179,13 @@ impl Watchdog {
                     (hook.hook)(&call_id);
                 }
             }
-            std::thread::sleep(POLL_INTERVAL);
-            watched = self
-                .watched
-                .lock()
-                .unwrap_or_else(|poisoned| poisoned.into_inner());
         }
     }
 }
 
-/// The CPU time (user and system) thread `tid` of this process has used, from `/proc`.
+/// The CPU time (user and system) thread `tid` of this process has used, from `/proc`: whole
+/// clock ticks (the kernel truncates its precise figure), so at most a tick below the thread's
+/// CPU clock.
 fn thread_cpu_time(tid: i32) -> Option<Duration> {
     let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).ok()?;
     // Fields after the parenthesised command name (which may hold spaces): state is field 3,

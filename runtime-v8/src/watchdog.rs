@@ -97,11 +97,13 @@ pub(crate) fn watch(
     let watchdog = watchdog()?;
     let key = watchdog.next_key.fetch_add(1, Ordering::Relaxed);
     let exceeded = Arc::new(AtomicBool::new(false));
-    watchdog
-        .watched
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-        .insert(
+    let was_idle = {
+        let mut watched = watchdog
+            .watched
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let was_idle = watched.is_empty();
+        watched.insert(
             key,
             Watched {
                 clock,
@@ -114,7 +116,12 @@ pub(crate) fn watch(
                 hard_stopped: false,
             },
         );
-    watchdog.wake.notify_one();
+        was_idle
+    };
+    // A watchdog that watches any cell polls anyway: waking it costs the starting cell a switch.
+    if was_idle {
+        watchdog.wake.notify_one();
+    }
     Ok(Watch { key, exceeded })
 }
 
@@ -125,11 +132,22 @@ impl Watchdog {
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
         loop {
-            while watched.is_empty() {
+            if watched.is_empty() {
+                while watched.is_empty() {
+                    watched = self
+                        .wake
+                        .wait(watched)
+                        .unwrap_or_else(|poisoned| poisoned.into_inner());
+                }
+                // A check right at a cell's start finds nothing spent: the first useful one is a
+                // poll later, and until then the CPU is left to the starting cell.
+                drop(watched);
+                std::thread::sleep(POLL_INTERVAL);
                 watched = self
-                    .wake
-                    .wait(watched)
+                    .watched
+                    .lock()
                     .unwrap_or_else(|poisoned| poisoned.into_inner());
+                continue;
             }
             let now = std::time::Instant::now();
             let grace = crate::hard_stop::cpu_grace();
