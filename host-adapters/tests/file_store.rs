@@ -80,6 +80,18 @@ fn a_corrupt_document_gives_an_error_naming_the_file() {
         "{stderr}"
     );
     assert!(stderr.contains("it is truncated"), "{stderr}");
+    let error = store.load_blocking("s").expect_err("the same, in-process");
+    assert_eq!(error.kind, codemode_session::StoreErrorKind::Corrupt);
+    std::fs::remove_file(store.document_path("s")).unwrap();
+    std::fs::create_dir(store.document_path("s")).unwrap();
+    let error = store
+        .load_blocking("s")
+        .expect_err("a folder is not a document");
+    assert_eq!(error.kind, codemode_session::StoreErrorKind::Unavailable);
+    assert!(
+        std::error::Error::source(&error).is_some(),
+        "the I/O error is kept"
+    );
     let _ = std::fs::remove_dir_all(&directory);
 }
 

@@ -44,7 +44,7 @@ pub use config::SessionConfig;
 pub use discovery::{ToolsShown, tools_section};
 pub use hints::error_hints;
 pub use model::{ExecOptions, ToolResult};
-pub use ports::{Store, StoreError, ToolListError, ToolProgress, ToolProvider};
+pub use ports::{Store, StoreError, StoreErrorKind, ToolListError, ToolProgress, ToolProvider};
 pub use render::{render_report, render_text, truncate};
 pub use session::{CellReport, Session, SessionError, SessionEvent, WaitOutcome};
 pub use stored::StoredBytesBudget;

@@ -12,22 +12,70 @@ use codemode_protocol::ToolDefinition;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-/// A store failed; the message says what and where.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+/// A store failed: which kind of failure ([`StoreErrorKind`], so a caller can retry or report
+/// the right thing), a message that says what and where, and the failure underneath, if any.
+#[derive(Debug, Clone, thiserror::Error)]
 #[error("{message}")]
 pub struct StoreError {
-    /// What failed, and where (a path, a key): shown to the model and in logs as it is.
+    /// What kind of failure it is.
+    pub kind: StoreErrorKind,
+    /// What failed, and where (a path, a key, a database): shown to the model and in logs as it
+    /// is.
     pub message: String,
+    /// What failed underneath (an I/O or database error), kept for logs and for callers that look
+    /// closer.
+    #[source]
+    pub source: Option<std::sync::Arc<dyn std::error::Error + Send + Sync>>,
+}
+
+/// The kinds of store failure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum StoreErrorKind {
+    /// The store cannot be reached now (a connection lost, a database restarting, a disk that
+    /// refuses a write): the same call may succeed later.
+    Unavailable,
+    /// Another writer got in the way (a serialisation failure): the call may be retried at once.
+    Conflict,
+    /// What the store holds cannot be read as stored values: retrying will not help, someone must
+    /// look at it.
+    Corrupt,
+    /// The values are larger than the store takes.
+    TooLarge,
+    /// Anything else (a store that is misconfigured, a worker that failed).
+    Other,
 }
 
 impl StoreError {
-    /// A store error with this message.
+    /// A store error of kind [`StoreErrorKind::Other`] with this message.
     pub fn new(message: impl Into<String>) -> Self {
+        StoreError::of(StoreErrorKind::Other, message)
+    }
+
+    /// A store error of `kind` with this message.
+    pub fn of(kind: StoreErrorKind, message: impl Into<String>) -> Self {
         StoreError {
+            kind,
             message: message.into(),
+            source: None,
         }
     }
+
+    /// The same error, with `source` as the failure underneath.
+    pub fn with_source(mut self, source: impl std::error::Error + Send + Sync + 'static) -> Self {
+        self.source = Some(std::sync::Arc::new(source));
+        self
+    }
 }
+
+/// Equal when kind and message are: the source is detail.
+impl PartialEq for StoreError {
+    fn eq(&self, other: &Self) -> bool {
+        self.kind == other.kind && self.message == other.message
+    }
+}
+
+impl Eq for StoreError {}
 
 /// Where a session's stored values live.
 ///
@@ -39,6 +87,14 @@ impl StoreError {
 pub trait Store: Send + Sync + 'static {
     /// The stored values of `session`; a session never seen has none.
     async fn load(&self, session: &str) -> Result<StoredValues, StoreError>;
+
+    /// Whether other processes may commit to this store's sessions (a database several servers
+    /// share): a session then loads its values again before each cell starts, so that the cell
+    /// starts from the latest committed values whichever process committed them. The default
+    /// (`false`) lets a session keep the values it loaded and committed.
+    fn shared_between_processes(&self) -> bool {
+        false
+    }
 
     /// Merges one completed cell's writes into `session`'s values by key, all or none.
     ///

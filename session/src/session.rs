@@ -386,6 +386,16 @@ impl Session {
                 limit: MAX_SOURCE_BYTES,
             });
         }
+        // Another process may have committed to this session since: the cell starts from the
+        // latest committed values (no lock is held while the store answers).
+        if shared.store.shared_between_processes() {
+            let latest = shared
+                .store
+                .load(&shared.id)
+                .await
+                .map_err(SessionError::Store)?;
+            lock(&shared.values).refresh(latest);
+        }
         // TypeScript is erased before the engine sees the source (positions kept), outside any
         // lock. Hints read the source as the model wrote it.
         let stripped = strip_types(&request.source);

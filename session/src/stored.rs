@@ -166,6 +166,22 @@ impl HeldValues {
         })
     }
 
+    /// Takes `latest`, the values another process may have changed since this one loaded or
+    /// committed (a store shared between processes), in place of the held ones; the budgets are
+    /// charged or credited the difference, whatever their limits (the bytes are already stored).
+    pub(crate) fn refresh(&mut self, latest: StoredValues) {
+        let bytes = codemode_protocol::stored_bytes(&latest);
+        for budget in &self.budgets {
+            if bytes >= self.bytes {
+                budget.charge(bytes - self.bytes);
+            } else {
+                budget.credit(self.bytes - bytes);
+            }
+        }
+        self.values = Arc::new(latest);
+        self.bytes = bytes;
+    }
+
     /// Merges committed `writes`: a new map that shares the values it does not replace, so the
     /// cells that hold the old one keep it unchanged.
     pub(crate) fn apply(&mut self, writes: StoredValues, mut charge: Charge) {
@@ -233,6 +249,22 @@ mod tests {
         assert_eq!((held.bytes, tenant.used()), (14, 14));
         drop(held);
         assert_eq!(tenant.used(), 0);
+    }
+
+    #[test]
+    fn a_refresh_takes_the_latest_values_and_charges_or_credits_the_difference() {
+        let budget = StoredBytesBudget::new("tenant", 1_000);
+        let mut held = HeldValues::new(writes(&[("a", json!(1))]), vec![Arc::clone(&budget)]);
+        let first = budget.used();
+        held.refresh(writes(&[
+            ("a", json!(1)),
+            ("b", json!("another process's")),
+        ]));
+        assert!(held.values.contains_key("b"));
+        assert_eq!(held.bytes, budget.used());
+        assert!(budget.used() > first);
+        held.refresh(StoredValues::new());
+        assert_eq!((held.bytes, budget.used()), (0, 0));
     }
 
     #[test]

@@ -54,6 +54,48 @@ async fn stored_values_are_shared_by_the_cells_of_a_session_and_never_across_ses
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_a_shared_store_each_cell_starts_from_the_latest_committed_values() {
+    let store = Arc::new(MemoryStore::default());
+    store.shared.store(true, Ordering::SeqCst);
+    // Two servers' sessions of one codemode session, both open.
+    let (here, _) = open("work", &store, SessionConfig::default()).await;
+    let (there, _) = open("work", &store, SessionConfig::default()).await;
+    let read = || request(r#"text(JSON.stringify(load("count") ?? null));"#);
+    assert_eq!(
+        texts(&execute(&there, "read", read()).await.event),
+        ["null"]
+    );
+    execute(&here, "store", request(r#"store("count", 1);"#)).await;
+    assert_eq!(texts(&execute(&there, "read", read()).await.event), ["1"]);
+    execute(&here, "store", request(r#"store("count", 2);"#)).await;
+    assert_eq!(texts(&execute(&there, "read", read()).await.event), ["2"]);
+    assert_eq!(there.stored_values()["count"].json(), "2");
+
+    // A store that cannot load fails the cell's start with a clear error, and nothing runs.
+    store.fail_loads.store(true, Ordering::SeqCst);
+    let error = there
+        .execute(request(r#"store("count", 3);"#))
+        .await
+        .expect_err("no values, no cell");
+    assert_eq!(
+        error.to_string(),
+        "failed to load the session's stored values: the database is restarting"
+    );
+    store.fail_loads.store(false, Ordering::SeqCst);
+    assert_eq!(texts(&execute(&there, "read", read()).await.event), ["2"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_a_store_of_one_process_a_session_loads_its_values_once() {
+    let store = Arc::new(MemoryStore::default());
+    let (session, _) = open("work", &store, SessionConfig::default()).await;
+    for _ in 0..3 {
+        execute(&session, "store", request(r#"store("count", 1);"#)).await;
+    }
+    assert_eq!(store.loads.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reopened_session_sees_its_stored_values() {
     let store = Arc::new(MemoryStore::default());
     {

@@ -17,7 +17,7 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use async_trait::async_trait;
-use codemode_session::{Store, StoreError};
+use codemode_session::{Store, StoreError, StoreErrorKind};
 use serde::{Deserialize, Serialize};
 
 /// The format this store writes and reads.
@@ -220,11 +220,14 @@ fn read_document(path: &Path, session: &str) -> Result<StoredValues, StoreError>
         Err(error) => return Err(io_error("read", path, error)),
     };
     let corrupt = |why: String| {
-        StoreError::new(format!(
-            "the stored values of session {session:?} in {} cannot be read: {why}. The file was left \
+        StoreError::of(
+            StoreErrorKind::Corrupt,
+            format!(
+                "the stored values of session {session:?} in {} cannot be read: {why}. The file was left \
              as it is; restore it from a backup, or move it aside to start the session empty",
-            path.display()
-        ))
+                path.display()
+            ),
+        )
     };
     let document: Document = serde_json::from_slice(&bytes).map_err(|error| {
         if error.is_eof() {
@@ -248,8 +251,13 @@ fn read_document(path: &Path, session: &str) -> Result<StoredValues, StoreError>
     Ok(document.values)
 }
 
+/// An I/O error: the disk refused (full, read-only, gone), which may pass.
 fn io_error(action: &str, path: &Path, error: std::io::Error) -> StoreError {
-    StoreError::new(format!("cannot {action} {}: {error}", path.display()))
+    StoreError::of(
+        StoreErrorKind::Unavailable,
+        format!("cannot {action} {}: {error}", path.display()),
+    )
+    .with_source(error)
 }
 
 /// `session` as part of a file name: letters, digits, `-` and `_` as they are, every other byte

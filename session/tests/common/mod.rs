@@ -18,8 +18,9 @@ use tokio_util::sync::CancellationToken;
 
 pub use codemode_test_support::within;
 
-/// Stored values per session, in memory; `fail_commits` makes every commit fail, and
-/// `hold_commits` makes every commit wait until `release_commits` (a slow or remote store).
+/// Stored values per session, in memory; `fail_commits` makes every commit fail,
+/// `hold_commits` makes every commit wait until `release_commits` (a slow or remote store), and
+/// `shared` says other processes commit to it too (as a shared database does), and counts loads.
 #[derive(Default)]
 pub struct MemoryStore {
     pub sessions: Mutex<HashMap<String, codemode_protocol::StoredValues>>,
@@ -28,11 +29,21 @@ pub struct MemoryStore {
     /// Cancelled when a commit begins.
     pub commit_started: CancellationToken,
     pub release_commits: CancellationToken,
+    pub shared: AtomicBool,
+    pub fail_loads: AtomicBool,
+    pub loads: std::sync::atomic::AtomicUsize,
 }
 
 #[async_trait::async_trait]
 impl Store for MemoryStore {
     async fn load(&self, session: &str) -> Result<codemode_protocol::StoredValues, StoreError> {
+        self.loads.fetch_add(1, Ordering::SeqCst);
+        if self.fail_loads.load(Ordering::SeqCst) {
+            return Err(StoreError::of(
+                codemode_session::StoreErrorKind::Unavailable,
+                "the database is restarting",
+            ));
+        }
         Ok(self
             .sessions
             .lock()
@@ -40,6 +51,10 @@ impl Store for MemoryStore {
             .get(session)
             .cloned()
             .unwrap_or_default())
+    }
+
+    fn shared_between_processes(&self) -> bool {
+        self.shared.load(Ordering::SeqCst)
     }
 
     async fn commit(
