@@ -15,6 +15,8 @@ mod store;
 mod tools;
 
 pub use store::{FORMAT_VERSION, FileStore, MemoryStore};
+#[cfg(feature = "postgres")]
+pub use store::{PostgresStore, SCHEMA_VERSION, is_database_url};
 pub use tools::{
     CompositeTools, InProcessTools, McpServerConfig, McpTools, McpTransport, call_result_to_value,
 };

@@ -11,6 +11,7 @@
 #[cfg(feature = "conformance")]
 pub mod conformance;
 pub mod mcp_servers;
+pub mod postgres;
 
 use std::future::Future;
 use std::io::{BufRead, BufReader};

@@ -1,0 +1,300 @@
+//! The PostgreSQL store against a real PostgreSQL (a throwaway cluster per test, from
+//! `codemode_test_support::postgres`): schema creation and upgrade, merged all-or-none commits,
+//! concurrent commits from two servers, values another server committed, corrupt rows, and a
+//! database restarted under the store. Without PostgreSQL each test says it was left out.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use codemode_host_adapters::{PostgresStore, SCHEMA_VERSION};
+use codemode_protocol::{StoredValue, StoredValues};
+use codemode_session::{Store, StoreErrorKind};
+use codemode_test_support::postgres::TestPostgres;
+use serde_json::json;
+
+fn writes(entries: &[(&str, serde_json::Value)]) -> StoredValues {
+    entries
+        .iter()
+        .map(|(key, value)| ((*key).to_owned(), StoredValue::from_value(value)))
+        .collect()
+}
+
+/// The values as sorted `key -> JSON text`, for comparisons.
+fn texts(values: &StoredValues) -> BTreeMap<String, String> {
+    values
+        .iter()
+        .map(|(key, value)| (key.clone(), value.json().to_owned()))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn values_round_trip_exactly_and_commits_merge_by_key() {
+    let Some(database) = TestPostgres::start("values_round_trip_exactly") else {
+        return;
+    };
+    let store = PostgresStore::connect(&database.url())
+        .await
+        .expect("connects");
+    assert!(store.load("s").await.unwrap().is_empty());
+    // Key order inside an object, unicode, and escapes survive as written; a key may hold a NUL.
+    let first = StoredValues::from([
+        ("nul\u{0}key".to_owned(), StoredValue::from_value(&json!(0))),
+        (
+            "profile".to_owned(),
+            StoredValue::from_json(r#"{"z":1,"a":[true,null],"é":"\u0000 ☃"}"#.to_owned()).unwrap(),
+        ),
+        ("count".to_owned(), StoredValue::from_value(&json!(1))),
+    ]);
+    store.commit("s", &first).await.unwrap();
+    store
+        .commit("s", &writes(&[("count", json!(2)), ("new", json!("x"))]))
+        .await
+        .unwrap();
+    let loaded = store.load("s").await.unwrap();
+    assert_eq!(
+        texts(&loaded),
+        BTreeMap::from([
+            (
+                "profile".to_owned(),
+                r#"{"z":1,"a":[true,null],"é":"\u0000 ☃"}"#.to_owned()
+            ),
+            ("count".to_owned(), "2".to_owned()),
+            ("new".to_owned(), "\"x\"".to_owned()),
+            ("nul\u{0}key".to_owned(), "0".to_owned()),
+        ])
+    );
+    assert!(
+        store.load("other").await.unwrap().is_empty(),
+        "sessions are apart"
+    );
+    assert!(store.shared_between_processes());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_schema_is_created_once_and_a_newer_one_is_refused_untouched() {
+    let Some(database) = TestPostgres::start("the_schema_is_created_once") else {
+        return;
+    };
+    // Three servers starting at once take turns creating the schema.
+    let url = database.url();
+    let starts = (0..3).map(|_| {
+        let url = url.clone();
+        tokio::spawn(async move { PostgresStore::connect(&url).await })
+    });
+    for start in starts {
+        start.await.unwrap().expect("connects");
+    }
+    let store = PostgresStore::connect(&url).await.unwrap();
+    assert_eq!(store.schema_version().await.unwrap(), SCHEMA_VERSION);
+    store
+        .commit("s", &writes(&[("kept", json!(1))]))
+        .await
+        .unwrap();
+
+    database.psql(&format!(
+        "UPDATE codemode_schema_version SET version = {}",
+        SCHEMA_VERSION + 1
+    ));
+    let error = PostgresStore::connect(&url)
+        .await
+        .expect_err("a newer schema is refused");
+    assert!(
+        error.message.contains(&format!(
+            "schema version {}, and this program knows versions up to {SCHEMA_VERSION}",
+            SCHEMA_VERSION + 1
+        )),
+        "{error}"
+    );
+    assert_eq!(
+        database.psql("SELECT version FROM codemode_schema_version"),
+        (SCHEMA_VERSION + 1).to_string(),
+        "nothing was changed"
+    );
+    assert_eq!(
+        database.psql(
+            "SELECT value FROM codemode_stored_values WHERE key = convert_to('kept', 'UTF8')"
+        ),
+        "1"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_commits_from_two_servers_lose_no_write() {
+    let Some(database) = TestPostgres::start("concurrent_commits_from_two_servers") else {
+        return;
+    };
+    // Two stores, two connection pools: two servers sharing the database.
+    let servers = [
+        Arc::new(PostgresStore::connect(&database.url()).await.unwrap()),
+        Arc::new(PostgresStore::connect(&database.url()).await.unwrap()),
+    ];
+    let commits = (0..200).map(|cell| {
+        let store = Arc::clone(&servers[cell % 2]);
+        tokio::spawn(async move {
+            // Every cell writes a key of its own and the keys all of them share, so that
+            // commits contend for the same rows (in different orders of the cells' maps).
+            let mut values = writes(&[
+                (&format!("cell-{cell}"), json!(cell)),
+                ("shared-a", json!(cell)),
+                ("shared-b", json!(cell)),
+                ("shared-c", json!(cell)),
+            ]);
+            values.insert(format!("z-{cell}"), StoredValue::from_value(&json!([cell])));
+            store.commit("crowd", &values).await
+        })
+    });
+    for commit in commits {
+        commit.await.unwrap().expect("every commit lands");
+    }
+    let loaded = servers[0].load("crowd").await.unwrap();
+    for cell in 0..200 {
+        assert_eq!(loaded[&format!("cell-{cell}")].json(), cell.to_string());
+        assert_eq!(loaded[&format!("z-{cell}")].json(), format!("[{cell}]"));
+    }
+    // Each commit is whole: the shared keys all come from one cell, the last to commit.
+    let a = loaded["shared-a"].json();
+    assert_eq!(loaded["shared-b"].json(), a);
+    assert_eq!(loaded["shared-c"].json(), a);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_is_all_or_none() {
+    let Some(database) = TestPostgres::start("a_commit_is_all_or_none") else {
+        return;
+    };
+    let store = PostgresStore::connect(&database.url()).await.unwrap();
+    store
+        .commit("s", &writes(&[("before", json!(0))]))
+        .await
+        .unwrap();
+    // The database refuses one row of the commit (a trigger, as a constraint would): none of
+    // the commit lands.
+    database.psql(
+        "CREATE FUNCTION refuse_poison() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN
+           IF NEW.key = convert_to('poison', 'UTF8') THEN RAISE EXCEPTION 'poisoned'; END IF;
+           RETURN NEW;
+         END $$;
+         CREATE TRIGGER refuse_poison BEFORE INSERT OR UPDATE ON codemode_stored_values
+         FOR EACH ROW EXECUTE FUNCTION refuse_poison();",
+    );
+    let error = store
+        .commit(
+            "s",
+            &writes(&[
+                ("after", json!(1)),
+                ("before", json!(1)),
+                ("poison", json!(2)),
+            ]),
+        )
+        .await
+        .expect_err("the refused row fails the commit");
+    assert!(
+        error
+            .message
+            .contains("cannot commit stored values to the database at codemode@127.0.0.1:"),
+        "{error}"
+    );
+    assert!(error.message.contains("poisoned"), "{error}");
+    assert_eq!(
+        texts(&store.load("s").await.unwrap()),
+        BTreeMap::from([("before".to_owned(), "0".to_owned())]),
+        "nothing of the failed commit landed"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_corrupt_row_is_named_and_left_alone() {
+    let Some(database) = TestPostgres::start("a_corrupt_row_is_named") else {
+        return;
+    };
+    let store = PostgresStore::connect(&database.url()).await.unwrap();
+    database.psql(
+        "INSERT INTO codemode_stored_values (session, key, value) \
+         VALUES ('s', convert_to('broken', 'UTF8'), '{not json')",
+    );
+    let error = store
+        .load("s")
+        .await
+        .expect_err("a corrupt row fails the load");
+    assert_eq!(error.kind, StoreErrorKind::Corrupt);
+    assert!(
+        error
+            .message
+            .contains("the stored value \"broken\" of session \"s\""),
+        "{error}"
+    );
+    assert_eq!(
+        database.psql(
+            "SELECT value FROM codemode_stored_values WHERE key = convert_to('broken', 'UTF8')"
+        ),
+        "{not json"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_database_fails_the_calls_it_hits_and_the_store_recovers() {
+    let Some(database) = TestPostgres::start("a_restarted_database") else {
+        return;
+    };
+    let store = PostgresStore::connect(&database.url()).await.unwrap();
+    store
+        .commit("s", &writes(&[("before", json!(1))]))
+        .await
+        .unwrap();
+
+    database.stop();
+    let error = store
+        .commit("s", &writes(&[("during", json!(2))]))
+        .await
+        .expect_err("no database, no commit");
+    assert_eq!(error.kind, StoreErrorKind::Unavailable, "{error}");
+    assert!(
+        error
+            .message
+            .contains("the database at codemode@127.0.0.1:"),
+        "the message names the database: {error}"
+    );
+    let error = store.load("s").await.expect_err("no database, no load");
+    assert_eq!(error.kind, StoreErrorKind::Unavailable, "{error}");
+
+    database.start_server();
+    store
+        .commit("s", &writes(&[("after", json!(3))]))
+        .await
+        .expect("the store recovers without a restart");
+    assert_eq!(
+        texts(&store.load("s").await.unwrap()),
+        BTreeMap::from([
+            ("after".to_owned(), "3".to_owned()),
+            ("before".to_owned(), "1".to_owned()),
+        ]),
+        "the failed commit left nothing"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_database_is_a_clear_error_at_start() {
+    let Some(database) = TestPostgres::start("an_unreachable_database") else {
+        return;
+    };
+    let url = database.url();
+    database.stop();
+    let error = PostgresStore::connect(&url)
+        .await
+        .expect_err("nothing listens");
+    assert_eq!(error.kind, StoreErrorKind::Unavailable);
+    assert!(
+        error
+            .message
+            .starts_with("cannot reach the database at codemode@127.0.0.1:"),
+        "{error}"
+    );
+    let error = PostgresStore::connect("postgres://codemode@127.0.0.1:notaport/x")
+        .await
+        .expect_err("a URL that cannot be read");
+    assert!(
+        error.message.starts_with("cannot read the database URL"),
+        "{error}"
+    );
+}

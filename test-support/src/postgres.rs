@@ -1,0 +1,257 @@
+//! Throwaway PostgreSQL servers for tests of the database store: each [`TestPostgres`] is a
+//! cluster of its own (`initdb` in a temporary folder, `pg_ctl` on a free loopback port, trust
+//! authentication), stopped and deleted when dropped.
+//!
+//! The binaries come from `CODEMODE_TEST_PG_BIN` if set, else the newest
+//! `/usr/lib/postgresql/*/bin` (Debian's packages), else `PATH`. As root (PostgreSQL refuses to
+//! run as root) the cluster runs as the `postgres` user, through `runuser`.
+//!
+//! Without PostgreSQL a test is left out, and says so on stderr; `.ci/run` sets
+//! `CODEMODE_TEST_POSTGRES=required`, under which a missing PostgreSQL fails the test instead.
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// The database user the clusters are made for.
+pub const USER: &str = "codemode";
+
+/// A PostgreSQL cluster of one test.
+#[derive(Debug)]
+pub struct TestPostgres {
+    bin: PathBuf,
+    folder: PathBuf,
+    port: u16,
+    run_as: Option<String>,
+}
+
+impl TestPostgres {
+    /// Starts a new cluster; `None` (after saying on stderr that `test` is left out, and why)
+    /// when this machine has no PostgreSQL, unless `CODEMODE_TEST_POSTGRES=required`.
+    pub fn start(test: &str) -> Option<TestPostgres> {
+        let bin = match find_binaries() {
+            Ok(bin) => bin,
+            Err(why) => {
+                if std::env::var("CODEMODE_TEST_POSTGRES").as_deref() == Ok("required") {
+                    panic!("{test} needs PostgreSQL (CODEMODE_TEST_POSTGRES=required): {why}");
+                }
+                eprintln!(
+                    "left out: {test} needs a PostgreSQL server, and {why}. Install Debian's \
+                     postgresql package (or set CODEMODE_TEST_PG_BIN) to run it"
+                );
+                return None;
+            }
+        };
+        let run_as = is_root().then(|| "postgres".to_owned());
+        let stamp = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |elapsed| elapsed.as_nanos());
+        let folder =
+            std::env::temp_dir().join(format!("codemode-pg-{}-{stamp}", std::process::id()));
+        std::fs::create_dir_all(&folder).expect("a temporary folder for the cluster");
+        if let Some(user) = &run_as {
+            hand_over(&folder, user);
+        }
+        let cluster = TestPostgres {
+            bin,
+            folder,
+            port: free_port(),
+            run_as,
+        };
+        let initdb = cluster.run(
+            "initdb",
+            &[
+                "-D",
+                &cluster.data().display().to_string(),
+                "-U",
+                USER,
+                "--auth=trust",
+                "-E",
+                "UTF8",
+                "--no-sync",
+            ],
+        );
+        assert!(initdb.status.success(), "initdb failed: {}", text(&initdb));
+        cluster.start_server();
+        Some(cluster)
+    }
+
+    /// The URL of database `postgres` on this cluster.
+    pub fn url(&self) -> String {
+        format!("postgres://{USER}@127.0.0.1:{}/postgres", self.port)
+    }
+
+    /// The loopback port it listens on.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Stops the server at once (`immediate`: as a crash would), keeping its data.
+    pub fn stop(&self) {
+        let stopped = self.pg_ctl(&["stop", "-m", "immediate", "-w"]);
+        assert!(
+            stopped.status.success(),
+            "pg_ctl stop failed: {}",
+            text(&stopped)
+        );
+    }
+
+    /// Starts the server again on the same port, with the same data.
+    pub fn start_server(&self) {
+        let options = format!(
+            "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c full_page_writes=off",
+            self.port,
+            self.folder.display()
+        );
+        let log = self.folder.join("server.log").display().to_string();
+        let started = self.pg_ctl(&["start", "-w", "-t", "60", "-o", &options, "-l", &log]);
+        assert!(
+            started.status.success(),
+            "pg_ctl start failed: {}\n{}",
+            text(&started),
+            std::fs::read_to_string(self.folder.join("server.log")).unwrap_or_default()
+        );
+    }
+
+    /// Runs `sql` with `psql` on database `postgres`; its output (unaligned, tuples only).
+    pub fn psql(&self, sql: &str) -> String {
+        let port = self.port.to_string();
+        let output = self.run(
+            "psql",
+            &[
+                "-h",
+                "127.0.0.1",
+                "-p",
+                &port,
+                "-U",
+                USER,
+                "-d",
+                "postgres",
+                "-X",
+                "-A",
+                "-t",
+                "-v",
+                "ON_ERROR_STOP=1",
+                "-c",
+                sql,
+            ],
+        );
+        assert!(output.status.success(), "psql failed: {}", text(&output));
+        String::from_utf8_lossy(&output.stdout).trim().to_owned()
+    }
+
+    fn data(&self) -> PathBuf {
+        self.folder.join("data")
+    }
+
+    fn pg_ctl(&self, arguments: &[&str]) -> Output {
+        let data = self.data().display().to_string();
+        let mut all = vec!["-D", data.as_str()];
+        all.extend_from_slice(arguments);
+        self.run("pg_ctl", &all)
+    }
+
+    fn run(&self, program: &str, arguments: &[&str]) -> Output {
+        let program = self.bin.join(program);
+        let mut command = match &self.run_as {
+            Some(user) => {
+                let mut command = Command::new("runuser");
+                command.args(["-u", user, "--"]).arg(&program);
+                command
+            }
+            None => Command::new(&program),
+        };
+        command
+            .args(arguments)
+            .current_dir(&self.folder)
+            .output()
+            .unwrap_or_else(|error| panic!("cannot run {}: {error}", program.display()))
+    }
+}
+
+impl Drop for TestPostgres {
+    fn drop(&mut self) {
+        let _ = self.pg_ctl(&["stop", "-m", "immediate", "-w"]);
+        let _ = std::fs::remove_dir_all(&self.folder);
+    }
+}
+
+/// Where `initdb`, `pg_ctl` and `psql` are.
+fn find_binaries() -> Result<PathBuf, String> {
+    let has_all = |folder: &Path| {
+        ["initdb", "pg_ctl", "psql", "postgres"]
+            .iter()
+            .all(|program| folder.join(program).is_file())
+    };
+    if let Some(folder) = std::env::var_os("CODEMODE_TEST_PG_BIN") {
+        let folder = PathBuf::from(folder);
+        return if has_all(&folder) {
+            Ok(folder)
+        } else {
+            Err(format!(
+                "CODEMODE_TEST_PG_BIN ({}) lacks initdb, pg_ctl, psql or postgres",
+                folder.display()
+            ))
+        };
+    }
+    let mut versions: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|entry| {
+            let version = entry.file_name().to_str()?.parse().ok()?;
+            Some((version, entry.path().join("bin")))
+        })
+        .filter(|(_, bin)| has_all(bin))
+        .collect();
+    versions.sort();
+    if let Some((_, bin)) = versions.pop() {
+        return Ok(bin);
+    }
+    std::env::var_os("PATH")
+        .iter()
+        .flat_map(std::env::split_paths)
+        .find(|folder| has_all(folder))
+        .ok_or_else(|| {
+            "no initdb, pg_ctl, psql and postgres were found (in /usr/lib/postgresql/*/bin or on \
+             PATH)"
+                .to_owned()
+        })
+}
+
+fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|output| String::from_utf8_lossy(&output.stdout).trim() == "0")
+}
+
+/// Gives `folder` to `user`, who runs the cluster.
+fn hand_over(folder: &Path, user: &str) {
+    let owner = Command::new("chown")
+        .arg(user)
+        .arg(folder)
+        .output()
+        .expect("chown runs");
+    assert!(
+        owner.status.success(),
+        "cannot give the cluster's folder to {user}: {}",
+        text(&owner)
+    );
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .map(|address| address.port())
+        .expect("a free loopback port")
+}
+
+fn text(output: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
