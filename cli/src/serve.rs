@@ -233,7 +233,9 @@ pub async fn serve(args: McpArgs) -> ExitCode {
     } else {
         DemoTools::LeftOut
     };
-    let setup = (|| Ok::<_, SetupError>((args.session.store()?, args.session.tools(demo)?)))();
+    let setup =
+        async { Ok::<_, SetupError>((args.session.store().await?, args.session.tools(demo)?)) }
+            .await;
     let (store, tools) = match setup {
         Ok(parts) => parts,
         Err(SetupError { message, usage }) => {

@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use clap::Args;
 use codemode_host_adapters::{
-    CompositeTools, FileStore, InProcessTools, McpServerConfig, McpTools, McpTransport, MemoryStore,
+    CompositeTools, FileStore, InProcessTools, McpServerConfig, McpTools, McpTransport,
+    MemoryStore, PostgresStore,
 };
 use codemode_protocol::normalize_identifier;
 use codemode_runtime_quickjs::QuickJsEngine;
@@ -25,9 +26,10 @@ pub struct SessionArgs {
     /// The CPU time a cell may use, in milliseconds (waiting uses none).
     #[arg(long, value_name = "N")]
     pub cpu_limit_ms: Option<u64>,
-    /// Keep stored values in this directory (the file store): later runs with the same path see
-    /// them. Without it, values live in memory only.
-    #[arg(long, value_name = "PATH")]
+    /// Where stored values live: a directory (the file store: later runs with the same path see
+    /// them), or a PostgreSQL database, `postgres://USER@HOST:PORT/DATABASE`, that several
+    /// servers share. Without it, values live in memory only.
+    #[arg(long, value_name = "PATH|URL")]
     pub store: Option<PathBuf>,
     /// The most bytes (keys and JSON text) one session's stored values may hold; a cell whose
     /// writes would pass it completes with its values unsaved, and says so.
@@ -141,13 +143,25 @@ impl SessionArgs {
         config
     }
 
-    pub fn store(&self) -> Result<Arc<dyn Store>, SetupError> {
+    /// The store `--store` names; a database's schema is created or upgraded here.
+    pub async fn store(&self) -> Result<Arc<dyn Store>, SetupError> {
+        let failed = |error: codemode_session::StoreError| SetupError {
+            message: error.to_string(),
+            usage: false,
+        };
         Ok(match &self.store {
             None => Arc::new(MemoryStore::new()),
-            Some(path) => Arc::new(FileStore::open(path).map_err(|error| SetupError {
-                message: error.to_string(),
-                usage: false,
-            })?),
+            Some(url)
+                if url
+                    .to_str()
+                    .is_some_and(codemode_host_adapters::is_database_url) =>
+            {
+                let url = url.to_str().unwrap_or_default();
+                let store = PostgresStore::connect(url).await.map_err(failed)?;
+                tracing::info!(database = %store.target(), "stored values are in PostgreSQL");
+                Arc::new(store)
+            }
+            Some(path) => Arc::new(FileStore::open(path).map_err(failed)?),
         })
     }
 

@@ -7,87 +7,24 @@ use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use codemode_test_support::{ListeningServer, within};
-use rmcp::model::{CallToolRequestParams, CallToolResult};
-use rmcp::service::RunningService;
+use codemode_test_support::within;
+use rmcp::ServiceExt;
+use rmcp::model::CallToolRequestParams;
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
-use rmcp::{RoleClient, ServiceExt};
 use serde_json::{Value, json};
 
 mod common;
 
-use common::{CODEMODE, text_of};
-const ALPHA: &str = "alpha-token-0123456789abcdef";
-const BETA: &str = "beta-token-0123456789abcdef0";
-
+use common::{ALPHA, BETA, CODEMODE, client, exec, last_line, server, text_of};
 fn scratch(name: &str) -> PathBuf {
     codemode_test_support::scratch_folder(&format!("serving-{name}"))
-}
-
-/// A server with two tenants, the demo server's tools (its `note` records into `notes`), and the
-/// extra flags.
-fn server(folder: &Path, extra: &[&str]) -> ListeningServer {
-    let tokens = folder.join("tokens");
-    std::fs::write(&tokens, format!("alpha {ALPHA}\nbeta {BETA}\n")).unwrap();
-    {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&tokens, std::fs::Permissions::from_mode(0o600)).unwrap();
-    }
-    let config = folder.join("mcp.json");
-    std::fs::write(
-        &config,
-        json!({"mcpServers": {"demo": {"command": CODEMODE, "args": ["demo-mcp-server"],
-               "env": {"CODEMODE_DEMO_NOTES": folder.join("notes")}}}})
-        .to_string(),
-    )
-    .unwrap();
-    let mut command = Command::new(CODEMODE);
-    command
-        .args(["mcp", "--http", "127.0.0.1:0", "--auth-token-file"])
-        .arg(&tokens)
-        .arg("--config")
-        .arg(&config)
-        .args(extra);
-    ListeningServer::spawn(command)
 }
 
 fn notes(folder: &Path) -> Vec<String> {
     std::fs::read_to_string(folder.join("notes"))
         .map(|text| text.lines().map(str::to_owned).collect())
         .unwrap_or_default()
-}
-
-type Client = RunningService<RoleClient, ()>;
-
-async fn client(url: &str, token: &str, session: Option<&str>) -> Client {
-    let mut config = StreamableHttpClientTransportConfig::with_uri(url).auth_header(token);
-    if let Some(session) = session {
-        config.custom_headers.insert(
-            http::HeaderName::from_static("x-codemode-session"),
-            http::HeaderValue::from_str(session).unwrap(),
-        );
-    }
-    let transport = StreamableHttpClientTransport::from_config(config);
-    within("connect", ().serve(transport))
-        .await
-        .expect("the client connects")
-}
-
-async fn exec(client: &Client, code: &str) -> Result<CallToolResult, rmcp::ServiceError> {
-    let params = CallToolRequestParams::new("exec")
-        .with_arguments(json!({"code": code}).as_object().unwrap().clone());
-    within("exec", client.call_tool(params)).await
-}
-
-/// The last line of a rendering: the cell's last output.
-async fn last_line(client: &Client, code: &str) -> String {
-    let result = exec(client, code).await.expect("exec answers");
-    text_of(&result)
-        .lines()
-        .last()
-        .unwrap_or_default()
-        .to_owned()
 }
 
 /// A raw HTTP POST of an `exec` call, with these headers; the status code.

@@ -1,13 +1,20 @@
-//! What the CLI's end-to-end tests share: the binary, running it with standard input, and the
-//! text of an MCP tool result.
+//! What the CLI's end-to-end tests share: the binary, running it with standard input, the text of
+//! an MCP tool result, and an HTTP server with two tenants and a client of it.
 
 #![allow(dead_code)] // Each test binary uses some of these.
 
 use std::ffi::OsStr;
 use std::io::Write;
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
-use rmcp::model::{CallToolResult, ContentBlock};
+use codemode_test_support::{ListeningServer, within};
+use rmcp::model::{CallToolRequestParams, CallToolResult, ContentBlock};
+use rmcp::service::RunningService;
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::{RoleClient, ServiceExt};
+use serde_json::json;
 
 /// The `codemode` launcher, as built for these tests.
 pub const CODEMODE: &str = env!("CARGO_BIN_EXE_codemode");
@@ -60,4 +67,69 @@ pub async fn wait_for_line(stderr: tokio::process::ChildStderr, needle: &str) {
         panic!("the process ended before it wrote a line with {needle:?}");
     })
     .await
+}
+
+/// The token of tenant `alpha` of [`server`].
+pub const ALPHA: &str = "alpha-token-0123456789abcdef";
+/// The token of tenant `beta` of [`server`].
+pub const BETA: &str = "beta-token-0123456789abcdef0";
+
+/// A server with two tenants, the demo server's tools (its `note` records into `notes`), and the
+/// extra flags.
+pub fn server(folder: &Path, extra: &[&str]) -> ListeningServer {
+    let tokens = folder.join("tokens");
+    std::fs::write(&tokens, format!("alpha {ALPHA}\nbeta {BETA}\n")).unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&tokens, std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
+    let config = folder.join("mcp.json");
+    std::fs::write(
+        &config,
+        json!({"mcpServers": {"demo": {"command": CODEMODE, "args": ["demo-mcp-server"],
+               "env": {"CODEMODE_DEMO_NOTES": folder.join("notes")}}}})
+        .to_string(),
+    )
+    .unwrap();
+    let mut command = Command::new(CODEMODE);
+    command
+        .args(["mcp", "--http", "127.0.0.1:0", "--auth-token-file"])
+        .arg(&tokens)
+        .arg("--config")
+        .arg(&config)
+        .args(extra);
+    ListeningServer::spawn(command)
+}
+
+/// An MCP client of the server at `url`.
+pub type Client = RunningService<RoleClient, ()>;
+
+pub async fn client(url: &str, token: &str, session: Option<&str>) -> Client {
+    let mut config = StreamableHttpClientTransportConfig::with_uri(url).auth_header(token);
+    if let Some(session) = session {
+        config.custom_headers.insert(
+            http::HeaderName::from_static("x-codemode-session"),
+            http::HeaderValue::from_str(session).unwrap(),
+        );
+    }
+    let transport = StreamableHttpClientTransport::from_config(config);
+    within("connect", ().serve(transport))
+        .await
+        .expect("the client connects")
+}
+
+pub async fn exec(client: &Client, code: &str) -> Result<CallToolResult, rmcp::ServiceError> {
+    let params = CallToolRequestParams::new("exec")
+        .with_arguments(json!({"code": code}).as_object().unwrap().clone());
+    within("exec", client.call_tool(params)).await
+}
+
+/// The last line of a rendering: the cell's last output.
+pub async fn last_line(client: &Client, code: &str) -> String {
+    let result = exec(client, code).await.expect("exec answers");
+    text_of(&result)
+        .lines()
+        .last()
+        .unwrap_or_default()
+        .to_owned()
 }
