@@ -5,8 +5,9 @@
 //! Every row is measured twice, side by side: for the in-process engine (`V8Engine`, with the
 //! yardstick and ratio) and for engine processes (`ProcessEngine`, the binary's default), so the
 //! price of the process boundary is always visible. A second table puts the two engines, V8 and
-//! QuickJS, side by side on the same rows, in-process and in engine processes. Run on a quiet machine: the figures are
-//! wall-clock times.
+//! QuickJS, side by side on the same rows, in-process and in engine processes; a third puts the
+//! stores, files and PostgreSQL, side by side (`bench/stores.rs`; left out, saying so, on a
+//! machine without PostgreSQL). Run on a quiet machine: the figures are wall-clock times.
 //!
 //! ```text
 //! cargo xtask bench            # builds the release binary, then runs this
@@ -14,6 +15,9 @@
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+#[path = "bench/stores.rs"]
+mod stores;
 
 use codemode_engine::{CellLimits, CellStart, Engine, PendingMode, RuntimeEvent, event_channel};
 use codemode_engine_process::{ProcessEngine, ProcessEngineConfig};
@@ -697,6 +701,19 @@ fn main() {
         println!("bytes held per byte stored, engine processes: {held:.2}");
         return;
     }
+    if args.iter().any(|arg| arg == "--stores-only") {
+        // The stores' table alone: not the whole suite.
+        let codemode =
+            flag(&args, "--codemode").unwrap_or_else(|| "target/release/codemode".into());
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        if let Some(rows) = stores::store_comparison(&codemode, &runtime) {
+            stores::print_stores(&rows);
+        }
+        return;
+    }
     if args.iter().any(|arg| arg == "--engines-only") {
         // The engines' table alone: not the whole suite.
         let codemode =
@@ -938,6 +955,9 @@ fn main() {
         }));
     }
     let json_engines = print_engines(&engine_comparison(&codemode, &runtime));
+    let json_stores = stores::store_comparison(&codemode, &runtime)
+        .map(|rows| stores::print_stores(&rows))
+        .unwrap_or_default();
     let (spawn, idle_mib) = process_cost(&codemode, 20);
     let ping_pong = stats((0..5).map(|_| socket_ping_pong(20_000)).collect());
     println!(
@@ -957,6 +977,7 @@ fn main() {
             serde_json::to_vec_pretty(&json!({
                 "rows": json_rows,
                 "engines": json_engines,
+                "stores": json_stores,
                 "engine_process": {"spawn_ms": {"median": spawn.median, "p99": spawn.p99}, "idle_pss_mib": idle_mib},
                 "socket_ping_pong_us": ping_pong.median,
             }))

@@ -24,12 +24,25 @@ pub struct TestPostgres {
     folder: PathBuf,
     port: u16,
     run_as: Option<String>,
+    /// Whether the server syncs its writes to disk (off for tests: nothing here must survive a
+    /// power cut, and syncs would only slow them).
+    durable: bool,
 }
 
 impl TestPostgres {
-    /// Starts a new cluster; `None` (after saying on stderr that `test` is left out, and why)
-    /// when this machine has no PostgreSQL, unless `CODEMODE_TEST_POSTGRES=required`.
+    /// Starts a new cluster that does not sync to disk; `None` (after saying on stderr that
+    /// `test` is left out, and why) when this machine has no PostgreSQL, unless
+    /// `CODEMODE_TEST_POSTGRES=required`.
     pub fn start(test: &str) -> Option<TestPostgres> {
+        TestPostgres::start_with(test, false)
+    }
+
+    /// [`TestPostgres::start`], syncing to disk as a production server does (for benchmarks).
+    pub fn start_durable(test: &str) -> Option<TestPostgres> {
+        TestPostgres::start_with(test, true)
+    }
+
+    fn start_with(test: &str, durable: bool) -> Option<TestPostgres> {
         let bin = match find_binaries() {
             Ok(bin) => bin,
             Err(why) => {
@@ -58,6 +71,7 @@ impl TestPostgres {
             folder,
             port: free_port(),
             run_as,
+            durable,
         };
         let initdb = cluster.run(
             "initdb",
@@ -99,11 +113,14 @@ impl TestPostgres {
 
     /// Starts the server again on the same port, with the same data.
     pub fn start_server(&self) {
-        let options = format!(
-            "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c full_page_writes=off",
+        let mut options = format!(
+            "-p {} -k {} -c listen_addresses=127.0.0.1",
             self.port,
             self.folder.display()
         );
+        if !self.durable {
+            options.push_str(" -c fsync=off -c full_page_writes=off");
+        }
         let log = self.folder.join("server.log").display().to_string();
         let started = self.pg_ctl(&["start", "-w", "-t", "60", "-o", &options, "-l", &log]);
         assert!(
@@ -141,6 +158,46 @@ impl TestPostgres {
         String::from_utf8_lossy(&output.stdout).trim().to_owned()
     }
 
+    /// Runs `sql` in a `psql` session that stays open (a transaction that holds its locks, say)
+    /// until the returned child is dropped or its standard input closed.
+    pub fn hold(&self, sql: &str) -> HeldSession {
+        use std::io::Write;
+        let port = self.port.to_string();
+        let program = self.bin.join("psql");
+        let mut command = match &self.run_as {
+            Some(user) => {
+                let mut command = Command::new("runuser");
+                command.args(["-u", user, "--"]).arg(&program);
+                command
+            }
+            None => Command::new(&program),
+        };
+        let mut child = command
+            .args([
+                "-h",
+                "127.0.0.1",
+                "-p",
+                &port,
+                "-U",
+                USER,
+                "-d",
+                "postgres",
+                "-X",
+                "-q",
+                "-v",
+                "ON_ERROR_STOP=1",
+            ])
+            .current_dir(&self.folder)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap_or_else(|error| panic!("cannot run {}: {error}", program.display()));
+        let stdin = child.stdin.as_mut().expect("psql's standard input");
+        writeln!(stdin, "{sql}").expect("psql takes the statement");
+        stdin.flush().expect("psql takes the statement");
+        HeldSession(child)
+    }
+
     fn data(&self) -> PathBuf {
         self.folder.join("data")
     }
@@ -174,6 +231,17 @@ impl Drop for TestPostgres {
     fn drop(&mut self) {
         let _ = self.pg_ctl(&["stop", "-m", "immediate", "-w"]);
         let _ = std::fs::remove_dir_all(&self.folder);
+    }
+}
+
+/// A `psql` session left open by [`TestPostgres::hold`]; dropping it ends the session.
+#[derive(Debug)]
+pub struct HeldSession(std::process::Child);
+
+impl Drop for HeldSession {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
     }
 }
 
