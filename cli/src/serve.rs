@@ -107,6 +107,12 @@ pub struct McpArgs {
     /// resources freed (its stored values stay in the store).
     #[arg(long, value_name = "SECONDS", default_value_t = DEFAULT_IDLE_TIMEOUT_SECS)]
     pub idle_timeout_secs: u64,
+    /// HTTP: whether clients get MCP sessions (`on`), or every request stands alone and names
+    /// its codemode session in X-Codemode-Session (`off`: a load balancer may send any request to
+    /// any server). Default: `off` when --store is a database that several servers share, `on`
+    /// otherwise. Clients of MCP 2026-07-28 and later never get MCP sessions.
+    #[arg(long, value_name = "on|off")]
+    pub mcp_sessions: Option<McpSessions>,
     /// Offer the demo tools echo and sleep too (left out by default: the model sees only the
     /// tools of the servers you configure).
     #[arg(long)]
@@ -117,6 +123,15 @@ pub struct McpArgs {
     pub print_exec_description: bool,
     #[command(flatten)]
     pub session: SessionArgs,
+}
+
+/// `--mcp-sessions`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum McpSessions {
+    /// MCP sessions, as the protocol before 2026-07-28 has them.
+    On,
+    /// No MCP sessions: every request stands alone.
+    Off,
 }
 
 /// Default of `--max-sessions`.
@@ -146,6 +161,13 @@ struct Shared {
     stored_per_tenant: std::sync::Mutex<HashMap<String, Arc<StoredBytesBudget>>>,
     /// The codemode sessions open now (for --max-cells and shutdown).
     live: std::sync::Mutex<Vec<std::sync::Weak<LiveSession>>>,
+    /// The sessions clients named (X-Codemode-Session), by store key: whichever request or MCP
+    /// session names one finds it here, so that cells outlive the request or MCP session that
+    /// started them. Each leaves when it idles out.
+    named: std::sync::Mutex<HashMap<String, Arc<LiveSession>>>,
+    /// Held while a named session is looked up and opened, so that two requests naming it at
+    /// once open it once.
+    opening_named: tokio::sync::Mutex<()>,
     /// Cancelled on SIGTERM or SIGINT.
     shutting_down: CancellationToken,
 }
@@ -210,6 +232,15 @@ impl Shared {
         }))
     }
 
+    /// The named session with this store key, if open.
+    fn named_session(&self, store_key: &str) -> Option<Arc<LiveSession>> {
+        self.named
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .get(store_key)
+            .cloned()
+    }
+
     fn live_sessions(&self) -> Vec<Arc<LiveSession>> {
         let mut live = self
             .live
@@ -269,6 +300,8 @@ pub async fn serve(args: McpArgs) -> ExitCode {
         ),
         stored_per_tenant: std::sync::Mutex::new(HashMap::new()),
         live: std::sync::Mutex::new(Vec::new()),
+        named: std::sync::Mutex::new(HashMap::new()),
+        opening_named: tokio::sync::Mutex::new(()),
         shutting_down: CancellationToken::new(),
     });
     if args.print_exec_description {
@@ -282,7 +315,22 @@ pub async fn serve(args: McpArgs) -> ExitCode {
                 max_connections: args.max_connections,
                 header_read_timeout: Duration::from_secs(args.header_read_timeout_secs.max(1)),
             };
-            serve_http(Arc::clone(&shared), listener, gate, connections).await
+            let mcp_sessions = args.mcp_sessions.unwrap_or_else(|| {
+                let shared_store = args.session.store.as_ref().and_then(|store| store.to_str());
+                if shared_store.is_some_and(codemode_host_adapters::is_database_url) {
+                    McpSessions::Off
+                } else {
+                    McpSessions::On
+                }
+            });
+            serve_http(
+                Arc::clone(&shared),
+                listener,
+                gate,
+                connections,
+                mcp_sessions,
+            )
+            .await
         }
     };
     // Whatever ended the serving: stop every cell, and let the stores finish their commits;
@@ -488,6 +536,7 @@ async fn serve_http(
     listener: tokio::net::TcpListener,
     gate: http::Gate,
     connections: http::ConnectionLimits,
+    mcp_sessions: McpSessions,
 ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
     use rmcp::transport::streamable_http_server::{
@@ -500,6 +549,9 @@ async fn serve_http(
         .with_allowed_hosts(gate.allowed_hosts())
         .with_max_request_body_bytes(crate::stdio::MAX_LINE_BYTES);
     config.cancellation_token = shared.shutting_down.child_token();
+    // Without MCP sessions every request is served on its own (clients of 2026-07-28 and later
+    // always are): what outlives a request lives in the named sessions.
+    config.legacy_session_mode = mcp_sessions == McpSessions::On;
     let factory_shared = Arc::clone(&shared);
     let sessions = Arc::new(LocalSessionManager::default());
     let service: StreamableHttpService<CodemodeServer, LocalSessionManager> =
@@ -522,11 +574,13 @@ async fn serve_http(
     Ok(())
 }
 
-/// One open codemode session of an MCP session, whose tenant it is, and when it was last used.
+/// One open codemode session, whose tenant it is, when it was last used, and its `exec` tasks
+/// (another session's task ids find nothing here).
 struct LiveSession {
     session: Session,
     tenant: String,
     last_used: std::sync::Mutex<Instant>,
+    tasks: TaskManager,
 }
 
 impl LiveSession {
@@ -551,6 +605,9 @@ struct Identity {
     /// Whose token the client holds (over stdio, the one local tenant).
     tenant: String,
     store_key: String,
+    /// Whether the client named the session (X-Codemode-Session): then any request or MCP
+    /// session that names it reaches it. An unnamed one lives and ends with its MCP session.
+    named: bool,
 }
 
 impl Identity {
@@ -562,6 +619,7 @@ impl Identity {
             return Ok(Identity {
                 tenant: LOCAL_TENANT.to_owned(),
                 store_key: shared.args.session.clone(),
+                named: false,
             });
         };
         let tenant = parts
@@ -569,20 +627,22 @@ impl Identity {
             .get::<http::Tenant>()
             .map(|tenant| tenant.0.clone())
             .unwrap_or_else(|| http::ANONYMOUS_TENANT.to_owned());
-        let name = match parts.headers.get(SESSION_HEADER) {
+        let (name, named) = match parts.headers.get(SESSION_HEADER) {
             Some(value) => {
                 let name = value.to_str().unwrap_or_default();
                 http::check_name("session", name)
                     .map_err(|message| ErrorData::invalid_request(message, None))?;
-                name.to_owned()
+                (name.to_owned(), true)
             }
-            None => {
-                fresh_session_name().map_err(|message| ErrorData::internal_error(message, None))?
-            }
+            None => (
+                fresh_session_name().map_err(|message| ErrorData::internal_error(message, None))?,
+                false,
+            ),
         };
         Ok(Identity {
             store_key: format!("{tenant}/{name}"),
             tenant,
+            named,
         })
     }
 }
@@ -604,17 +664,16 @@ fn fresh_session_name() -> Result<String, String> {
     ))
 }
 
-/// The handler of one MCP session.
+/// The handler of one MCP session (without MCP sessions, of one request).
 #[derive(Clone)]
 struct CodemodeServer {
     shared: Arc<Shared>,
     state: Arc<tokio::sync::Mutex<ServerState>>,
-    /// The `exec` tasks of this MCP session: another session's task ids find nothing here.
-    tasks: TaskManager,
 }
 
-/// What one MCP session holds: who it is (fixed at its first request) and its codemode session
-/// while open (closed after the idle timeout, opened again on the next request).
+/// What one MCP session holds: who it is (fixed at its first request) and, for a session the
+/// client did not name, its codemode session while open (closed after the idle timeout, opened
+/// again on the next request). A named session lives in [`Shared::named`] instead.
 #[derive(Default)]
 struct ServerState {
     identity: Option<Identity>,
@@ -626,12 +685,12 @@ impl CodemodeServer {
         CodemodeServer {
             shared,
             state: Arc::new(tokio::sync::Mutex::new(ServerState::default())),
-            tasks: TaskManager::new(),
         }
     }
 
-    /// The codemode session of this MCP session, opened on first use (and again after it idled
-    /// out), within the server's session limit.
+    /// The codemode session of this MCP session or request, opened on first use (and again
+    /// after it idled out), within the server's session limits: a named one from the server's
+    /// registry, an unnamed one from this MCP session's state.
     async fn session(
         &self,
         extensions: &rmcp::model::Extensions,
@@ -645,10 +704,6 @@ impl CodemodeServer {
             ));
         }
         let mut state = self.state.lock().await;
-        if let Some(live) = &state.live {
-            live.touch();
-            return Ok(Arc::clone(live));
-        }
         let identity = match &state.identity {
             Some(identity) => identity.clone(),
             None => {
@@ -657,6 +712,48 @@ impl CodemodeServer {
                 identity
             }
         };
+        if identity.named {
+            drop(state);
+            let _opening = shared.opening_named.lock().await;
+            if let Some(live) = shared.named_session(&identity.store_key) {
+                live.touch();
+                return Ok(live);
+            }
+            let live = self.open(&identity, peer).await?;
+            shared
+                .named
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .insert(identity.store_key.clone(), Arc::clone(&live));
+            tokio::spawn(close_when_idle(
+                Owner::Server(Arc::downgrade(shared), identity.store_key.clone()),
+                Arc::downgrade(&live),
+                shared.limits.idle_timeout,
+            ));
+            return Ok(live);
+        }
+        if let Some(live) = &state.live {
+            live.touch();
+            return Ok(Arc::clone(live));
+        }
+        let live = self.open(&identity, peer).await?;
+        tokio::spawn(close_when_idle(
+            Owner::McpSession(Arc::downgrade(&self.state)),
+            Arc::downgrade(&live),
+            shared.limits.idle_timeout,
+        ));
+        state.live = Some(Arc::clone(&live));
+        Ok(live)
+    }
+
+    /// Opens the codemode session of `identity`, within the server's session limits; completions
+    /// of an unnamed session's cells are pushed to `peer`.
+    async fn open(
+        &self,
+        identity: &Identity,
+        peer: &Peer<RoleServer>,
+    ) -> Result<Arc<LiveSession>, ErrorData> {
+        let shared = &self.shared;
         let live = shared.live_sessions();
         let open = live.len();
         if open >= shared.limits.max_sessions {
@@ -707,19 +804,18 @@ impl CodemodeServer {
             session,
             tenant: identity.tenant.clone(),
             last_used: std::sync::Mutex::new(Instant::now()),
+            tasks: TaskManager::new(),
         });
         shared
             .live
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
             .push(Arc::downgrade(&live));
-        push_completions(&live.session, peer.clone());
-        tokio::spawn(close_when_idle(
-            Arc::downgrade(&self.state),
-            Arc::downgrade(&live),
-            shared.limits.idle_timeout,
-        ));
-        state.live = Some(Arc::clone(&live));
+        // An unnamed session has one MCP session: it is told. A named one may have many, or
+        // none (requests that stand alone): each MCP session subscribes when it starts.
+        if !identity.named {
+            push_completions(&live.session, peer.clone());
+        }
         Ok(live)
     }
 
@@ -803,7 +899,8 @@ impl CodemodeServer {
                 .with_ttl_ms(duration_ms(EXEC_TASK_TTL))
                 .with_poll_interval_ms(duration_ms(EXEC_TASK_POLL_INTERVAL))
                 .with_status_message(format!("cell {cell_id} is running"));
-            let task = self.tasks.spawn(options, move |task| {
+            let tasks = live.tasks.clone();
+            let task = tasks.spawn(options, move |task| {
                 Box::pin(follow_cell(live, cell_id, result, max_tokens, task))
             });
             return Ok(CreateTaskResult::new(task).into());
@@ -859,9 +956,10 @@ impl ServerHandler for CodemodeServer {
     async fn get_task(
         &self,
         request: GetTaskParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<GetTaskResult, ErrorData> {
-        self.tasks
+        let live = self.session(&context.extensions, &context.peer).await?;
+        live.tasks
             .get_task(&request.task_id)
             .map(GetTaskResult::new)
     }
@@ -869,25 +967,42 @@ impl ServerHandler for CodemodeServer {
     async fn update_task(
         &self,
         request: UpdateTaskParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
         // An exec task never asks for input; this answers unknown ids and stray responses alike.
-        self.tasks
+        let live = self.session(&context.extensions, &context.peer).await?;
+        live.tasks
             .update_task(&request.task_id, request.input_responses)
     }
 
     async fn cancel_task(
         &self,
         request: CancelTaskParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        self.tasks.cancel_task(&request.task_id)
+        let live = self.session(&context.extensions, &context.peer).await?;
+        live.tasks.cancel_task(&request.task_id)
     }
 
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
-        // Open the session now, so that completion push starts with it.
-        if let Err(error) = self.session(&context.extensions, &context.peer).await {
-            tracing::warn!(error = %error.message, "cannot open the session of a new MCP client");
+        // Open the session now, so that completion push starts with it; a named session, which
+        // other MCP sessions may share, tells each of them.
+        match self.session(&context.extensions, &context.peer).await {
+            Err(error) => {
+                tracing::warn!(error = %error.message, "cannot open the session of a new MCP client");
+            }
+            Ok(live) => {
+                let named = self
+                    .state
+                    .lock()
+                    .await
+                    .identity
+                    .as_ref()
+                    .is_some_and(|identity| identity.named);
+                if named {
+                    push_completions(&live.session, context.peer.clone());
+                }
+            }
         }
     }
 
@@ -1073,33 +1188,63 @@ fn push_completions(session: &Session, peer: Peer<RoleServer>) {
     });
 }
 
+/// Who holds a session open: an MCP session (an unnamed session), or the server's registry of
+/// named sessions, under its store key.
+enum Owner {
+    McpSession(std::sync::Weak<tokio::sync::Mutex<ServerState>>),
+    Server(std::sync::Weak<Shared>, String),
+}
+
 /// Closes a session nobody has used for `idle_timeout`: its cells are terminated and its
-/// resources freed. The MCP session opens a new one (with the same stored values) if it comes
-/// back. Ends when the session or the MCP session is gone.
-async fn close_when_idle(
-    state: std::sync::Weak<tokio::sync::Mutex<ServerState>>,
-    live: std::sync::Weak<LiveSession>,
-    idle_timeout: Duration,
-) {
+/// resources freed. It opens again (with the same stored values) on the next request that needs
+/// it. Ends when the session or its owner is gone.
+async fn close_when_idle(owner: Owner, live: std::sync::Weak<LiveSession>, idle_timeout: Duration) {
     let check_every = (idle_timeout / 4).clamp(Duration::from_millis(50), Duration::from_secs(30));
     loop {
         tokio::time::sleep(check_every).await;
-        let (Some(state), Some(session)) = (state.upgrade(), live.upgrade()) else {
+        let Some(session) = live.upgrade() else {
             return;
         };
         if session.idle_for() < idle_timeout {
             continue;
         }
-        let mut state = state.lock().await;
-        if !state
-            .live
-            .as_ref()
-            .is_some_and(|current| Arc::ptr_eq(current, &session))
-        {
+        let released = match &owner {
+            Owner::McpSession(state) => {
+                let Some(state) = state.upgrade() else {
+                    return;
+                };
+                let mut state = state.lock().await;
+                let current = state
+                    .live
+                    .as_ref()
+                    .is_some_and(|current| Arc::ptr_eq(current, &session));
+                if current {
+                    state.live = None;
+                }
+                current
+            }
+            Owner::Server(shared, store_key) => {
+                let Some(shared) = shared.upgrade() else {
+                    return;
+                };
+                // Under the opening lock: a request that names it now opens a new one after.
+                let _opening = shared.opening_named.lock().await;
+                let mut named = shared
+                    .named
+                    .lock()
+                    .unwrap_or_else(|poisoned| poisoned.into_inner());
+                let current = named
+                    .get(store_key)
+                    .is_some_and(|current| Arc::ptr_eq(current, &session));
+                if current {
+                    named.remove(store_key);
+                }
+                current
+            }
+        };
+        if !released {
             return;
         }
-        state.live = None;
-        drop(state);
         tracing::info!(
             idle_secs = idle_timeout.as_secs(),
             "closing a session that was idle past --idle-timeout-secs"

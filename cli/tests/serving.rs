@@ -16,7 +16,9 @@ use serde_json::{Value, json};
 
 mod common;
 
-use common::{ALPHA, BETA, CODEMODE, client, exec, last_line, server, text_of};
+use common::{
+    ALPHA, BETA, CODEMODE, client, exec, last_line, running_cell_id, server, text_of, wait_on,
+};
 fn scratch(name: &str) -> PathBuf {
     codemode_test_support::scratch_folder(&format!("serving-{name}"))
 }
@@ -554,4 +556,132 @@ fn a_client_that_sends_no_headers_is_cut_off_and_connections_are_capped() {
         .recv_timeout(std::time::Duration::from_secs(30))
         .expect("served once the first connection closed");
     assert_eq!(status, 401);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_named_session_outlives_the_request_and_the_client_that_started_its_cell() {
+    for mode in ["on", "off"] {
+        let folder = scratch(&format!("named-{mode}"));
+        let served = server(&folder, &["--mcp-sessions", mode]);
+        let starter = client(served.url(), ALPHA, Some("work")).await;
+        let running = text_of(
+            &exec(
+                &starter,
+                "// @exec: {\"yield_time_ms\": 0}\ntext(\"started\");\n\
+                 await new Promise((resolve) => setTimeout(resolve, 300));\n\
+                 store(\"finished\", true); text(\"finished\");",
+            )
+            .await
+            .expect("exec answers"),
+        );
+        let cell_id = running_cell_id(&running);
+        // The client that started the cell goes away; another one names the same session.
+        starter.cancel().await.unwrap();
+        let other = client(served.url(), ALPHA, Some("work")).await;
+        let ended = wait_on(&other, &cell_id).await;
+        assert!(ended.contains("finished"), "mcp sessions {mode}: {ended}");
+        assert_eq!(
+            last_line(&other, r#"text(load("finished"))"#).await,
+            "true",
+            "mcp sessions {mode}"
+        );
+        if mode == "off" {
+            // No MCP session: a request stands alone, as a load balancer may send it anywhere.
+            let (status, response) = raw_request(
+                served.url(),
+                "POST",
+                &[
+                    ("Authorization", &format!("Bearer {ALPHA}")),
+                    ("X-Codemode-Session", "work"),
+                    ("MCP-Protocol-Version", "2025-06-18"),
+                ],
+                Some(
+                    &json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {
+                    "name": "exec", "arguments": {"code": "text('alone: ' + load('finished'))"}}}),
+                ),
+            );
+            assert_eq!(status, 200, "{response}");
+            assert!(response.contains("alone: true"), "{response}");
+            assert_eq!(header_of(&response, "mcp-session-id"), None, "{response}");
+        }
+        // Another tenant naming a session the same finds none of it.
+        let stranger = client(served.url(), BETA, Some("work")).await;
+        let running = text_of(
+            &exec(
+                &other,
+                "// @exec: {\"yield_time_ms\": 0}\nawait new Promise((resolve) => setTimeout(resolve, 60000));",
+            )
+            .await
+            .expect("exec answers"),
+        );
+        let cell_id = running_cell_id(&running);
+        let refused = wait_on(&stranger, &cell_id).await;
+        assert!(
+            refused.contains(&format!("No cell with ID {cell_id}")),
+            "mcp sessions {mode}: {refused}"
+        );
+    }
+}
+
+/// A client that records the log messages it is sent (completion push).
+#[derive(Clone, Default)]
+struct LogRecorder(std::sync::Arc<std::sync::Mutex<Vec<Value>>>);
+
+// Logging is deprecated in the SDK, and still what completion push is sent as.
+#[allow(deprecated)]
+impl rmcp::ClientHandler for LogRecorder {
+    async fn on_logging_message(
+        &self,
+        params: rmcp::model::LoggingMessageNotificationParam,
+        _context: rmcp::service::NotificationContext<rmcp::RoleClient>,
+    ) {
+        self.0.lock().unwrap().push(params.data);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_mcp_session_naming_a_session_is_told_when_its_cell_finishes_in_the_background() {
+    let folder = scratch("push-named");
+    let served = server(&folder, &["--mcp-sessions", "on"]);
+    let connect = |recorder: LogRecorder| {
+        let mut config =
+            StreamableHttpClientTransportConfig::with_uri(served.url()).auth_header(ALPHA);
+        config.custom_headers.insert(
+            http::HeaderName::from_static("x-codemode-session"),
+            http::HeaderValue::from_static("work"),
+        );
+        async move {
+            within(
+                "connect",
+                recorder.serve(StreamableHttpClientTransport::from_config(config)),
+            )
+            .await
+            .expect("the client connects")
+        }
+    };
+    let (first_logs, second_logs) = (LogRecorder::default(), LogRecorder::default());
+    let first = connect(first_logs.clone()).await;
+    let _second = connect(second_logs.clone()).await;
+    let params = rmcp::model::CallToolRequestParams::new("exec").with_arguments(
+        json!({"code": "// @exec: {\"yield_time_ms\": 0}\nawait new Promise((resolve) => setTimeout(resolve, 200)); text('done');"})
+            .as_object()
+            .unwrap()
+            .clone(),
+    );
+    let running = text_of(&within("exec", first.call_tool(params)).await.unwrap());
+    let cell_id = running_cell_id(&running);
+    for (who, logs) in [("the starter", &first_logs), ("the other", &second_logs)] {
+        codemode_test_support::within(&format!("{who} to be told"), async {
+            while !logs
+                .0
+                .lock()
+                .unwrap()
+                .iter()
+                .any(|log| log["cell_id"] == json!(cell_id) && log["status"] == "completed")
+            {
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+        })
+        .await;
+    }
 }

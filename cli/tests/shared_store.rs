@@ -7,12 +7,12 @@ use std::path::PathBuf;
 
 use codemode_test_support::postgres::TestPostgres;
 use codemode_test_support::within;
-use rmcp::model::CallToolRequestParams;
-use serde_json::json;
 
 mod common;
 
-use common::{ALPHA, BETA, CODEMODE, client, exec, last_line, server, text_of};
+use common::{
+    ALPHA, BETA, CODEMODE, client, exec, last_line, running_cell_id, server, text_of, wait_on,
+};
 
 fn scratch(name: &str) -> PathBuf {
     codemode_test_support::scratch_folder(&format!("shared-store-{name}"))
@@ -94,12 +94,7 @@ async fn a_database_restart_fails_the_commit_it_hits_and_the_server_recovers_by_
         .await
         .expect("exec answers"),
     );
-    let cell_id = running
-        .lines()
-        .next()
-        .and_then(|line| line.strip_prefix("Script running with cell ID "))
-        .unwrap_or_else(|| panic!("not a running cell: {running}"))
-        .to_owned();
+    let cell_id = running_cell_id(&running);
     within("the commit to wait on the lock", async {
         while database.psql(
             "SELECT count(*) FROM pg_stat_activity \
@@ -114,13 +109,7 @@ async fn a_database_restart_fails_the_commit_it_hits_and_the_server_recovers_by_
     drop(lock);
     database.start_server();
 
-    let params = CallToolRequestParams::new("wait").with_arguments(
-        json!({"cell_id": cell_id, "yield_time_ms": 30000})
-            .as_object()
-            .unwrap()
-            .clone(),
-    );
-    let ended = text_of(&within("wait", alpha.call_tool(params)).await.unwrap());
+    let ended = wait_on(&alpha, &cell_id).await;
     assert!(ended.contains("computed"), "the output is kept: {ended}");
     assert!(
         ended.contains("the cell's stored values could not be saved: cannot commit stored values to the database at codemode@127.0.0.1:"),

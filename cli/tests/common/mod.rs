@@ -133,3 +133,28 @@ pub async fn last_line(client: &Client, code: &str) -> String {
         .unwrap_or_default()
         .to_owned()
 }
+
+/// The id of the cell a rendering says is still running.
+pub fn running_cell_id(running: &str) -> String {
+    running
+        .lines()
+        .next()
+        .and_then(|line| line.strip_prefix("Script running with cell ID "))
+        .unwrap_or_else(|| panic!("not a running cell: {running}"))
+        .to_owned()
+}
+
+/// `wait` on cell `cell_id`, up to 30 s; the rendering.
+pub async fn wait_on(client: &Client, cell_id: &str) -> String {
+    let params = CallToolRequestParams::new("wait").with_arguments(
+        json!({"cell_id": cell_id, "yield_time_ms": 30000})
+            .as_object()
+            .unwrap()
+            .clone(),
+    );
+    text_of(
+        &within("wait", client.call_tool(params))
+            .await
+            .expect("wait answers"),
+    )
+}
