@@ -1,7 +1,9 @@
 //! Several `codemode mcp --http` servers over one PostgreSQL store (`--store postgres://…`),
 //! through the real binary and a real database: a session's values committed through one server
-//! are what the next cell sees through another, and a database restart fails only the commits it
-//! hits while the server recovers by itself. Without PostgreSQL each test says it was left out.
+//! are what the next cell sees through another, three servers behind a client that sends each
+//! request to the next in turn lose no write of 200 cells finishing at once, and a database
+//! restart fails only the commits it hits while the server recovers by itself. Without
+//! PostgreSQL each test says it was left out.
 
 use std::path::PathBuf;
 
@@ -146,4 +148,67 @@ fn an_unreachable_database_stops_the_server_at_start_with_a_clear_error() {
         stderr.contains("cannot reach the database at codemode@127.0.0.1:1/codemode"),
         "{stderr}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_servers_in_turn_lose_no_write_of_200_cells_finishing_at_once() {
+    let Some(database) = TestPostgres::start("three_servers_in_turn_lose_no_write") else {
+        return;
+    };
+    let url = database.url();
+    // Without MCP sessions (the default with a database): any request may go to any server.
+    let servers: Vec<_> = (0..3)
+        .map(|index| {
+            server(
+                &scratch(&format!("turn-{index}")),
+                &["--store", url.as_str()],
+            )
+        })
+        .collect();
+    let mut clients = Vec::new();
+    for served in &servers {
+        clients.push(std::sync::Arc::new(
+            client(served.url(), ALPHA, Some("crowd")).await,
+        ));
+    }
+    // A value stored through one server is loaded through each of the others.
+    assert_eq!(
+        last_line(
+            &clients[0],
+            r#"store("greeting", "hello"); text("stored");"#
+        )
+        .await,
+        "stored"
+    );
+    for other in &clients[1..] {
+        assert_eq!(last_line(other, r#"text(load("greeting"))"#).await, "hello");
+    }
+    // 200 cells, each request to the next server in turn, all running at once: each writes a key
+    // of its own and three keys they all share.
+    let cells = (0..200).map(|cell| {
+        let client = std::sync::Arc::clone(&clients[cell % 3]);
+        tokio::spawn(async move {
+            last_line(
+                &client,
+                &format!(
+                    r#"store("cell-{cell}", {cell}); store("shared-a", {cell}); store("shared-b", {cell}); store("shared-c", {cell}); text("stored {cell}");"#
+                ),
+            )
+            .await
+        })
+    });
+    for (cell, finished) in cells.enumerate() {
+        assert_eq!(finished.await.unwrap(), format!("stored {cell}"));
+    }
+    let check = r#"const missing = [];
+for (let cell = 0; cell < 200; cell++) if (load(`cell-${cell}`) !== cell) missing.push(cell);
+const shared = [load("shared-a"), load("shared-b"), load("shared-c")];
+text(JSON.stringify({missing, whole: shared[0] === shared[1] && shared[1] === shared[2]}));"#;
+    for each in &clients {
+        assert_eq!(
+            last_line(each, check).await,
+            r#"{"missing":[],"whole":true}"#,
+            "every write of every cell, whichever server ran it, and each cell's writes whole"
+        );
+    }
 }
