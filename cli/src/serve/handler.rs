@@ -1,0 +1,378 @@
+//! The MCP tool surface: `CodemodeServer`, the handler of one MCP session (or one request without
+//! MCP sessions), offering `exec` and `wait` (with their argument checks), `exec` tasks, and the
+//! conversion of a model-facing result into an MCP tool result.
+
+// The server's parts share its imports and one another's items.
+use super::*;
+
+/// The description of `exec` as this server offers it.
+pub(super) fn exec_tool_description(session: &Session) -> String {
+    format!(
+        "{}\n\nPass the source in the `code` argument. `yield_time_ms` and `max_output_tokens` may \
+         also be given as arguments; they win over the pragma line.",
+        session.exec_description()
+    )
+}
+
+/// The arguments `exec` takes.
+pub(super) const EXEC_ARGUMENTS: &[&str] = &["code", "yield_time_ms", "max_output_tokens"];
+
+/// The arguments `wait` takes.
+pub(super) const WAIT_ARGUMENTS: &[&str] = &["cell_id", "yield_time_ms", "max_tokens", "terminate"];
+
+/// An error naming every argument `tool` does not take, rather than ignoring them silently.
+pub(super) fn refuse_unknown_arguments(
+    tool: &str,
+    arguments: &Map<String, Value>,
+    known: &[&str],
+) -> Result<(), ErrorData> {
+    let unknown: Vec<&str> = arguments
+        .keys()
+        .map(String::as_str)
+        .filter(|name| !known.contains(name))
+        .collect();
+    if unknown.is_empty() {
+        return Ok(());
+    }
+    Err(ErrorData::invalid_params(
+        format!(
+            "{tool} does not take {}: its arguments are {}",
+            unknown
+                .iter()
+                .map(|name| format!("\"{name}\""))
+                .collect::<Vec<_>>()
+                .join(", "),
+            known.join(", ")
+        ),
+        None,
+    ))
+}
+
+/// Arguments the model got wrong, as a tool result with `isError` (not a JSON-RPC error), as the
+/// 2025-11-25 revision asks: the model sees the reason and can fix its call.
+pub(super) fn invalid_arguments(error: ErrorData) -> CallToolResult {
+    CallToolResult::error(vec![ContentBlock::text(error.message.into_owned())])
+}
+
+/// An optional non-negative integer argument.
+pub(super) fn count_argument(
+    tool: &str,
+    arguments: &Map<String, Value>,
+    name: &str,
+) -> Result<Option<u64>, ErrorData> {
+    match arguments.get(name) {
+        None | Some(Value::Null) => Ok(None),
+        Some(value) => value
+            .as_u64()
+            .filter(|count| *count <= codemode_protocol::MAX_SAFE_INTEGER)
+            .map(Some)
+            .ok_or_else(|| {
+                ErrorData::invalid_params(
+                    format!("{tool}: \"{name}\" must be a non-negative integer, not {value}"),
+                    None,
+                )
+            }),
+    }
+}
+
+/// The handler of one MCP session (without MCP sessions, of one request).
+#[derive(Clone)]
+pub(super) struct CodemodeServer {
+    pub(super) shared: Arc<Shared>,
+    pub(super) state: Arc<tokio::sync::Mutex<ServerState>>,
+}
+
+/// What one MCP session holds: who it is (fixed at its first request) and, for a session the
+/// client did not name, its codemode session while open (closed after the idle timeout, opened
+/// again on the next request). A named session lives in [`Shared::named`] instead.
+#[derive(Default)]
+pub(super) struct ServerState {
+    pub(super) identity: Option<Identity>,
+    pub(super) live: Option<Arc<LiveSession>>,
+}
+
+impl CodemodeServer {
+    pub(super) fn new(shared: Arc<Shared>) -> Self {
+        CodemodeServer {
+            shared,
+            state: Arc::new(tokio::sync::Mutex::new(ServerState::default())),
+        }
+    }
+
+    pub(super) async fn exec(
+        &self,
+        arguments: Map<String, Value>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let parsed = (|| {
+            refuse_unknown_arguments("exec", &arguments, EXEC_ARGUMENTS)?;
+            let Some(Value::String(code)) = arguments.get("code") else {
+                return Err(ErrorData::invalid_params(
+                    "exec takes {\"code\": \"<JavaScript source>\"}: the code argument is missing or not a string",
+                    None,
+                ));
+            };
+            let options = ExecOptions::default()
+                .with_yield_time_ms(count_argument("exec", &arguments, "yield_time_ms")?)
+                .with_max_output_tokens(count_argument("exec", &arguments, "max_output_tokens")?);
+            Ok((code, options))
+        })();
+        let (code, options) = match parsed {
+            Ok(parsed) => parsed,
+            Err(error) => return Ok(invalid_arguments(error).into()),
+        };
+        let as_task = context
+            .client_capabilities()
+            .is_some_and(|capabilities| capabilities.supports_tasks());
+        let live = self.session(&context.extensions, &context.peer).await?;
+        self.check_cell_limit(&live.tenant)?;
+        let session = &live.session;
+        let call_id = format!("mcp-{}", request_id_text(&context));
+        let progress = Progress::start(&context, session, Watched::Call(call_id.clone()));
+        let tools_before = session.tools();
+        let result = session.exec_tool_with(&call_id, code, options).await;
+        live.touch();
+        progress.stop();
+        // A downstream server's tools changed and the session listed them again for this cell:
+        // `exec`'s description (which declares them) changed too, so tell the client.
+        if !Arc::ptr_eq(&tools_before, &session.tools())
+            && let Err(error) = context.peer.notify_tool_list_changed().await
+        {
+            tracing::debug!(%error, "cannot tell the client that the tools changed");
+        }
+        if as_task && let Some(cell_id) = result.running_cell_id.clone() {
+            let max_tokens = options.max_output_tokens;
+            let options = TaskOptions::new()
+                .with_ttl_ms(duration_ms(EXEC_TASK_TTL))
+                .with_poll_interval_ms(duration_ms(EXEC_TASK_POLL_INTERVAL))
+                .with_status_message(format!("cell {cell_id} is running"));
+            let tasks = live.tasks.clone();
+            let task = tasks.spawn(options, move |task| {
+                Box::pin(follow_cell(live, cell_id, result, max_tokens, task))
+            });
+            return Ok(CreateTaskResult::new(task).into());
+        }
+        Ok(to_call_tool_result(result).into())
+    }
+
+    pub(super) async fn wait(
+        &self,
+        arguments: Map<String, Value>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let parsed = refuse_unknown_arguments("wait", &arguments, WAIT_ARGUMENTS).and_then(|()| {
+            serde_json::from_value::<WaitRequest>(Value::Object(arguments)).map_err(|error| {
+                ErrorData::invalid_params(
+                    format!("wait takes {{\"cell_id\": \"<id>\", \"yield_time_ms\"?, \"max_tokens\"?, \"terminate\"?}}: {error}"),
+                    None,
+                )
+            })
+        });
+        let request = match parsed {
+            Ok(request) => request,
+            Err(error) => return Ok(invalid_arguments(error)),
+        };
+        let live = self.session(&context.extensions, &context.peer).await?;
+        let session = &live.session;
+        let progress = Progress::start(&context, session, Watched::Cell(request.cell_id.clone()));
+        let result = session.wait_tool(request).await;
+        live.touch();
+        progress.stop();
+        Ok(to_call_tool_result(result))
+    }
+}
+
+impl ServerHandler for CodemodeServer {
+    // Logging is deprecated in the SDK but still the standard way to push a message unprompted
+    // (completion push); see `push_log`.
+    #[allow(deprecated)]
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_tool_list_changed()
+                .enable_logging()
+                .enable_tasks()
+                .build(),
+        )
+        .with_instructions(
+            "Run JavaScript that orchestrates tools with `exec`; pick up scripts still running with `wait`.",
+        )
+    }
+
+    async fn get_task(
+        &self,
+        request: GetTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<GetTaskResult, ErrorData> {
+        let live = self.session(&context.extensions, &context.peer).await?;
+        live.tasks
+            .get_task(&request.task_id)
+            .map(GetTaskResult::new)
+    }
+
+    async fn update_task(
+        &self,
+        request: UpdateTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        // An exec task never asks for input; this answers unknown ids and stray responses alike.
+        let live = self.session(&context.extensions, &context.peer).await?;
+        live.tasks
+            .update_task(&request.task_id, request.input_responses)
+    }
+
+    async fn cancel_task(
+        &self,
+        request: CancelTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let live = self.session(&context.extensions, &context.peer).await?;
+        live.tasks.cancel_task(&request.task_id)
+    }
+
+    async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
+        // Open the session now, so that completion push starts with it; a named session, which
+        // other MCP sessions may share, tells each of them.
+        match self.session(&context.extensions, &context.peer).await {
+            Err(error) => {
+                tracing::warn!(error = %error.message, "cannot open the session of a new MCP client");
+            }
+            Ok(live) => {
+                let named = self
+                    .state
+                    .lock()
+                    .await
+                    .identity
+                    .as_ref()
+                    .is_some_and(|identity| identity.named);
+                if named {
+                    push_completions(&live.session, context.peer.clone());
+                }
+            }
+        }
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        let live = self.session(&context.extensions, &context.peer).await?;
+        let session = &live.session;
+        let exec_schema = json!({
+            "type": "object",
+            "properties": {
+                "code": {
+                    "type": "string",
+                    "description": "JavaScript (or TypeScript) source, optionally starting with a // @exec: {...} pragma line."
+                },
+                "yield_time_ms": {
+                    "type": "integer",
+                    "minimum": 0,
+                    "description": "How long to wait for the script before returning; wins over the pragma."
+                },
+                "max_output_tokens": {
+                    "type": "integer",
+                    "minimum": 0,
+                    "description": "The output budget of the result; wins over the pragma."
+                }
+            },
+            "required": ["code"],
+            "additionalProperties": false
+        });
+        let exec = Tool::new("exec", exec_tool_description(session), object(exec_schema));
+        let wait = Tool::new(
+            "wait",
+            session.wait_description(),
+            object(session.wait_input_schema()),
+        );
+        Ok(ListToolsResult::with_all_items(vec![exec, wait]))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let arguments = request.arguments.clone().unwrap_or_default();
+        let result = match request.name.as_ref() {
+            "exec" => return self.exec(arguments, context).await,
+            "wait" => self.wait(arguments, context).await?,
+            other => {
+                return Err(ErrorData::invalid_params(
+                    format!("there is no tool named {other:?}; this server offers exec and wait"),
+                    None,
+                ));
+            }
+        };
+        Ok(result.into())
+    }
+}
+
+pub(super) fn object(schema: Value) -> Map<String, Value> {
+    match schema {
+        Value::Object(object) => object,
+        _ => Map::new(),
+    }
+}
+
+/// A model-facing result as an MCP tool result: text as text blocks, images and audio as theirs.
+pub(super) fn to_call_tool_result(result: ToolResult) -> CallToolResult {
+    let content: Vec<ContentBlock> = result
+        .items
+        .into_iter()
+        .map(|item| match item {
+            OutputItem::Text { text } => ContentBlock::text(text),
+            OutputItem::Image(image) => match split_data_url(&image.image_url) {
+                Some((mime, data)) => ContentBlock::image(data, mime),
+                None => ContentBlock::text(format!(
+                    "[image that is not a base64 data URL: {} bytes]",
+                    image.image_url.len()
+                )),
+            },
+            OutputItem::Audio(audio) => match split_data_url(&audio.audio_url) {
+                Some((mime, data)) => ContentBlock::audio(data, mime),
+                None => ContentBlock::text(format!(
+                    "[audio that is not a base64 data URL: {} bytes]",
+                    audio.audio_url.len()
+                )),
+            },
+        })
+        .collect();
+    if result.is_error {
+        CallToolResult::error(content)
+    } else {
+        CallToolResult::success(content)
+    }
+}
+
+/// `data:<mime>;base64,<data>` as (mime, data).
+pub(super) fn split_data_url(url: &str) -> Option<(String, String)> {
+    let rest = url
+        .get(..5)
+        .filter(|scheme| scheme.eq_ignore_ascii_case("data:"))
+        .map(|_| &url[5..])?;
+    let (header, data) = rest.split_once(',')?;
+    let mime = header.strip_suffix(";base64")?;
+    Some((mime.to_owned(), data.to_owned()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    pub(super) fn data_urls_split_into_mime_and_data() {
+        assert_eq!(
+            split_data_url("data:image/png;base64,AAA="),
+            Some(("image/png".into(), "AAA=".into()))
+        );
+        assert_eq!(
+            split_data_url("DATA:audio/wav;base64,UklG"),
+            Some(("audio/wav".into(), "UklG".into()))
+        );
+        assert_eq!(split_data_url("data:text/plain,hello"), None);
+        assert_eq!(split_data_url("https://x"), None);
+    }
+}

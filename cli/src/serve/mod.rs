@@ -1,0 +1,401 @@
+//! `codemode mcp`: an MCP server offering the `exec` and `wait` tools (the model-facing tools,
+//! code mode for any agent) to any MCP-capable agent, over stdio (default) or streamable HTTP
+//! (`--http ADDR`).
+//!
+//! Each client identity gets its own codemode session (its own cells and stored values): over
+//! HTTP the tenant of the token and the session named in `X-Codemode-Session` (a named session is
+//! reached by any request that names it) or a fresh unnamed one per MCP session; over stdio
+//! `--session`. The store and the downstream tools (`--mcp`) are shared. While `exec` or `wait`
+//! waits, the server sends progress notifications (when the client asked for them with a progress
+//! token), including the cell's `notify(...)` messages; when a cell finishes in the background, it
+//! sends a log message saying so (completion push).
+//!
+//! A client that declares the MCP tasks extension (SEP-2663) gets an `exec` whose cell outlives
+//! its yield time as a task (`CreateTaskResult`) instead of a "still running" result: the server
+//! follows the cell to its end, the client polls `tasks/get` (which carries the whole output once
+//! the cell ends) without spending the model's turns on `wait`, and `tasks/cancel` terminates the
+//! cell. A cell that ends within its yield time is answered at once, as for any client.
+//!
+//! Where each concern lives: this file has the flags, start-up (store, tools, the HTTP gate),
+//! the transports and shutdown; `sessions` the sessions and who a request is; `limits` the
+//! server-wide limits; `handler` the MCP tool surface (`exec`, `wait`, argument checks, results);
+//! `tasks` `exec` as a task; `progress` the notifications of a waiting call. Routing between
+//! servers, when it comes, belongs beside `sessions`, not in the `session` crate.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use codemode_protocol::{OutputItem, WaitRequest};
+use codemode_session::{
+    ExecOptions, OutputMode, Session, SessionEvent, Store, StoredBytesBudget, ToolResult,
+};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams, ContentBlock,
+    CreateTaskResult, GetTaskParams, GetTaskResult, ListToolsResult, PaginatedRequestParams,
+    ProgressNotificationParam, ServerCapabilities, ServerConfig, Tool, UpdateTaskParams,
+};
+use rmcp::service::{NotificationContext, RequestContext};
+use rmcp::task_manager::{TaskContext, TaskExit, TaskManager, TaskOptions};
+use rmcp::{ErrorData, Peer, RoleServer, ServerHandler, ServiceExt};
+use serde_json::{Map, Value, json};
+use tokio_util::sync::CancellationToken;
+
+use crate::setup::{DemoTools, SessionArgs, SetupError};
+use crate::{exit, http};
+
+mod handler;
+mod limits;
+mod progress;
+mod sessions;
+mod tasks;
+
+use handler::*;
+use limits::*;
+use progress::*;
+use sessions::*;
+use tasks::*;
+
+#[derive(Debug, Clone, Args)]
+pub struct McpArgs {
+    /// Serve over streamable HTTP at this address (such as 127.0.0.1:8080, path /mcp) instead of
+    /// stdio. Every request must then carry `Authorization: Bearer <token>`.
+    #[arg(long, value_name = "ADDR")]
+    pub http: Option<String>,
+    /// HTTP: the tokens, one `TENANT TOKEN` per line; each tenant's stored values are its own.
+    /// For one tenant, the environment variable CODEMODE_AUTH_TOKEN serves too.
+    #[arg(long, value_name = "PATH")]
+    pub auth_token_file: Option<PathBuf>,
+    /// HTTP on a loopback address only: serve without tokens (anyone on this machine can run
+    /// code through the server).
+    #[arg(long)]
+    pub no_auth: bool,
+    /// HTTP: a browser origin allowed to call the server (such as http://localhost:3000).
+    /// Requests from any other origin get 403. Repeatable.
+    #[arg(long = "allow-origin", value_name = "ORIGIN")]
+    pub allow_origins: Vec<String>,
+    /// HTTP: another name the server is reached by, accepted in the Host header (its own address
+    /// always is). Repeatable.
+    #[arg(long = "allow-host", value_name = "NAME")]
+    pub allow_hosts: Vec<String>,
+    /// The most MCP sessions served at once; the next one is refused until one ends.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_SESSIONS)]
+    pub max_sessions: usize,
+    /// The most cells running (or waiting to be observed) across all sessions.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_CELLS)]
+    pub max_cells: usize,
+    /// The most MCP sessions one tenant may have at once (default: half of --max-sessions when
+    /// the server has several tenants, all of it when it has one).
+    #[arg(long, value_name = "N")]
+    pub max_sessions_per_tenant: Option<usize>,
+    /// The most cells one tenant may run at once (default: half of --max-cells when the server
+    /// has several tenants, all of it when it has one).
+    #[arg(long, value_name = "N")]
+    pub max_cells_per_tenant: Option<usize>,
+    /// The most bytes of stored values one tenant's open sessions may hold together (default:
+    /// half of --max-stored-bytes-total when the server has several tenants, all of it when it
+    /// has one).
+    #[arg(long, value_name = "BYTES")]
+    pub max_stored_bytes_per_tenant: Option<usize>,
+    /// The most bytes of stored values all open sessions may hold together: what the server
+    /// keeps in memory for them.
+    #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_MAX_STORED_BYTES_TOTAL)]
+    pub max_stored_bytes_total: usize,
+    /// HTTP: the most connections open at once; the next waits to be accepted until one closes.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_CONNECTIONS)]
+    pub max_connections: usize,
+    /// HTTP: how many seconds a client may take to send a request's headers before its
+    /// connection is closed.
+    #[arg(long, value_name = "SECONDS", default_value_t = http::DEFAULT_HEADER_READ_TIMEOUT.as_secs())]
+    pub header_read_timeout_secs: u64,
+    /// After this many seconds without a request, a session's cells are terminated and its
+    /// resources freed (its stored values stay in the store).
+    #[arg(long, value_name = "SECONDS", default_value_t = DEFAULT_IDLE_TIMEOUT_SECS)]
+    pub idle_timeout_secs: u64,
+    /// HTTP: whether clients get MCP sessions (`on`), or every request stands alone and names
+    /// its codemode session in X-Codemode-Session (`off`: a load balancer may send any request to
+    /// any server). Default: `off` when --store is a database that several servers share, `on`
+    /// otherwise. Clients of MCP 2026-07-28 and later never get MCP sessions.
+    #[arg(long, value_name = "on|off")]
+    pub mcp_sessions: Option<McpSessions>,
+    /// Offer the demo tools echo and sleep too (left out by default: the model sees only the
+    /// tools of the servers you configure).
+    #[arg(long)]
+    pub demo_tools: bool,
+    /// Print the description of `exec` the model would be given (with every tool declared), and
+    /// exit: a way to check a configuration.
+    #[arg(long)]
+    pub print_exec_description: bool,
+    #[command(flatten)]
+    pub session: SessionArgs,
+}
+
+/// `--mcp-sessions`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum McpSessions {
+    /// MCP sessions, as the protocol before 2026-07-28 has them.
+    On,
+    /// No MCP sessions: every request stands alone.
+    Off,
+}
+
+/// Default of `--max-sessions`.
+const DEFAULT_MAX_SESSIONS: usize = 64;
+/// Default of `--max-cells`.
+const DEFAULT_MAX_CELLS: usize = 256;
+/// Default of `--max-connections`.
+const DEFAULT_MAX_CONNECTIONS: usize = 512;
+
+/// What all open sessions' stored values may hold together by default: 1 GiB.
+const DEFAULT_MAX_STORED_BYTES_TOTAL: usize = 1 << 30;
+/// Default of `--idle-timeout-secs`: half an hour.
+const DEFAULT_IDLE_TIMEOUT_SECS: u64 = 1800;
+
+pub async fn serve(args: McpArgs) -> ExitCode {
+    let demo = if args.demo_tools {
+        DemoTools::Offered
+    } else {
+        DemoTools::LeftOut
+    };
+    let setup =
+        async { Ok::<_, SetupError>((args.session.store().await?, args.session.tools(demo)?)) }
+            .await;
+    let (store, tools) = match setup {
+        Ok(parts) => parts,
+        Err(SetupError { message, usage }) => {
+            eprintln!("error: {message}");
+            return ExitCode::from(if usage { exit::USAGE } else { exit::FAILED });
+        }
+    };
+    // Over HTTP the gate (and its tenants) comes first: the limits depend on how many tenants
+    // share the server.
+    let gate = match &args.http {
+        None => None,
+        Some(address) if !args.print_exec_description => match http_gate(&args, address).await {
+            Ok(gate) => Some(gate),
+            Err(message) => {
+                eprintln!("error: {message}");
+                return ExitCode::from(exit::USAGE);
+            }
+        },
+        Some(_) => None,
+    };
+    let tenants = gate.as_ref().map_or(1, |(_, gate)| gate.tenants());
+    let limits = ServerLimits::new(&args, tenants);
+    let shared = Arc::new(Shared {
+        args: args.session.clone(),
+        store,
+        tools,
+        limits,
+        stored_total: StoredBytesBudget::new(
+            "the stored values of all open sessions (--max-stored-bytes-total)",
+            limits.max_stored_bytes_total,
+        ),
+        stored_per_tenant: std::sync::Mutex::new(HashMap::new()),
+        live: std::sync::Mutex::new(Vec::new()),
+        named: std::sync::Mutex::new(HashMap::new()),
+        opening_named: tokio::sync::Mutex::new(()),
+        shutting_down: CancellationToken::new(),
+    });
+    if args.print_exec_description {
+        return print_exec_description(&shared).await;
+    }
+    tokio::spawn(cancel_on_signal(shared.shutting_down.clone()));
+    let served = match gate {
+        None => serve_stdio(Arc::clone(&shared)).await,
+        Some((listener, gate)) => {
+            let connections = http::ConnectionLimits {
+                max_connections: args.max_connections,
+                header_read_timeout: Duration::from_secs(args.header_read_timeout_secs.max(1)),
+            };
+            let mcp_sessions = args.mcp_sessions.unwrap_or_else(|| {
+                let shared_store = args.session.store.as_ref().and_then(|store| store.to_str());
+                if shared_store.is_some_and(codemode_host_adapters::is_database_url) {
+                    McpSessions::Off
+                } else {
+                    McpSessions::On
+                }
+            });
+            serve_http(
+                Arc::clone(&shared),
+                listener,
+                gate,
+                connections,
+                mcp_sessions,
+            )
+            .await
+        }
+    };
+    // Whatever ended the serving: stop every cell, and let the stores finish their commits;
+    // then close the downstream servers (standard input first, so none dies mid-write).
+    shared.shut_down_sessions().await;
+    codemode_session::ToolProvider::shutdown(shared.tools.as_ref()).await;
+    match served {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error}");
+            ExitCode::from(exit::FAILED)
+        }
+    }
+}
+
+/// Cancels `token` on SIGTERM or SIGINT.
+async fn cancel_on_signal(token: CancellationToken) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut terminate), Ok(mut interrupt)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        tracing::warn!("cannot listen for SIGTERM and SIGINT; stop the server by killing it");
+        return;
+    };
+    tokio::select! {
+        _ = terminate.recv() => {}
+        _ = interrupt.recv() => {}
+    }
+    tracing::info!("shutting down: no new requests; terminating running cells");
+    token.cancel();
+}
+
+/// Binds the HTTP address and builds its gate, refusing to serve without a token where that is
+/// unsafe.
+async fn http_gate(
+    args: &McpArgs,
+    address: &str,
+) -> Result<(tokio::net::TcpListener, http::Gate), String> {
+    let authentication = http::authentication(
+        args.auth_token_file.as_deref(),
+        std::env::var("CODEMODE_AUTH_TOKEN")
+            .ok()
+            .filter(|token| !token.is_empty()),
+        args.no_auth,
+    )?;
+    // Refuse before binding when the address alone says it is not loopback.
+    if let Ok(requested) = address.parse::<std::net::SocketAddr>()
+        && !requested.ip().is_loopback()
+        && !matches!(authentication, Some(http::Authentication::Tokens(_)))
+    {
+        return Err(format!(
+            "{requested} is not a loopback address: anyone who can reach it could run code; set a \
+             token with --auth-token-file FILE (lines of TENANT TOKEN) or CODEMODE_AUTH_TOKEN \
+             (--no-auth is only for loopback addresses)"
+        ));
+    }
+    let listener = tokio::net::TcpListener::bind(address)
+        .await
+        .map_err(|error| format!("cannot listen on {address}: {error}"))?;
+    let bound = listener
+        .local_addr()
+        .map_err(|error| format!("cannot tell the address bound: {error}"))?;
+    let authentication = match authentication {
+        Some(http::Authentication::Off) if !bound.ip().is_loopback() => {
+            return Err(format!(
+                "--no-auth is only for loopback addresses, and {bound} is not one: anyone who can                  reach it could run code; set a token with --auth-token-file FILE (lines of TENANT                  TOKEN) or CODEMODE_AUTH_TOKEN"
+            ));
+        }
+        Some(http::Authentication::Off) => {
+            eprintln!(
+                "warning: serving {bound} without authentication (--no-auth): any program on this                  machine can run code and call your tools through it"
+            );
+            http::Authentication::Off
+        }
+        Some(tokens) => tokens,
+        None => {
+            return Err(format!(
+                "serving MCP over HTTP needs a token, or anyone who can reach {bound} could run                  code: set one with --auth-token-file FILE (lines of TENANT TOKEN) or                  CODEMODE_AUTH_TOKEN{}",
+                if bound.ip().is_loopback() {
+                    ", or pass --no-auth to serve this loopback address without one"
+                } else {
+                    ""
+                }
+            ));
+        }
+    };
+    let gate = http::Gate::new(
+        authentication,
+        bound,
+        &args.allow_hosts,
+        &args.allow_origins,
+    );
+    Ok((listener, gate))
+}
+
+async fn print_exec_description(shared: &Shared) -> ExitCode {
+    let opened = shared
+        .args
+        .open(
+            &shared.args.session,
+            Arc::clone(&shared.store),
+            Arc::clone(&shared.tools),
+            shared.args.config(),
+        )
+        .await;
+    match opened {
+        Ok(session) => {
+            println!("{}", exec_tool_description(&session));
+            session.shutdown().await;
+            ExitCode::SUCCESS
+        }
+        Err(SetupError { message, .. }) => {
+            eprintln!("error: {message}");
+            ExitCode::from(exit::FAILED)
+        }
+    }
+}
+
+async fn serve_stdio(shared: Arc<Shared>) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    let server = CodemodeServer::new(Arc::clone(&shared));
+    let running = server.serve(crate::stdio::transport()).await?;
+    let cancel = running.cancellation_token();
+    tokio::select! {
+        quit = running.waiting() => { quit?; }
+        _ = shared.shutting_down.cancelled() => cancel.cancel(),
+    }
+    Ok(())
+}
+
+async fn serve_http(
+    shared: Arc<Shared>,
+    listener: tokio::net::TcpListener,
+    gate: http::Gate,
+    connections: http::ConnectionLimits,
+    mcp_sessions: McpSessions,
+) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+    use rmcp::transport::streamable_http_server::{
+        StreamableHttpServerConfig, StreamableHttpService,
+    };
+    // The gate checks Host and Origin itself, against the names this server is reached by; the
+    // SDK's own Host check gets the same names.
+    // A body past the limit is answered with 413 and a message, never dropped.
+    let mut config = StreamableHttpServerConfig::default()
+        .with_allowed_hosts(gate.allowed_hosts())
+        .with_max_request_body_bytes(crate::stdio::MAX_LINE_BYTES);
+    config.cancellation_token = shared.shutting_down.child_token();
+    // Without MCP sessions every request is served on its own (clients of 2026-07-28 and later
+    // always are): what outlives a request lives in the named sessions.
+    config.legacy_session_mode = mcp_sessions == McpSessions::On;
+    let factory_shared = Arc::clone(&shared);
+    let sessions = Arc::new(LocalSessionManager::default());
+    let service: StreamableHttpService<CodemodeServer, LocalSessionManager> =
+        StreamableHttpService::new(
+            move || Ok(CodemodeServer::new(Arc::clone(&factory_shared))),
+            Arc::clone(&sessions),
+            config,
+        );
+    // The gate runs first (the outer layer), then the binding of MCP sessions to tenants.
+    let router = axum::Router::new()
+        .nest_service("/mcp", service)
+        .layer(axum::middleware::from_fn_with_state(
+            http::SessionOwners::new(sessions),
+            http::bind_sessions,
+        ))
+        .layer(axum::middleware::from_fn_with_state(gate, http::guard));
+    // A parent process (or a test) reads where the server listens from this line.
+    println!("listening on http://{}/mcp", listener.local_addr()?);
+    http::serve(listener, router, connections, shared.shutting_down.clone()).await?;
+    Ok(())
+}

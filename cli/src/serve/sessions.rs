@@ -1,0 +1,416 @@
+//! The server's codemode sessions: what every request shares (`Shared`), who a request is
+//! (`Identity`: tenant and session name), the sessions a client named (held by the server, reached
+//! by any request that names them) and unnamed ones (held by their MCP session), opening one within
+//! the limits, closing it when idle, and completion push.
+
+// The server's parts share its imports and one another's items.
+use super::*;
+
+/// The header an HTTP client names its session with, so its stored values persist across
+/// reconnects and restarts.
+pub(super) const SESSION_HEADER: &str = "x-codemode-session";
+
+/// What every MCP session of this server shares.
+pub(super) struct Shared {
+    pub(super) args: SessionArgs,
+    pub(super) store: Arc<dyn Store>,
+    pub(super) tools: Arc<codemode_host_adapters::CompositeTools>,
+    pub(super) limits: ServerLimits,
+    /// What all open sessions' stored values may hold, and each tenant's share of it.
+    pub(super) stored_total: Arc<StoredBytesBudget>,
+    pub(super) stored_per_tenant: std::sync::Mutex<HashMap<String, Arc<StoredBytesBudget>>>,
+    /// The codemode sessions open now (for --max-cells and shutdown).
+    pub(super) live: std::sync::Mutex<Vec<std::sync::Weak<LiveSession>>>,
+    /// The sessions clients named (X-Codemode-Session), by store key: whichever request or MCP
+    /// session names one finds it here, so that cells outlive the request or MCP session that
+    /// started them. Each leaves when it idles out.
+    pub(super) named: std::sync::Mutex<HashMap<String, Arc<LiveSession>>>,
+    /// Held while a named session is looked up and opened, so that two requests naming it at
+    /// once open it once.
+    pub(super) opening_named: tokio::sync::Mutex<()>,
+    /// Cancelled on SIGTERM or SIGINT.
+    pub(super) shutting_down: CancellationToken,
+}
+
+impl Shared {
+    /// The budget all sessions of `tenant` draw their stored values from.
+    pub(super) fn tenant_stored_budget(&self, tenant: &str) -> Arc<StoredBytesBudget> {
+        let mut budgets = self
+            .stored_per_tenant
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        Arc::clone(budgets.entry(tenant.to_owned()).or_insert_with(|| {
+            StoredBytesBudget::new(
+                "the stored values of your tenant's open sessions (--max-stored-bytes-per-tenant)",
+                self.limits.max_stored_bytes_per_tenant,
+            )
+        }))
+    }
+
+    /// The named session with this store key, if open.
+    pub(super) fn named_session(&self, store_key: &str) -> Option<Arc<LiveSession>> {
+        self.named
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .get(store_key)
+            .cloned()
+    }
+
+    pub(super) fn live_sessions(&self) -> Vec<Arc<LiveSession>> {
+        let mut live = self
+            .live
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        live.retain(|session| session.strong_count() > 0);
+        live.iter().filter_map(std::sync::Weak::upgrade).collect()
+    }
+
+    /// Terminates every cell of every session and waits for them (stores finish their commits).
+    pub(super) async fn shut_down_sessions(&self) {
+        for live in self.live_sessions() {
+            live.session.shutdown().await;
+        }
+    }
+}
+
+/// One open codemode session, whose tenant it is, when it was last used, and its `exec` tasks
+/// (another session's task ids find nothing here).
+pub(super) struct LiveSession {
+    pub(super) session: Session,
+    pub(super) tenant: String,
+    pub(super) last_used: std::sync::Mutex<Instant>,
+    pub(super) tasks: TaskManager,
+}
+
+impl LiveSession {
+    pub(super) fn touch(&self) {
+        *self
+            .last_used
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = Instant::now();
+    }
+
+    pub(super) fn idle_for(&self) -> Duration {
+        self.last_used
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .elapsed()
+    }
+}
+
+/// Whose stored values an MCP session uses: the store key of its codemode session.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Identity {
+    /// Whose token the client holds (over stdio, the one local tenant).
+    pub(super) tenant: String,
+    pub(super) store_key: String,
+    /// Whether the client named the session (X-Codemode-Session): then any request or MCP
+    /// session that names it reaches it. An unnamed one lives and ends with its MCP session.
+    pub(super) named: bool,
+}
+
+impl Identity {
+    /// Over stdio, the parent process owns the server: `--session` names the values. Over HTTP,
+    /// the tenant of the token, and the session the client names in `X-Codemode-Session` or a
+    /// fresh, unguessable one.
+    pub(super) fn of(
+        shared: &Shared,
+        extensions: &rmcp::model::Extensions,
+    ) -> Result<Self, ErrorData> {
+        let Some(parts) = extensions.get::<axum::http::request::Parts>() else {
+            return Ok(Identity {
+                tenant: LOCAL_TENANT.to_owned(),
+                store_key: shared.args.session.clone(),
+                named: false,
+            });
+        };
+        let tenant = parts
+            .extensions
+            .get::<http::Tenant>()
+            .map(|tenant| tenant.0.clone())
+            .unwrap_or_else(|| http::ANONYMOUS_TENANT.to_owned());
+        let (name, named) = match parts.headers.get(SESSION_HEADER) {
+            Some(value) => {
+                let name = value.to_str().unwrap_or_default();
+                http::check_name("session", name)
+                    .map_err(|message| ErrorData::invalid_request(message, None))?;
+                (name.to_owned(), true)
+            }
+            None => (
+                fresh_session_name().map_err(|message| ErrorData::internal_error(message, None))?,
+                false,
+            ),
+        };
+        Ok(Identity {
+            store_key: format!("{tenant}/{name}"),
+            tenant,
+            named,
+        })
+    }
+}
+
+/// The tenant of a server over stdio: the parent process that owns it.
+pub(super) const LOCAL_TENANT: &str = "local";
+
+/// 128 random bits, as hex: a name no other client can guess.
+pub(super) fn fresh_session_name() -> Result<String, String> {
+    let mut bytes = [0u8; 16];
+    getrandom::fill(&mut bytes)
+        .map_err(|error| format!("cannot make a session name: no randomness ({error})"))?;
+    Ok(format!(
+        "anonymous-{}",
+        bytes
+            .iter()
+            .map(|byte| format!("{byte:02x}"))
+            .collect::<String>()
+    ))
+}
+
+/// Completion push: tells the client about cells that finish while nobody waits on them, for as
+/// long as the session lives.
+pub(super) fn push_completions(session: &Session, peer: Peer<RoleServer>) {
+    let mut events = session.subscribe();
+    tokio::spawn(async move {
+        while let Ok(event) = events.recv().await {
+            if let SessionEvent::CellFinished {
+                cell_id,
+                error_text,
+            } = event
+            {
+                let status = if error_text.is_some() {
+                    "failed"
+                } else {
+                    "completed"
+                };
+                let message = format!(
+                    "Cell {cell_id} {status} in the background; call wait with cell_id \"{cell_id}\" for its output."
+                );
+                if push_log(
+                    &peer,
+                    json!({"cell_id": cell_id, "status": status, "message": message}),
+                )
+                .await
+                .is_err()
+                {
+                    break;
+                }
+            }
+        }
+    });
+}
+
+/// Who holds a session open: an MCP session (an unnamed session), or the server's registry of
+/// named sessions, under its store key.
+pub(super) enum Owner {
+    McpSession(std::sync::Weak<tokio::sync::Mutex<ServerState>>),
+    Server(std::sync::Weak<Shared>, String),
+}
+
+/// Closes a session nobody has used for `idle_timeout`: its cells are terminated and its
+/// resources freed. It opens again (with the same stored values) on the next request that needs
+/// it. Ends when the session or its owner is gone.
+pub(super) async fn close_when_idle(
+    owner: Owner,
+    live: std::sync::Weak<LiveSession>,
+    idle_timeout: Duration,
+) {
+    let check_every = (idle_timeout / 4).clamp(Duration::from_millis(50), Duration::from_secs(30));
+    loop {
+        tokio::time::sleep(check_every).await;
+        let Some(session) = live.upgrade() else {
+            return;
+        };
+        if session.idle_for() < idle_timeout {
+            continue;
+        }
+        let released = match &owner {
+            Owner::McpSession(state) => {
+                let Some(state) = state.upgrade() else {
+                    return;
+                };
+                let mut state = state.lock().await;
+                let current = state
+                    .live
+                    .as_ref()
+                    .is_some_and(|current| Arc::ptr_eq(current, &session));
+                if current {
+                    state.live = None;
+                }
+                current
+            }
+            Owner::Server(shared, store_key) => {
+                let Some(shared) = shared.upgrade() else {
+                    return;
+                };
+                // Under the opening lock: a request that names it now opens a new one after.
+                let _opening = shared.opening_named.lock().await;
+                let mut named = shared
+                    .named
+                    .lock()
+                    .unwrap_or_else(|poisoned| poisoned.into_inner());
+                let current = named
+                    .get(store_key)
+                    .is_some_and(|current| Arc::ptr_eq(current, &session));
+                if current {
+                    named.remove(store_key);
+                }
+                current
+            }
+        };
+        if !released {
+            return;
+        }
+        tracing::info!(
+            idle_secs = idle_timeout.as_secs(),
+            "closing a session that was idle past --idle-timeout-secs"
+        );
+        session.session.shutdown().await;
+        return;
+    }
+}
+
+#[allow(deprecated)]
+/// Sends a log message to the client. MCP logging is deprecated in the SDK, but it is still the
+/// one standard way for a server to tell a client something unprompted.
+pub(super) async fn push_log(
+    peer: &Peer<RoleServer>,
+    data: Value,
+) -> Result<(), rmcp::ServiceError> {
+    use rmcp::model::{LoggingLevel, LoggingMessageNotificationParam};
+    let mut message = LoggingMessageNotificationParam::new(LoggingLevel::Info, data);
+    message.logger = Some("codemode".to_owned());
+    peer.notify_logging_message(message).await
+}
+
+impl CodemodeServer {
+    /// The codemode session of this MCP session or request, opened on first use (and again
+    /// after it idled out), within the server's session limits: a named one from the server's
+    /// registry, an unnamed one from this MCP session's state.
+    pub(super) async fn session(
+        &self,
+        extensions: &rmcp::model::Extensions,
+        peer: &Peer<RoleServer>,
+    ) -> Result<Arc<LiveSession>, ErrorData> {
+        let shared = &self.shared;
+        if shared.shutting_down.is_cancelled() {
+            return Err(ErrorData::internal_error(
+                "the server is shutting down and starts nothing new",
+                None,
+            ));
+        }
+        let mut state = self.state.lock().await;
+        let identity = match &state.identity {
+            Some(identity) => identity.clone(),
+            None => {
+                let identity = Identity::of(shared, extensions)?;
+                state.identity = Some(identity.clone());
+                identity
+            }
+        };
+        if identity.named {
+            drop(state);
+            let _opening = shared.opening_named.lock().await;
+            if let Some(live) = shared.named_session(&identity.store_key) {
+                live.touch();
+                return Ok(live);
+            }
+            let live = self.open(&identity, peer).await?;
+            shared
+                .named
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .insert(identity.store_key.clone(), Arc::clone(&live));
+            tokio::spawn(close_when_idle(
+                Owner::Server(Arc::downgrade(shared), identity.store_key.clone()),
+                Arc::downgrade(&live),
+                shared.limits.idle_timeout,
+            ));
+            return Ok(live);
+        }
+        if let Some(live) = &state.live {
+            live.touch();
+            return Ok(Arc::clone(live));
+        }
+        let live = self.open(&identity, peer).await?;
+        tokio::spawn(close_when_idle(
+            Owner::McpSession(Arc::downgrade(&self.state)),
+            Arc::downgrade(&live),
+            shared.limits.idle_timeout,
+        ));
+        state.live = Some(Arc::clone(&live));
+        Ok(live)
+    }
+
+    /// Opens the codemode session of `identity`, within the server's session limits; completions
+    /// of an unnamed session's cells are pushed to `peer`.
+    pub(super) async fn open(
+        &self,
+        identity: &Identity,
+        peer: &Peer<RoleServer>,
+    ) -> Result<Arc<LiveSession>, ErrorData> {
+        let shared = &self.shared;
+        let live = shared.live_sessions();
+        let open = live.len();
+        if open >= shared.limits.max_sessions {
+            return Err(ErrorData::internal_error(
+                format!(
+                    "the server already serves {open} sessions, its --max-sessions limit of {}; \
+                     close one, or try again later",
+                    shared.limits.max_sessions
+                ),
+                None,
+            ));
+        }
+        let yours = live
+            .iter()
+            .filter(|live| live.tenant == identity.tenant)
+            .count();
+        if yours >= shared.limits.max_sessions_per_tenant {
+            return Err(ErrorData::internal_error(
+                format!(
+                    "your tenant already has {yours} sessions, the --max-sessions-per-tenant \
+                     limit of {}; close one, or try again later",
+                    shared.limits.max_sessions_per_tenant
+                ),
+                None,
+            ));
+        }
+        drop(live);
+        let mut config = shared.args.config();
+        // A long-running server bounds what it buffers per cell (server output mode).
+        config.output_mode = OutputMode::server();
+        // Cells of different tenants never share an engine process.
+        config.tenant = Some(identity.tenant.clone());
+        config.stored_bytes_budgets = vec![
+            Arc::clone(&shared.stored_total),
+            shared.tenant_stored_budget(&identity.tenant),
+        ];
+        let session = shared
+            .args
+            .open(
+                &identity.store_key,
+                Arc::clone(&shared.store),
+                Arc::clone(&shared.tools),
+                config,
+            )
+            .await
+            .map_err(|error| ErrorData::internal_error(error.message, None))?;
+        let live = Arc::new(LiveSession {
+            session,
+            tenant: identity.tenant.clone(),
+            last_used: std::sync::Mutex::new(Instant::now()),
+            tasks: TaskManager::new(),
+        });
+        shared
+            .live
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .push(Arc::downgrade(&live));
+        // An unnamed session has one MCP session: it is told. A named one may have many, or
+        // none (requests that stand alone): each MCP session subscribes when it starts.
+        if !identity.named {
+            push_completions(&live.session, peer.clone());
+        }
+        Ok(live)
+    }
+}
