@@ -626,16 +626,21 @@ fn process_cost(codemode: &str, runs: usize) -> (Stats, f64) {
     (stats(spawns), idle)
 }
 
+/// What a quick mode needs: the binary (`--codemode`) and a runtime.
+fn quick_setup(args: &[String]) -> (String, tokio::runtime::Runtime) {
+    let codemode = flag(args, "--codemode").unwrap_or_else(|| "target/release/codemode".into());
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    (codemode, runtime)
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     if args.iter().any(|arg| arg == "--round-trip-only") {
         // A quick look at one row, for profiling: not part of the suite's table.
-        let codemode =
-            flag(&args, "--codemode").unwrap_or_else(|| "target/release/codemode".into());
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .enable_all()
-            .build()
-            .unwrap();
+        let (codemode, runtime) = quick_setup(&args);
         let in_process: Arc<dyn Engine> = Arc::new(V8Engine::new());
         let processes: Arc<dyn Engine> = Arc::new(process_engine(&codemode, 2));
         for _ in 0..3 {
@@ -657,12 +662,7 @@ fn main() {
     }
     if args.iter().any(|arg| arg == "--quickjs-targets") {
         // Issue 19's two targets, QuickJS in engine processes, with V8 beside it: not the suite.
-        let codemode =
-            flag(&args, "--codemode").unwrap_or_else(|| "target/release/codemode".into());
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .enable_all()
-            .build()
-            .unwrap();
+        let (codemode, runtime) = quick_setup(&args);
         println!(
             "yardsticks: socket ping-pong {:.1} µs, thread-to-tokio oneshot {:.1} µs",
             socket_ping_pong(20_000),
@@ -686,12 +686,7 @@ fn main() {
     }
     if args.iter().any(|arg| arg == "--stored-only") {
         // A quick look at the stored-value rows, for profiling: not part of the suite's table.
-        let codemode =
-            flag(&args, "--codemode").unwrap_or_else(|| "target/release/codemode".into());
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .enable_all()
-            .build()
-            .unwrap();
+        let (codemode, runtime) = quick_setup(&args);
         let in_process: Arc<dyn Engine> = Arc::new(V8Engine::new());
         let processes: Arc<dyn Engine> = Arc::new(process_engine(&codemode, 2));
         let keys = many_keys(in_process.as_ref());
@@ -703,12 +698,7 @@ fn main() {
     }
     if args.iter().any(|arg| arg == "--stores-only") {
         // The stores' table alone: not the whole suite.
-        let codemode =
-            flag(&args, "--codemode").unwrap_or_else(|| "target/release/codemode".into());
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .enable_all()
-            .build()
-            .unwrap();
+        let (codemode, runtime) = quick_setup(&args);
         if let Some(rows) = stores::store_comparison(&codemode, &runtime) {
             stores::print_stores(&rows);
         }
@@ -716,12 +706,7 @@ fn main() {
     }
     if args.iter().any(|arg| arg == "--engines-only") {
         // The engines' table alone: not the whole suite.
-        let codemode =
-            flag(&args, "--codemode").unwrap_or_else(|| "target/release/codemode".into());
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .enable_all()
-            .build()
-            .unwrap();
+        let (codemode, runtime) = quick_setup(&args);
         print_engines(&engine_comparison(&codemode, &runtime));
         return;
     }

@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 mod common;
 
 use codemode_test_support::within;
-use common::{CODEMODE, text_of};
+use common::{CODEMODE, running_cell_id, text_of};
 
 /// A client that records the notifications it receives.
 #[derive(Clone, Default)]
@@ -90,15 +90,6 @@ fn tool_error(result: Result<CallToolResult, ServiceError>) -> String {
     text_of(&result)
 }
 
-fn cell_id(running: &str) -> String {
-    running
-        .lines()
-        .next()
-        .and_then(|line| line.strip_prefix("Script running with cell ID "))
-        .unwrap_or_else(|| panic!("not a running cell: {running}"))
-        .to_owned()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_server_offers_exec_and_wait_with_their_descriptions() {
     let (client, _) = connect(&[]).await;
@@ -126,7 +117,7 @@ async fn exec_yields_and_wait_collects_the_completion() {
         .await
         .unwrap();
     let running_text = text_of(&running);
-    let id = cell_id(&running_text);
+    let id = running_cell_id(&running_text);
     assert!(running_text.contains("started"), "{running_text}");
     let finished = loop {
         let result = call(
@@ -152,7 +143,7 @@ async fn wait_with_terminate_stops_a_running_cell() {
     let running = call(&client, "exec", json!({"code": "// @exec: {\"yield_time_ms\": 50}\ntext(\"spinning\"); yield_control(); while (true) {}"}))
         .await
         .unwrap();
-    let id = cell_id(&text_of(&running));
+    let id = running_cell_id(&text_of(&running));
     let terminated = call(&client, "wait", json!({"cell_id": id, "terminate": true}))
         .await
         .unwrap();
@@ -235,7 +226,7 @@ async fn a_cell_that_finishes_in_the_background_is_announced() {
     let running = call(&client, "exec", json!({"code": "// @exec: {\"yield_time_ms\": 0}\nawait tools.sleep({ms: 200}); text(\"background work\");"}))
         .await
         .unwrap();
-    let id = cell_id(&text_of(&running));
+    let id = running_cell_id(&text_of(&running));
     let announcement = within("announcement", async {
         loop {
             if let Some(log) = recorder.logs.lock().unwrap().first().cloned() {
@@ -390,7 +381,7 @@ async fn exec_arguments_win_over_the_pragma() {
         "the output was not cut to 50 tokens: {} bytes",
         text.len()
     );
-    let cell = cell_id(&text);
+    let cell = running_cell_id(&text);
     let terminated = call(&client, "wait", json!({"cell_id": cell, "terminate": true}))
         .await
         .unwrap();
@@ -408,7 +399,7 @@ async fn a_wait_in_flight_and_a_terminating_wait_never_both_return_the_same_item
     )
     .await
     .unwrap();
-    let cell = cell_id(&text_of(&running));
+    let cell = running_cell_id(&text_of(&running));
     let in_flight = call(
         &client,
         "wait",
@@ -584,7 +575,7 @@ async fn replacing_the_binary_under_a_running_server_does_not_break_new_cells() 
         let running = call(&client, "exec", json!({ "code": code }))
             .await
             .unwrap();
-        ids.push(cell_id(&text_of(&running)));
+        ids.push(running_cell_id(&text_of(&running)));
     }
     for (index, id) in ids.iter().enumerate() {
         let ended = call(

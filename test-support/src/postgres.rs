@@ -133,27 +133,11 @@ impl TestPostgres {
 
     /// Runs `sql` with `psql` on database `postgres`; its output (unaligned, tuples only).
     pub fn psql(&self, sql: &str) -> String {
-        let port = self.port.to_string();
-        let output = self.run(
-            "psql",
-            &[
-                "-h",
-                "127.0.0.1",
-                "-p",
-                &port,
-                "-U",
-                USER,
-                "-d",
-                "postgres",
-                "-X",
-                "-A",
-                "-t",
-                "-v",
-                "ON_ERROR_STOP=1",
-                "-c",
-                sql,
-            ],
-        );
+        let output = self
+            .psql_command()
+            .args(["-A", "-t", "-c", sql])
+            .output()
+            .unwrap_or_else(|error| panic!("cannot run psql: {error}"));
         assert!(output.status.success(), "psql failed: {}", text(&output));
         String::from_utf8_lossy(&output.stdout).trim().to_owned()
     }
@@ -162,40 +146,25 @@ impl TestPostgres {
     /// until the returned child is dropped or its standard input closed.
     pub fn hold(&self, sql: &str) -> HeldSession {
         use std::io::Write;
-        let port = self.port.to_string();
-        let program = self.bin.join("psql");
-        let mut command = match &self.run_as {
-            Some(user) => {
-                let mut command = Command::new("runuser");
-                command.args(["-u", user, "--"]).arg(&program);
-                command
-            }
-            None => Command::new(&program),
-        };
-        let mut child = command
-            .args([
-                "-h",
-                "127.0.0.1",
-                "-p",
-                &port,
-                "-U",
-                USER,
-                "-d",
-                "postgres",
-                "-X",
-                "-q",
-                "-v",
-                "ON_ERROR_STOP=1",
-            ])
-            .current_dir(&self.folder)
+        let mut child = self
+            .psql_command()
+            .arg("-q")
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::null())
             .spawn()
-            .unwrap_or_else(|error| panic!("cannot run {}: {error}", program.display()));
+            .unwrap_or_else(|error| panic!("cannot run psql: {error}"));
         let stdin = child.stdin.as_mut().expect("psql's standard input");
         writeln!(stdin, "{sql}").expect("psql takes the statement");
         stdin.flush().expect("psql takes the statement");
         HeldSession(child)
+    }
+
+    /// `psql` connected to database `postgres`, stopping at the first error.
+    fn psql_command(&self) -> Command {
+        let mut command = self.command("psql");
+        command.args(["-h", "127.0.0.1", "-p", &self.port.to_string(), "-U", USER]);
+        command.args(["-d", "postgres", "-X", "-v", "ON_ERROR_STOP=1"]);
+        command
     }
 
     fn data(&self) -> PathBuf {
@@ -210,6 +179,14 @@ impl TestPostgres {
     }
 
     fn run(&self, program: &str, arguments: &[&str]) -> Output {
+        self.command(program)
+            .args(arguments)
+            .output()
+            .unwrap_or_else(|error| panic!("cannot run {program}: {error}"))
+    }
+
+    /// `program` of the cluster's binaries, run as the cluster's user, in its folder.
+    fn command(&self, program: &str) -> Command {
         let program = self.bin.join(program);
         let mut command = match &self.run_as {
             Some(user) => {
@@ -219,11 +196,8 @@ impl TestPostgres {
             }
             None => Command::new(&program),
         };
+        command.current_dir(&self.folder);
         command
-            .args(arguments)
-            .current_dir(&self.folder)
-            .output()
-            .unwrap_or_else(|error| panic!("cannot run {}: {error}", program.display()))
     }
 }
 
