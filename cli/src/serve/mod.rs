@@ -293,19 +293,24 @@ async fn http_gate(
     let authentication = match authentication {
         Some(http::Authentication::Off) if !bound.ip().is_loopback() => {
             return Err(format!(
-                "--no-auth is only for loopback addresses, and {bound} is not one: anyone who can                  reach it could run code; set a token with --auth-token-file FILE (lines of TENANT                  TOKEN) or CODEMODE_AUTH_TOKEN"
+                "--no-auth is only for loopback addresses, and {bound} is not one: anyone who can \
+                 reach it could run code; set a token with --auth-token-file FILE (lines of TENANT \
+                 TOKEN) or CODEMODE_AUTH_TOKEN"
             ));
         }
         Some(http::Authentication::Off) => {
             eprintln!(
-                "warning: serving {bound} without authentication (--no-auth): any program on this                  machine can run code and call your tools through it"
+                "warning: serving {bound} without authentication (--no-auth): any program on this \
+                 machine can run code and call your tools through it"
             );
             http::Authentication::Off
         }
         Some(tokens) => tokens,
         None => {
             return Err(format!(
-                "serving MCP over HTTP needs a token, or anyone who can reach {bound} could run                  code: set one with --auth-token-file FILE (lines of TENANT TOKEN) or                  CODEMODE_AUTH_TOKEN{}",
+                "serving MCP over HTTP needs a token, or anyone who can reach {bound} could run \
+                 code: set one with --auth-token-file FILE (lines of TENANT TOKEN) or \
+                 CODEMODE_AUTH_TOKEN{}",
                 if bound.ip().is_loopback() {
                     ", or pass --no-auth to serve this loopback address without one"
                 } else {
