@@ -78,7 +78,13 @@ pub struct Gate {
     /// Origins (`scheme://host[:port]`) a request may come from; a request without `Origin`
     /// (not from a browser) is not checked.
     allowed_origins: Arc<HashSet<String>>,
+    /// The token the servers of a cluster forward requests with (`--cluster-token-file`): it
+    /// admits a request as the tenant named in `X-Codemode-Tenant`, and nothing else does.
+    cluster_token: Option<Arc<Vec<u8>>>,
 }
+
+/// The header a server of the cluster names the tenant it forwards for.
+pub const TENANT_HEADER: &str = "x-codemode-tenant";
 
 impl std::fmt::Debug for Gate {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -174,6 +180,18 @@ fn check_private(path: &Path) -> Result<(), String> {
     Ok(())
 }
 
+/// The secret in `path` (its first line, trimmed), from a file only its owner may read or write.
+pub fn read_secret(path: &Path) -> Result<String, String> {
+    check_private(path)?;
+    let text = std::fs::read_to_string(path)
+        .map_err(|error| format!("cannot read {}: {error}", path.display()))?;
+    let secret = text.lines().next().unwrap_or_default().trim().to_owned();
+    if secret.is_empty() {
+        return Err(format!("{} holds no secret", path.display()));
+    }
+    Ok(secret)
+}
+
 fn check_token(token: &str) -> Result<(), String> {
     if token.len() < MIN_TOKEN_LENGTH {
         return Err(format!(
@@ -247,7 +265,36 @@ impl Gate {
                     .map(|origin| origin.trim_end_matches('/').to_ascii_lowercase())
                     .collect(),
             ),
+            cluster_token: None,
         }
+    }
+
+    /// This gate, also admitting the servers of a cluster that present `token` (with the tenant
+    /// they forward for). Refused when the gate has no tenant tokens, or `token` is one of them:
+    /// a tenant must never be able to speak for another.
+    pub fn with_cluster_token(mut self, token: String) -> Result<Self, String> {
+        let Some(tokens) = &self.tokens else {
+            return Err(
+                "a cluster needs tenant tokens (--auth-token-file): --no-auth cannot be clustered"
+                    .to_owned(),
+            );
+        };
+        if token.len() < MIN_TOKEN_LENGTH {
+            return Err(format!(
+                "the cluster token is too short: use at least {MIN_TOKEN_LENGTH} characters"
+            ));
+        }
+        if tokens
+            .iter()
+            .any(|(_, tenant)| bool::from(tenant.as_slice().ct_eq(token.as_bytes())))
+        {
+            return Err(
+                "the cluster token is also a tenant's token: give the servers a secret of their own"
+                    .to_owned(),
+            );
+        }
+        self.cluster_token = Some(Arc::new(token.into_bytes()));
+        Ok(self)
     }
 
     /// How many tenants hold tokens (1 without authentication).
@@ -302,10 +349,35 @@ impl Gate {
                 tenant = Some(name.clone());
             }
         }
-        tenant.map(Tenant).ok_or_else(|| Refusal {
+        if let Some(tenant) = tenant {
+            return Ok(Tenant(tenant));
+        }
+        let refused = || Refusal {
             status: StatusCode::UNAUTHORIZED,
             message: "missing or wrong token: send Authorization: Bearer <token>".to_owned(),
-        })
+        };
+        // Another server of the cluster, forwarding for a tenant this server knows.
+        let Some(cluster_token) = &self.cluster_token else {
+            return Err(refused());
+        };
+        if !bool::from(presented.ct_eq(cluster_token.as_slice())) {
+            return Err(refused());
+        }
+        let named = headers
+            .get(TENANT_HEADER)
+            .and_then(|value| value.to_str().ok())
+            .unwrap_or_default();
+        tokens
+            .iter()
+            .find(|(name, _)| name == named)
+            .map(|(name, _)| Tenant(name.clone()))
+            .ok_or_else(|| Refusal {
+                status: StatusCode::UNAUTHORIZED,
+                message: format!(
+                    "a server of the cluster must name a tenant this server knows in \
+                     X-Codemode-Tenant, not {named:?}"
+                ),
+            })
     }
 }
 

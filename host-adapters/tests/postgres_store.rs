@@ -298,3 +298,60 @@ async fn an_unreachable_database_is_a_clear_error_at_start() {
         "{error}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_of_the_first_schema_is_upgraded_and_keeps_its_values() {
+    let Some(database) = TestPostgres::start("a_database_of_the_first_schema") else {
+        return;
+    };
+    let store = PostgresStore::connect(&database.url()).await.unwrap();
+    store
+        .commit("s", &writes(&[("kept", json!("from version 1"))]))
+        .await
+        .unwrap();
+    // As a server of schema version 1 left it.
+    database.psql("DROP TABLE codemode_replicas; UPDATE codemode_schema_version SET version = 1");
+    let upgraded = PostgresStore::connect(&database.url()).await.unwrap();
+    assert_eq!(upgraded.schema_version().await.unwrap(), SCHEMA_VERSION);
+    assert_eq!(
+        texts(&upgraded.load("s").await.unwrap()),
+        BTreeMap::from([("kept".to_owned(), "\"from version 1\"".to_owned())])
+    );
+    upgraded
+        .join(
+            "0123456789ab",
+            "http://127.0.0.1:1/mcp",
+            std::time::Duration::from_secs(60),
+        )
+        .await
+        .expect("the new table is there");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_is_alive_while_its_lease_runs() {
+    let Some(database) = TestPostgres::start("a_replica_is_alive_while_its_lease_runs") else {
+        return;
+    };
+    let store = PostgresStore::connect(&database.url()).await.unwrap();
+    assert_eq!(store.replica("unknown").await.unwrap(), None);
+    let long = std::time::Duration::from_secs(600);
+    store.join("a", "http://a/mcp", long).await.unwrap();
+    let a = store.replica("a").await.unwrap().expect("registered");
+    assert_eq!((a.address.as_str(), a.alive), ("http://a/mcp", true));
+    // A lease that is not renewed runs out.
+    store
+        .join("b", "http://b/mcp", std::time::Duration::from_millis(1))
+        .await
+        .unwrap();
+    codemode_test_support::within("the lease to run out", async {
+        while store.replica("b").await.unwrap().unwrap().alive {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    // A renewed one runs again; one that left does not.
+    store.renew("b", long).await.unwrap();
+    assert!(store.replica("b").await.unwrap().unwrap().alive);
+    store.leave("a").await.unwrap();
+    assert!(!store.replica("a").await.unwrap().unwrap().alive);
+}

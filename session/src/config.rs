@@ -54,6 +54,10 @@ pub struct SessionConfig {
     /// Budgets the session's stored values also count against, shared with other sessions (a
     /// tenant's, the server's).
     pub stored_bytes_budgets: Vec<std::sync::Arc<crate::StoredBytesBudget>>,
+    /// Put before every cell id, with a `-` (`"<prefix>-1"`): a server of a cluster names itself
+    /// there, so that ids are unique across servers and say which one runs the cell. `None`:
+    /// `"1"`, `"2"`, ….
+    pub cell_id_prefix: Option<String>,
 }
 
 impl std::fmt::Debug for SessionConfig {
@@ -73,6 +77,7 @@ impl std::fmt::Debug for SessionConfig {
             .field("max_stored_bytes", &self.max_stored_bytes)
             .field("max_tool_calls", &self.max_tool_calls)
             .field("stored_bytes_budgets", &self.stored_bytes_budgets)
+            .field("cell_id_prefix", &self.cell_id_prefix)
             .field(
                 "tool_description_budget_tokens",
                 &self.tool_description_budget_tokens,
@@ -100,6 +105,7 @@ impl Default for SessionConfig {
             max_stored_bytes: DEFAULT_MAX_STORED_BYTES_PER_SESSION,
             max_tool_calls: DEFAULT_MAX_TOOL_CALLS_PER_CELL,
             stored_bytes_budgets: Vec::new(),
+            cell_id_prefix: None,
         }
     }
 }

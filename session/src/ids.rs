@@ -1,9 +1,11 @@
-//! Cell ids: `"1"`, `"2"`, … per session, allocated without ever wrapping (sessions).
+//! Cell ids: `"1"`, `"2"`, … per session (or `"<prefix>-1"`, … with a prefix), allocated without
+//! ever wrapping (sessions).
 
 /// The next cell id of a session.
 #[derive(Debug)]
 pub(crate) struct CellIds {
     next: Option<u64>,
+    prefix: Option<String>,
 }
 
 impl Default for CellIds {
@@ -14,14 +16,26 @@ impl Default for CellIds {
 
 impl CellIds {
     pub(crate) fn starting_at(first: u64) -> Self {
-        CellIds { next: Some(first) }
+        CellIds {
+            next: Some(first),
+            prefix: None,
+        }
+    }
+
+    /// Ids `"<prefix>-1"`, `"<prefix>-2"`, … (plain numbers with `None`).
+    pub(crate) fn with_prefix(mut self, prefix: Option<String>) -> Self {
+        self.prefix = prefix;
+        self
     }
 
     /// The next id, or `None` once every id has been used.
     pub(crate) fn allocate(&mut self) -> Option<String> {
         let id = self.next?;
         self.next = id.checked_add(1);
-        Some(id.to_string())
+        Some(match &self.prefix {
+            Some(prefix) => format!("{prefix}-{id}"),
+            None => id.to_string(),
+        })
     }
 }
 
@@ -34,6 +48,13 @@ mod tests {
         let mut ids = CellIds::default();
         assert_eq!(ids.allocate().as_deref(), Some("1"));
         assert_eq!(ids.allocate().as_deref(), Some("2"));
+    }
+
+    #[test]
+    fn a_prefix_names_the_server() {
+        let mut ids = CellIds::default().with_prefix(Some("a1b2".into()));
+        assert_eq!(ids.allocate().as_deref(), Some("a1b2-1"));
+        assert_eq!(ids.allocate().as_deref(), Some("a1b2-2"));
     }
 
     #[test]

@@ -225,6 +225,10 @@ impl Session {
         let version = provider.tools_version();
         let tools = provider.list_tools().await.map_err(SessionError::Tools)?;
         let (events, _) = broadcast::channel(EVENT_BUFFER);
+        let registry = Registry {
+            ids: CellIds::default().with_prefix(config.cell_id_prefix.clone()),
+            ..Registry::default()
+        };
         Ok(Session {
             shared: Arc::new(Shared {
                 id,
@@ -235,7 +239,7 @@ impl Session {
                 config,
                 values: Mutex::new(values),
                 commit_order: tokio::sync::Mutex::new(()),
-                registry: Mutex::new(Registry::default()),
+                registry: Mutex::new(registry),
                 events,
                 tasks: TaskTracker::new(),
             }),

@@ -160,6 +160,8 @@ impl CodemodeServer {
         arguments: Map<String, Value>,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, ErrorData> {
+        // As the client sent them, should another server of the cluster answer.
+        let forwarded = arguments.clone();
         let parsed = refuse_unknown_arguments("wait", &arguments, WAIT_ARGUMENTS).and_then(|()| {
             serde_json::from_value::<WaitRequest>(Value::Object(arguments)).map_err(|error| {
                 ErrorData::invalid_params(
@@ -172,6 +174,17 @@ impl CodemodeServer {
             Ok(request) => request,
             Err(error) => return Ok(invalid_arguments(error)),
         };
+        // A cell of another server of the cluster: that server answers.
+        if let Some(cluster) = &self.shared.cluster
+            && let Some(owner) = cluster.owner_elsewhere(&request.cell_id)
+            && !was_forwarded(&context.extensions)
+        {
+            let identity = self.identity(&context.extensions).await?;
+            let yield_time = Duration::from_millis(request.yield_time_ms.unwrap_or(0));
+            return Ok(cluster
+                .forward_wait(owner, &identity, &request.cell_id, forwarded, yield_time)
+                .await);
+        }
         let live = self.session(&context.extensions, &context.peer).await?;
         let session = &live.session;
         let progress = Progress::start(&context, session, Watched::Cell(request.cell_id.clone()));

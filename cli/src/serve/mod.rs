@@ -19,8 +19,9 @@
 //! Where each concern lives: this file has the flags, start-up (store, tools, the HTTP gate),
 //! the transports and shutdown; `sessions` the sessions and who a request is; `limits` the
 //! server-wide limits; `handler` the MCP tool surface (`exec`, `wait`, argument checks, results);
-//! `tasks` `exec` as a task; `progress` the notifications of a waiting call. Routing between
-//! servers, when it comes, belongs beside `sessions`, not in the `session` crate.
+//! `tasks` `exec` as a task; `progress` the notifications of a waiting call; `cluster` routing
+//! between the servers of a cluster (forwarding `wait` to the server that runs the cell), which
+//! lives here in the server, not in the `session` crate.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -47,12 +48,14 @@ use tokio_util::sync::CancellationToken;
 use crate::setup::{DemoTools, SessionArgs, SetupError};
 use crate::{exit, http};
 
+mod cluster;
 mod handler;
 mod limits;
 mod progress;
 mod sessions;
 mod tasks;
 
+use cluster::*;
 use handler::*;
 use limits::*;
 use progress::*;
@@ -129,6 +132,20 @@ pub struct McpArgs {
     /// exit: a way to check a configuration.
     #[arg(long)]
     pub print_exec_description: bool,
+    /// HTTP, in a cluster: the URL other servers reach this one at (such as
+    /// http://10.0.0.5:8080/mcp). With it, the server registers in the database of --store
+    /// (PostgreSQL), its cells' ids name it, and a `wait` for a cell that runs on another server
+    /// is forwarded there.
+    #[arg(long, value_name = "URL")]
+    pub advertise: Option<String>,
+    /// HTTP, in a cluster: a file holding the secret the servers present to one another (the
+    /// same file on every server; private to its owner, and never a tenant's token).
+    #[arg(long, value_name = "PATH")]
+    pub cluster_token_file: Option<PathBuf>,
+    /// HTTP, in a cluster: how long this server's registration lasts unless renewed (every third
+    /// of it); when it runs out, other servers answer `wait` for its cells with an error at once.
+    #[arg(long, value_name = "SECONDS", default_value_t = DEFAULT_LEASE_SECS)]
+    pub lease_secs: u64,
     #[command(flatten)]
     pub session: SessionArgs,
 }
@@ -183,6 +200,25 @@ pub async fn serve(args: McpArgs) -> ExitCode {
         },
         Some(_) => None,
     };
+    // A server of a cluster registers before it serves, and admits the other servers.
+    let cluster = match Cluster::join(&args).await {
+        Ok(cluster) => cluster,
+        Err(message) => {
+            eprintln!("error: {message}");
+            return ExitCode::from(exit::USAGE);
+        }
+    };
+    let gate = match (gate, &cluster) {
+        (Some((listener, gate)), Some(cluster)) => match gate.with_cluster_token(cluster.token()) {
+            Ok(gate) => Some((listener, gate)),
+            Err(message) => {
+                eprintln!("error: {message}");
+                cluster.leave().await;
+                return ExitCode::from(exit::USAGE);
+            }
+        },
+        (gate, _) => gate,
+    };
     let tenants = gate.as_ref().map_or(1, |(_, gate)| gate.tenants());
     let limits = ServerLimits::new(&args, tenants);
     let shared = Arc::new(Shared {
@@ -198,8 +234,12 @@ pub async fn serve(args: McpArgs) -> ExitCode {
         live: std::sync::Mutex::new(Vec::new()),
         named: std::sync::Mutex::new(HashMap::new()),
         opening_named: tokio::sync::Mutex::new(()),
+        cluster,
         shutting_down: CancellationToken::new(),
     });
+    if let Some(cluster) = &shared.cluster {
+        cluster.renew_until(shared.shutting_down.clone());
+    }
     if args.print_exec_description {
         return print_exec_description(&shared).await;
     }
@@ -232,6 +272,9 @@ pub async fn serve(args: McpArgs) -> ExitCode {
     // Whatever ended the serving: stop every cell, and let the stores finish their commits;
     // then close the downstream servers (standard input first, so none dies mid-write).
     shared.shut_down_sessions().await;
+    if let Some(cluster) = &shared.cluster {
+        cluster.leave().await;
+    }
     codemode_session::ToolProvider::shutdown(shared.tools.as_ref()).await;
     match served {
         Ok(()) => ExitCode::SUCCESS,

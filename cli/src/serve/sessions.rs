@@ -28,6 +28,8 @@ pub(super) struct Shared {
     /// Held while a named session is looked up and opened, so that two requests naming it at
     /// once open it once.
     pub(super) opening_named: tokio::sync::Mutex<()>,
+    /// This server's place in a cluster (`--advertise`), if it is in one.
+    pub(super) cluster: Option<Arc<Cluster>>,
     /// Cancelled on SIGTERM or SIGINT.
     pub(super) shutting_down: CancellationToken,
 }
@@ -299,14 +301,7 @@ impl CodemodeServer {
             ));
         }
         let mut state = self.state.lock().await;
-        let identity = match &state.identity {
-            Some(identity) => identity.clone(),
-            None => {
-                let identity = Identity::of(shared, extensions)?;
-                state.identity = Some(identity.clone());
-                identity
-            }
-        };
+        let identity = Self::identity_in(&mut state, shared, extensions)?;
         if identity.named {
             drop(state);
             let _opening = shared.opening_named.lock().await;
@@ -339,6 +334,28 @@ impl CodemodeServer {
         ));
         state.live = Some(Arc::clone(&live));
         Ok(live)
+    }
+
+    /// Who this MCP session (or request) is: fixed at its first request.
+    pub(super) async fn identity(
+        &self,
+        extensions: &rmcp::model::Extensions,
+    ) -> Result<Identity, ErrorData> {
+        let mut state = self.state.lock().await;
+        Self::identity_in(&mut state, &self.shared, extensions)
+    }
+
+    fn identity_in(
+        state: &mut ServerState,
+        shared: &Shared,
+        extensions: &rmcp::model::Extensions,
+    ) -> Result<Identity, ErrorData> {
+        if let Some(identity) = &state.identity {
+            return Ok(identity.clone());
+        }
+        let identity = Identity::of(shared, extensions)?;
+        state.identity = Some(identity.clone());
+        Ok(identity)
     }
 
     /// Opens the codemode session of `identity`, within the server's session limits; completions
@@ -385,6 +402,8 @@ impl CodemodeServer {
             Arc::clone(&shared.stored_total),
             shared.tenant_stored_budget(&identity.tenant),
         ];
+        // In a cluster, a cell's id names the server that runs it.
+        config.cell_id_prefix = shared.cluster.as_ref().map(|cluster| cluster.id.clone());
         let session = shared
             .args
             .open(

@@ -77,6 +77,11 @@ pub const BETA: &str = "beta-token-0123456789abcdef0";
 /// A server with two tenants, the demo server's tools (its `note` records into `notes`), and the
 /// extra flags.
 pub fn server(folder: &Path, extra: &[&str]) -> ListeningServer {
+    server_at(folder, "127.0.0.1:0", extra)
+}
+
+/// [`server`], listening on `address`.
+pub fn server_at(folder: &Path, address: &str, extra: &[&str]) -> ListeningServer {
     let tokens = folder.join("tokens");
     std::fs::write(&tokens, format!("alpha {ALPHA}\nbeta {BETA}\n")).unwrap();
     {
@@ -93,7 +98,7 @@ pub fn server(folder: &Path, extra: &[&str]) -> ListeningServer {
     .unwrap();
     let mut command = Command::new(CODEMODE);
     command
-        .args(["mcp", "--http", "127.0.0.1:0", "--auth-token-file"])
+        .args(["mcp", "--http", address, "--auth-token-file"])
         .arg(&tokens)
         .arg("--config")
         .arg(&config)

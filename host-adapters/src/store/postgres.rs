@@ -17,6 +17,11 @@
 //!   [`StoreErrorKind::Unavailable`]; the pool drops the dead connections and makes new ones when
 //!   the database is back, so the server recovers without a restart.
 //!
+//! - **Replicas.** Servers that run as a cluster register in `codemode_replicas` with the
+//!   address they serve and a lease they renew ([`PostgresStore::join`], [`PostgresStore::renew`],
+//!   [`PostgresStore::leave`]); another server finds where a cell runs, and whether that server
+//!   is still there, with [`PostgresStore::replica`]. Leases are judged by the database's clock.
+//!
 //! Connections are plain TCP or a Unix socket (no TLS): run the database on the servers' private
 //! network or on the same host.
 
@@ -29,7 +34,7 @@ use deadpool_postgres::{Manager, ManagerConfig, Pool, PoolError, RecyclingMethod
 use tokio_postgres::error::SqlState;
 
 /// The schema version this program writes and reads.
-pub const SCHEMA_VERSION: i32 = 1;
+pub const SCHEMA_VERSION: i32 = 2;
 
 /// The steps from one schema version to the next: step `n` takes version `n` to `n + 1`.
 const MIGRATIONS: &[&str] = &[
@@ -40,6 +45,13 @@ const MIGRATIONS: &[&str] = &[
          value TEXT NOT NULL,
          committed_at TIMESTAMPTZ NOT NULL DEFAULT now(),
          PRIMARY KEY (session, key)
+     )",
+    // 1 -> 2: the servers of a cluster, each with the address it serves and its lease.
+    "CREATE TABLE codemode_replicas (
+         id TEXT PRIMARY KEY,
+         address TEXT NOT NULL,
+         lease_expires_at TIMESTAMPTZ NOT NULL,
+         started_at TIMESTAMPTZ NOT NULL DEFAULT now()
      )",
 ];
 
@@ -194,6 +206,68 @@ impl PostgresStore {
         transaction.commit().await.map_err(failed)
     }
 
+    /// Registers server `id` as serving at `address`, with a lease of `lease` from now.
+    pub async fn join(&self, id: &str, address: &str, lease: Duration) -> Result<(), StoreError> {
+        let client = self.client().await?;
+        client
+            .execute(
+                "INSERT INTO codemode_replicas (id, address, lease_expires_at)
+                 VALUES ($1, $2, now() + $3 * interval '1 millisecond')
+                 ON CONFLICT (id) DO UPDATE
+                 SET address = EXCLUDED.address, lease_expires_at = EXCLUDED.lease_expires_at",
+                &[&id, &address, &millis(lease)],
+            )
+            .await
+            .map_err(|error| self.failed("register this server in", error))?;
+        Ok(())
+    }
+
+    /// Renews server `id`'s lease to `lease` from now.
+    pub async fn renew(&self, id: &str, lease: Duration) -> Result<(), StoreError> {
+        let client = self.client().await?;
+        client
+            .execute(
+                "UPDATE codemode_replicas
+                 SET lease_expires_at = now() + $2 * interval '1 millisecond' WHERE id = $1",
+                &[&id, &millis(lease)],
+            )
+            .await
+            .map_err(|error| self.failed("renew this server's lease in", error))?;
+        Ok(())
+    }
+
+    /// Ends server `id`'s lease now: it has left, and its cells with it.
+    pub async fn leave(&self, id: &str) -> Result<(), StoreError> {
+        let client = self.client().await?;
+        client
+            .execute(
+                "UPDATE codemode_replicas SET lease_expires_at = now() WHERE id = $1",
+                &[&id],
+            )
+            .await
+            .map_err(|error| self.failed("remove this server from", error))?;
+        Ok(())
+    }
+
+    /// Server `id` as registered, if it ever was.
+    pub async fn replica(&self, id: &str) -> Result<Option<Replica>, StoreError> {
+        let client = self.client().await?;
+        let row = client
+            .query_opt(
+                "SELECT address, lease_expires_at > now(),
+                        to_char(lease_expires_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS') || ' UTC'
+                 FROM codemode_replicas WHERE id = $1",
+                &[&id],
+            )
+            .await
+            .map_err(|error| self.failed("look up a server in", error))?;
+        Ok(row.map(|row| Replica {
+            address: row.get(0),
+            alive: row.get(1),
+            lease_expires_at: row.get(2),
+        }))
+    }
+
     async fn client(&self) -> Result<deadpool_postgres::Object, StoreError> {
         self.pool.get().await.map_err(|error| {
             let message = match &error {
@@ -298,6 +372,23 @@ impl Store for PostgresStore {
             .map_err(|error| self.failed("commit stored values to", error))?;
         Ok(())
     }
+}
+
+/// A server of a cluster, as registered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Replica {
+    /// The address it serves (`--advertise`).
+    pub address: String,
+    /// Whether its lease still runs.
+    pub alive: bool,
+    /// When its lease ends or ended (UTC, to the second).
+    pub lease_expires_at: String,
+}
+
+/// `duration` in whole milliseconds, as the database takes it.
+fn millis(duration: Duration) -> f64 {
+    duration.as_millis() as f64
 }
 
 /// What kind of store failure a database error is.

@@ -1,0 +1,241 @@
+//! Routing between the servers of a cluster (`--advertise URL`, `--cluster-token-file`, a
+//! PostgreSQL `--store`): a running cell cannot move, so a `wait` that reaches another server is
+//! forwarded to the one that runs the cell.
+//!
+//! Each server registers in the database with the address it serves and a lease it renews every
+//! third of the lease; its cells' ids start with its id (`<server>-<n>`). A `wait` for a cell of
+//! another server looks that server up: if its lease runs, the call is forwarded there, with the
+//! cluster token and the tenant it is for (never a tenant's token), and its answer returned as it
+//! is; if its lease ran out, the answer says at once that the server stopped and what that means.
+//! A forwarded request is never forwarded again. A server stopped with SIGTERM ends its lease as it
+//! leaves.
+
+use std::time::Duration;
+
+use codemode_host_adapters::PostgresStore;
+use rmcp::ServiceExt;
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+
+// The server's parts share its imports and one another's items.
+use super::*;
+
+/// Default of `--lease-secs`.
+pub(super) const DEFAULT_LEASE_SECS: u64 = 10;
+
+/// The header that marks a request one server forwarded to another.
+pub(super) const FORWARDED_HEADER: &str = "x-codemode-forwarded";
+
+/// How long a forwarded call may take beyond the wait it carries.
+const FORWARD_MARGIN: Duration = Duration::from_secs(30);
+
+/// This server's place in a cluster.
+pub(super) struct Cluster {
+    /// Its id: 12 hex digits, the prefix of its cells' ids.
+    pub(super) id: String,
+    store: PostgresStore,
+    /// What servers of the cluster present to one another.
+    token: String,
+    lease: Duration,
+}
+
+impl Cluster {
+    /// Joins the cluster when `--advertise` is given: checks the flags that go with it, and
+    /// registers this server. `None` without `--advertise`.
+    pub(super) async fn join(args: &McpArgs) -> Result<Option<Arc<Cluster>>, String> {
+        let Some(address) = &args.advertise else {
+            if args.cluster_token_file.is_some() {
+                return Err(
+                    "--cluster-token-file is for a server in a cluster: give --advertise \
+                            URL too"
+                        .to_owned(),
+                );
+            }
+            return Ok(None);
+        };
+        if args.http.is_none() {
+            return Err(
+                "--advertise is for a server over HTTP: give --http ADDRESS too".to_owned(),
+            );
+        }
+        let url = args
+            .session
+            .store
+            .as_ref()
+            .and_then(|store| store.to_str())
+            .filter(|store| codemode_host_adapters::is_database_url(store))
+            .ok_or_else(|| {
+                "a cluster shares its sessions through PostgreSQL: give --store \
+                 postgres://USER@HOST:PORT/DATABASE with --advertise"
+                    .to_owned()
+            })?;
+        let token_file = args.cluster_token_file.as_deref().ok_or_else(|| {
+            "the servers of a cluster authenticate one another with a shared secret: give \
+             --cluster-token-file FILE (the same file on every server)"
+                .to_owned()
+        })?;
+        let token = http::read_secret(token_file)?;
+        let store = PostgresStore::connect(url)
+            .await
+            .map_err(|error| error.to_string())?;
+        let mut bytes = [0u8; 6];
+        getrandom::fill(&mut bytes)
+            .map_err(|error| format!("cannot make a server id: no randomness ({error})"))?;
+        let id: String = bytes.iter().map(|byte| format!("{byte:02x}")).collect();
+        let lease = Duration::from_secs(args.lease_secs.max(1));
+        store
+            .join(&id, address, lease)
+            .await
+            .map_err(|error| error.to_string())?;
+        tracing::info!(server = %id, %address, "joined the cluster");
+        Ok(Some(Arc::new(Cluster {
+            id,
+            store,
+            token,
+            lease,
+        })))
+    }
+
+    /// The secret the gate admits other servers of the cluster with.
+    pub(super) fn token(&self) -> String {
+        self.token.clone()
+    }
+
+    /// Renews the lease every third of it until `stop` is cancelled.
+    pub(super) fn renew_until(self: &Arc<Self>, stop: CancellationToken) {
+        let cluster = Arc::clone(self);
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    () = stop.cancelled() => return,
+                    () = tokio::time::sleep(cluster.lease / 3) => {}
+                }
+                if let Err(error) = cluster.store.renew(&cluster.id, cluster.lease).await {
+                    tracing::warn!(server = %cluster.id, %error, "cannot renew this server's lease");
+                }
+            }
+        });
+    }
+
+    /// Ends this server's lease: the cluster knows at once that its cells are gone.
+    pub(super) async fn leave(&self) {
+        match self.store.leave(&self.id).await {
+            Ok(()) => tracing::info!(server = %self.id, "left the cluster"),
+            Err(error) => tracing::warn!(server = %self.id, %error, "cannot leave the cluster"),
+        }
+    }
+
+    /// The id of the server that runs `cell_id`, when that is another server.
+    pub(super) fn owner_elsewhere<'a>(&self, cell_id: &'a str) -> Option<&'a str> {
+        let (server, _) = cell_id.split_once('-')?;
+        (server != self.id && server.len() == 12 && server.bytes().all(|b| b.is_ascii_hexdigit()))
+            .then_some(server)
+    }
+
+    /// Answers `wait` for a cell of server `owner`: forwarded there while its lease runs, or a
+    /// clear error when it is gone.
+    pub(super) async fn forward_wait(
+        &self,
+        owner: &str,
+        identity: &Identity,
+        cell_id: &str,
+        arguments: Map<String, Value>,
+        yield_time: Duration,
+    ) -> CallToolResult {
+        let failed = |text: String| CallToolResult::error(vec![ContentBlock::text(text)]);
+        let replica = match self.store.replica(owner).await {
+            Ok(Some(replica)) => replica,
+            Ok(None) => return failed(format!("No cell with ID {cell_id}.")),
+            Err(error) => {
+                return failed(format!(
+                    "Cell {cell_id} runs on another server of this cluster, which cannot be looked \
+                     up now: {error}. Try wait again in a moment."
+                ));
+            }
+        };
+        if !replica.alive {
+            return failed(format!(
+                "Cell {cell_id} ran on another server ({}), which has stopped: its lease ran out \
+                 at {}. What the cell showed before is all there is; its stored values were not \
+                 committed, and the tool calls it had started may or may not have taken effect. \
+                 Run it again if you need its result.",
+                replica.address, replica.lease_expires_at
+            ));
+        }
+        let Some((_, name)) = identity
+            .store_key
+            .split_once('/')
+            .filter(|_| identity.named)
+        else {
+            return failed(format!("No cell with ID {cell_id}."));
+        };
+        match self
+            .forward(
+                &replica.address,
+                &identity.tenant,
+                name,
+                arguments,
+                yield_time,
+            )
+            .await
+        {
+            Ok(result) => result,
+            Err(error) => failed(format!(
+                "Cell {cell_id} runs on another server ({}), which did not answer: {error}. Try \
+                 wait again in a moment.",
+                replica.address
+            )),
+        }
+    }
+
+    /// Calls `wait` with `arguments` on the server at `address`, for `tenant`'s session `name`.
+    async fn forward(
+        &self,
+        address: &str,
+        tenant: &str,
+        name: &str,
+        arguments: Map<String, Value>,
+        yield_time: Duration,
+    ) -> Result<CallToolResult, String> {
+        let header = |value: &str| {
+            axum::http::HeaderValue::from_str(value).map_err(|error| format!("bad header: {error}"))
+        };
+        let mut config =
+            StreamableHttpClientTransportConfig::with_uri(address).auth_header(self.token.clone());
+        config.custom_headers.insert(
+            axum::http::HeaderName::from_static(http::TENANT_HEADER),
+            header(tenant)?,
+        );
+        config.custom_headers.insert(
+            axum::http::HeaderName::from_static(SESSION_HEADER),
+            header(name)?,
+        );
+        config.custom_headers.insert(
+            axum::http::HeaderName::from_static(FORWARDED_HEADER),
+            header(&self.id)?,
+        );
+        let call = async {
+            let client =
+                ().serve(StreamableHttpClientTransport::from_config(config))
+                    .await
+                    .map_err(|error| error.to_string())?;
+            let result = client
+                .call_tool(CallToolRequestParams::new("wait").with_arguments(arguments))
+                .await
+                .map_err(|error| error.to_string());
+            let _ = client.cancel().await;
+            result
+        };
+        tokio::time::timeout(yield_time + FORWARD_MARGIN, call)
+            .await
+            .map_err(|_| "it took too long".to_owned())?
+    }
+}
+
+/// Whether a request was forwarded by another server of the cluster (it is never forwarded
+/// again).
+pub(super) fn was_forwarded(extensions: &rmcp::model::Extensions) -> bool {
+    extensions
+        .get::<axum::http::request::Parts>()
+        .is_some_and(|parts| parts.headers.contains_key(FORWARDED_HEADER))
+}

@@ -1,0 +1,288 @@
+//! Three real `codemode mcp --http` servers in a cluster over one real PostgreSQL
+//! (`--advertise`, `--cluster-token-file`): a long cell started on one is observed and terminated
+//! through the others, `wait` on a server that was killed answers with a clear error within the
+//! lease, a server stopped with SIGTERM leaves at once, and the cluster's secret admits only
+//! servers speaking for a tenant the server knows. Without PostgreSQL each test says it was left
+//! out.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use codemode_test_support::postgres::TestPostgres;
+use codemode_test_support::{ListeningServer, within};
+use rmcp::model::CallToolRequestParams;
+use serde_json::json;
+
+mod common;
+
+use common::{ALPHA, BETA, Client, client, exec, running_cell_id, server_at, text_of};
+
+/// What the servers present to one another.
+const CLUSTER_SECRET: &str = "cluster-secret-0123456789abcdef";
+
+fn scratch(name: &str) -> PathBuf {
+    codemode_test_support::scratch_folder(&format!("cluster-{name}"))
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .map(|address| address.port())
+        .unwrap()
+}
+
+/// One server of the cluster over `database`, with a lease of `lease_secs`.
+fn replica(folder: &Path, database: &str, lease_secs: u64) -> ListeningServer {
+    let secret = folder.join("cluster-secret");
+    std::fs::write(&secret, format!("{CLUSTER_SECRET}\n")).unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
+    let port = free_port();
+    let advertise = format!("http://127.0.0.1:{port}/mcp");
+    let lease = lease_secs.to_string();
+    server_at(
+        folder,
+        &format!("127.0.0.1:{port}"),
+        &[
+            "--store",
+            database,
+            "--advertise",
+            &advertise,
+            "--cluster-token-file",
+            secret.to_str().unwrap(),
+            "--lease-secs",
+            &lease,
+        ],
+    )
+}
+
+async fn wait(client: &Client, arguments: serde_json::Value) -> String {
+    let params =
+        CallToolRequestParams::new("wait").with_arguments(arguments.as_object().unwrap().clone());
+    text_of(
+        &within("wait", client.call_tool(params))
+            .await
+            .expect("wait answers"),
+    )
+}
+
+/// A cell that counts for a minute, a line each 50 ms.
+const COUNTING: &str = "// @exec: {\"yield_time_ms\": 0}\nfor (let i = 0; i < 1200; i++) { text(`tick ${i}`); await new Promise((r) => setTimeout(r, 50)); }";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_cell_started_on_one_server_is_observed_and_terminated_through_the_others() {
+    let Some(database) = TestPostgres::start("a_long_cell_started_on_one_server") else {
+        return;
+    };
+    let url = database.url();
+    let servers: Vec<_> = (0..3)
+        .map(|index| replica(&scratch(&format!("observe-{index}")), &url, 10))
+        .collect();
+    let mut clients = Vec::new();
+    for served in &servers {
+        clients.push(client(served.url(), ALPHA, Some("work")).await);
+    }
+    let running = text_of(&exec(&clients[0], COUNTING).await.expect("exec answers"));
+    let cell_id = running_cell_id(&running);
+    assert_eq!(
+        database.psql(&format!(
+            "SELECT count(*) FROM codemode_replicas WHERE id = '{}' AND lease_expires_at > now()",
+            cell_id.split('-').next().unwrap()
+        )),
+        "1",
+        "the cell's id names the server that runs it: {cell_id}"
+    );
+    let observed = wait(
+        &clients[1],
+        json!({"cell_id": cell_id, "yield_time_ms": 400}),
+    )
+    .await;
+    assert!(observed.contains("tick"), "{observed}");
+    assert!(
+        observed.contains(&format!("Script running with cell ID {cell_id}")),
+        "{observed}"
+    );
+    // Another tenant naming a session the same reaches nothing, even through another server.
+    let stranger = client(servers[2].url(), BETA, Some("work")).await;
+    let refused = wait(&stranger, json!({"cell_id": cell_id})).await;
+    assert!(
+        refused.contains(&format!("No cell with ID {cell_id}")),
+        "{refused}"
+    );
+    let terminated = wait(&clients[2], json!({"cell_id": cell_id, "terminate": true})).await;
+    assert!(terminated.contains("terminated"), "{terminated}");
+    let gone = wait(&clients[0], json!({"cell_id": cell_id})).await;
+    assert!(
+        gone.contains(&format!("No cell with ID {cell_id}")),
+        "{gone}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wait_on_a_cell_of_a_killed_server_says_so_within_the_lease() {
+    let Some(database) = TestPostgres::start("wait_on_a_cell_of_a_killed_server") else {
+        return;
+    };
+    let url = database.url();
+    let doomed = replica(&scratch("killed-0"), &url, 2);
+    let survivor = replica(&scratch("killed-1"), &url, 2);
+    let on_doomed = client(doomed.url(), ALPHA, Some("work")).await;
+    let on_survivor = client(survivor.url(), ALPHA, Some("work")).await;
+    let running = text_of(
+        &exec(
+            &on_doomed,
+            "// @exec: {\"yield_time_ms\": 0}\nstore(\"lost\", 1); await new Promise((r) => setTimeout(r, 60000));",
+        )
+        .await
+        .expect("exec answers"),
+    );
+    let cell_id = running_cell_id(&running);
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(doomed.id() as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    // Within the lease (2 s) and a renewal's slack, the survivor answers with the error at once.
+    let answer = within("the lease to run out", async {
+        loop {
+            let answer = wait(
+                &on_survivor,
+                json!({"cell_id": cell_id, "yield_time_ms": 0}),
+            )
+            .await;
+            if answer.contains("which has stopped") {
+                return answer;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    })
+    .await;
+    assert!(
+        answer.contains("its stored values were not committed"),
+        "{answer}"
+    );
+    assert!(
+        answer.contains(doomed.url()),
+        "it names the server: {answer}"
+    );
+    let values = text_of(
+        &exec(
+            &on_survivor,
+            r#"text(JSON.stringify(load("lost") ?? null))"#,
+        )
+        .await
+        .unwrap(),
+    );
+    assert!(values.contains("null"), "{values}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_stopped_with_sigterm_leaves_the_cluster_at_once() {
+    let Some(database) = TestPostgres::start("a_server_stopped_with_sigterm") else {
+        return;
+    };
+    let url = database.url();
+    // A long lease: only leaving can end it in time.
+    let mut leaving = replica(&scratch("sigterm-0"), &url, 600);
+    let staying = replica(&scratch("sigterm-1"), &url, 600);
+    let on_leaving = client(leaving.url(), ALPHA, Some("work")).await;
+    let on_staying = client(staying.url(), ALPHA, Some("work")).await;
+    let running = text_of(&exec(&on_leaving, COUNTING).await.expect("exec answers"));
+    let cell_id = running_cell_id(&running);
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(leaving.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    within("the server to stop", async {
+        while leaving.try_wait().is_none() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    let answer = wait(&on_staying, json!({"cell_id": cell_id})).await;
+    assert!(answer.contains("which has stopped"), "{answer}");
+}
+
+#[test]
+fn the_cluster_secret_admits_only_servers_speaking_for_a_known_tenant() {
+    let folder = scratch("secret");
+    // No database is needed to be refused: a secret equal to a tenant's token never starts.
+    let secret = folder.join("cluster-secret");
+    std::fs::write(&secret, format!("{ALPHA}\n")).unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
+    let Some(database) = TestPostgres::start("the_cluster_secret_admits_only") else {
+        return;
+    };
+    let tokens = folder.join("tokens");
+    std::fs::write(&tokens, format!("alpha {ALPHA}\nbeta {BETA}\n")).unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&tokens, std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
+    let output = std::process::Command::new(common::CODEMODE)
+        .args(["mcp", "--http", "127.0.0.1:0", "--auth-token-file"])
+        .arg(&tokens)
+        .args([
+            "--store",
+            &database.url(),
+            "--advertise",
+            "http://127.0.0.1:1/mcp",
+        ])
+        .arg("--cluster-token-file")
+        .arg(&secret)
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("the cluster token is also a tenant's token"),
+        "{stderr}"
+    );
+
+    let served = replica(&folder, &database.url(), 10);
+    let post = |headers: &[(&str, &str)]| {
+        let address = served
+            .url()
+            .trim_start_matches("http://")
+            .trim_end_matches("/mcp")
+            .to_owned();
+        let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+            "name": "exec", "arguments": {"code": "text('ran')"}}})
+        .to_string();
+        let mut request = format!(
+            "POST /mcp HTTP/1.1\r\nHost: {address}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2025-06-18\r\nX-Codemode-Session: work\r\nContent-Length: {}\r\nConnection: close\r\n",
+            body.len()
+        );
+        for (name, value) in headers {
+            request.push_str(&format!("{name}: {value}\r\n"));
+        }
+        request.push_str("\r\n");
+        request.push_str(&body);
+        use std::io::{Read, Write};
+        let mut stream = std::net::TcpStream::connect(&address).unwrap();
+        stream.write_all(request.as_bytes()).unwrap();
+        let mut response = String::new();
+        let _ = stream.read_to_string(&mut response);
+        response
+    };
+    let bearer = format!("Bearer {CLUSTER_SECRET}");
+    let without_tenant = post(&[("Authorization", &bearer)]);
+    assert!(
+        without_tenant.starts_with("HTTP/1.1 401"),
+        "{without_tenant}"
+    );
+    let unknown_tenant = post(&[("Authorization", &bearer), ("X-Codemode-Tenant", "mallory")]);
+    assert!(
+        unknown_tenant.starts_with("HTTP/1.1 401"),
+        "{unknown_tenant}"
+    );
+    let for_alpha = post(&[("Authorization", &bearer), ("X-Codemode-Tenant", "alpha")]);
+    assert!(for_alpha.starts_with("HTTP/1.1 200"), "{for_alpha}");
+    assert!(for_alpha.contains("ran"), "{for_alpha}");
+}
