@@ -1,7 +1,7 @@
 //! Three real `codemode mcp --http` servers in a cluster over one real PostgreSQL
 //! (`--advertise`, `--cluster-token-file`): a long cell started on one is observed and terminated
 //! through the others, `wait` on a server that was killed answers with a clear error within the
-//! lease, a server stopped with SIGTERM leaves at once, and the cluster's secret admits only
+//! lease, naming the tool calls the cell had started, a server stopped with SIGTERM leaves at once, and the cluster's secret admits only
 //! servers speaking for a tenant the server knows. Without PostgreSQL each test says it was left
 //! out.
 
@@ -133,12 +133,22 @@ async fn wait_on_a_cell_of_a_killed_server_says_so_within_the_lease() {
     let running = text_of(
         &exec(
             &on_doomed,
-            "// @exec: {\"yield_time_ms\": 0}\nstore(\"lost\", 1); await new Promise((r) => setTimeout(r, 60000));",
+            "// @exec: {\"yield_time_ms\": 0}\nstore(\"lost\", 1);\nawait tools.demo__note({text: \"before the crash\"});\nawait new Promise((r) => setTimeout(r, 60000));",
         )
         .await
         .expect("exec answers"),
     );
     let cell_id = running_cell_id(&running);
+    // The server journals the tool calls its cells start (a moment later, in batches).
+    within("the tool call to be journaled", async {
+        while database.psql(&format!(
+            "SELECT count(*) FROM codemode_tool_calls WHERE cell_id = '{cell_id}'"
+        )) != "1"
+        {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(doomed.id() as i32),
         nix::sys::signal::Signal::SIGKILL,
@@ -166,6 +176,13 @@ async fn wait_on_a_cell_of_a_killed_server_says_so_within_the_lease() {
     assert!(
         answer.contains(doomed.url()),
         "it names the server: {answer}"
+    );
+    assert!(
+        answer.contains(
+            "The tool calls it had started, which may or may not have taken effect: \
+             tools.demo__note (tool-1)."
+        ),
+        "the kill ledger: {answer}"
     );
     let values = text_of(
         &exec(

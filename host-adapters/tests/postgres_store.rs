@@ -310,7 +310,10 @@ async fn a_database_of_the_first_schema_is_upgraded_and_keeps_its_values() {
         .await
         .unwrap();
     // As a server of schema version 1 left it.
-    database.psql("DROP TABLE codemode_replicas; UPDATE codemode_schema_version SET version = 1");
+    database.psql(
+        "DROP TABLE codemode_replicas; DROP TABLE codemode_tool_calls; \
+         UPDATE codemode_schema_version SET version = 1",
+    );
     let upgraded = PostgresStore::connect(&database.url()).await.unwrap();
     assert_eq!(upgraded.schema_version().await.unwrap(), SCHEMA_VERSION);
     assert_eq!(
@@ -354,4 +357,44 @@ async fn a_replica_is_alive_while_its_lease_runs() {
     assert!(store.replica("b").await.unwrap().unwrap().alive);
     store.leave("a").await.unwrap();
     assert!(!store.replica("a").await.unwrap().unwrap().alive);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_journal_keeps_the_tool_calls_of_open_cells_and_forgets_closed_ones() {
+    let Some(database) = TestPostgres::start("the_journal_keeps_the_tool_calls") else {
+        return;
+    };
+    let store = PostgresStore::connect(&database.url()).await.unwrap();
+    let call = |session: &str, cell: &str, call: &str, tool: &str| {
+        (
+            session.to_owned(),
+            cell.to_owned(),
+            call.to_owned(),
+            tool.to_owned(),
+        )
+    };
+    store
+        .journal(
+            &[
+                call("s", "x-1", "tool-1", "demo__note"),
+                call("s", "x-1", "tool-2", "demo__add"),
+                call("s", "x-2", "tool-1", "demo__pid"),
+            ],
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        store.tool_calls_of("s", "x-1").await.unwrap(),
+        [
+            ("tool-1".to_owned(), "demo__note".to_owned()),
+            ("tool-2".to_owned(), "demo__add".to_owned())
+        ]
+    );
+    store
+        .journal(&[], &[("s".to_owned(), "x-1".to_owned())])
+        .await
+        .unwrap();
+    assert!(store.tool_calls_of("s", "x-1").await.unwrap().is_empty());
+    assert_eq!(store.tool_calls_of("s", "x-2").await.unwrap().len(), 1);
 }

@@ -58,7 +58,39 @@ pub struct SessionConfig {
     /// there, so that ids are unique across servers and say which one runs the cell. `None`:
     /// `"1"`, `"2"`, ….
     pub cell_id_prefix: Option<String>,
+    /// Told of each tool call a cell starts and of each cell that closes, as they happen: for a
+    /// journal kept outside the process (a cluster's record of what a server's cells had started,
+    /// should the server die). Called on the session's tasks; it must not block.
+    pub on_cell_activity: Option<CellActivityHook>,
 }
+
+/// What a session's cells do that an embedder may journal (see
+/// [`SessionConfig::on_cell_activity`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CellActivity {
+    /// A cell started a tool call.
+    ToolCallStarted {
+        /// The session's id.
+        session: String,
+        /// The cell's id.
+        cell_id: String,
+        /// The call's id within the cell (`tool-1`, …).
+        call_id: String,
+        /// The tool's global name, as cells call it after `tools.` (`demo__note`).
+        tool: String,
+    },
+    /// A cell closed: it ended and its owner has what it showed (or it was dropped).
+    CellClosed {
+        /// The session's id.
+        session: String,
+        /// The cell's id.
+        cell_id: String,
+    },
+}
+
+/// Receives [`CellActivity`].
+pub type CellActivityHook = std::sync::Arc<dyn Fn(CellActivity) + Send + Sync>;
 
 impl std::fmt::Debug for SessionConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -78,6 +110,7 @@ impl std::fmt::Debug for SessionConfig {
             .field("max_tool_calls", &self.max_tool_calls)
             .field("stored_bytes_budgets", &self.stored_bytes_budgets)
             .field("cell_id_prefix", &self.cell_id_prefix)
+            .field("on_cell_activity", &self.on_cell_activity.is_some())
             .field(
                 "tool_description_budget_tokens",
                 &self.tool_description_budget_tokens,
@@ -106,6 +139,7 @@ impl Default for SessionConfig {
             max_tool_calls: DEFAULT_MAX_TOOL_CALLS_PER_CELL,
             stored_bytes_budgets: Vec::new(),
             cell_id_prefix: None,
+            on_cell_activity: None,
         }
     }
 }

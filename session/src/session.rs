@@ -635,6 +635,14 @@ impl CellHost for SessionCellHost {
         cancellation: CancellationToken,
     ) -> Result<Value, String> {
         let tool = invocation.name.global_name();
+        if let Some(hook) = &self.shared.config.on_cell_activity {
+            hook(crate::CellActivity::ToolCallStarted {
+                session: self.shared.id.clone(),
+                cell_id: self.cell_id.clone(),
+                call_id: invocation.id.clone(),
+                tool: tool.to_string(),
+            });
+        }
         let span = tracing::info_span!(
             "tool_call",
             session = %self.shared.id,
@@ -748,5 +756,11 @@ impl CellHost for SessionCellHost {
 
     async fn closed(&self) {
         lock(&self.shared.registry).cells.remove(&self.cell_id);
+        if let Some(hook) = &self.shared.config.on_cell_activity {
+            hook(crate::CellActivity::CellClosed {
+                session: self.shared.id.clone(),
+                cell_id: self.cell_id.clone(),
+            });
+        }
     }
 }

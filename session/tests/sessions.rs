@@ -649,3 +649,52 @@ async fn tools_that_change_are_listed_again_for_the_cells_that_start_after() {
     assert!(session.exec_description().contains("late_arrival"));
     assert_eq!(session.tools().len(), 5);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_activity_hook_hears_each_tool_call_started_and_each_cell_closed() {
+    use codemode_session::CellActivity;
+    let heard = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut config = SessionConfig::default();
+    config.cell_id_prefix = Some("a1b2c3d4e5f6".into());
+    config.on_cell_activity = Some({
+        let heard = Arc::clone(&heard);
+        Arc::new(move |activity| heard.lock().unwrap().push(activity))
+    });
+    let store = Arc::new(MemoryStore::default());
+    let (session, _) = open("journaled", &store, config).await;
+    let report = execute(
+        &session,
+        "two calls",
+        request("await tools.echo(1); await tools.echo(2); text('done');"),
+    )
+    .await;
+    assert_eq!(texts(&report.event), ["done"]);
+    within("the cell to close", async {
+        while !heard
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|activity| matches!(activity, CellActivity::CellClosed { .. }))
+        {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    let started = |call_id: &str| CellActivity::ToolCallStarted {
+        session: "journaled".into(),
+        cell_id: "a1b2c3d4e5f6-1".into(),
+        call_id: call_id.into(),
+        tool: "echo".into(),
+    };
+    assert_eq!(
+        *heard.lock().unwrap(),
+        [
+            started("tool-1"),
+            started("tool-2"),
+            CellActivity::CellClosed {
+                session: "journaled".into(),
+                cell_id: "a1b2c3d4e5f6-1".into(),
+            },
+        ]
+    );
+}

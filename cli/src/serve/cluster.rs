@@ -13,6 +13,7 @@
 use std::time::Duration;
 
 use codemode_host_adapters::PostgresStore;
+use codemode_session::CellActivity;
 use rmcp::ServiceExt;
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
@@ -29,6 +30,9 @@ pub(super) const FORWARDED_HEADER: &str = "x-codemode-forwarded";
 /// How long a forwarded call may take beyond the wait it carries.
 const FORWARD_MARGIN: Duration = Duration::from_secs(30);
 
+/// How long the journal of tool calls gathers activity before it writes it (one transaction).
+const JOURNAL_INTERVAL: Duration = Duration::from_millis(50);
+
 /// This server's place in a cluster.
 pub(super) struct Cluster {
     /// Its id: 12 hex digits, the prefix of its cells' ids.
@@ -37,6 +41,8 @@ pub(super) struct Cluster {
     /// What servers of the cluster present to one another.
     token: String,
     lease: Duration,
+    /// Where the sessions' cell activity goes, for the journal writer.
+    journal: tokio::sync::mpsc::UnboundedSender<CellActivity>,
 }
 
 impl Cluster {
@@ -88,12 +94,25 @@ impl Cluster {
             .await
             .map_err(|error| error.to_string())?;
         tracing::info!(server = %id, %address, "joined the cluster");
-        Ok(Some(Arc::new(Cluster {
+        let (journal, activity) = tokio::sync::mpsc::unbounded_channel();
+        let cluster = Arc::new(Cluster {
             id,
             store,
             token,
             lease,
-        })))
+            journal,
+        });
+        tokio::spawn(write_journal(Arc::clone(&cluster), activity));
+        Ok(Some(cluster))
+    }
+
+    /// What the sessions tell of their cells' tool calls and ends: journaled in the database, so
+    /// that the rest of the cluster can say what a cell had started if this server dies.
+    pub(super) fn activity_hook(&self) -> codemode_session::CellActivityHook {
+        let journal = self.journal.clone();
+        Arc::new(move |activity| {
+            let _ = journal.send(activity);
+        })
     }
 
     /// The secret the gate admits other servers of the cluster with.
@@ -154,11 +173,24 @@ impl Cluster {
             }
         };
         if !replica.alive {
+            let started = match self.store.tool_calls_of(&identity.store_key, cell_id).await {
+                Ok(calls) if calls.is_empty() => {
+                    " It had started no tool call that the cluster recorded.".to_owned()
+                }
+                Ok(calls) => format!(
+                    " The tool calls it had started, which may or may not have taken effect: {}.",
+                    calls
+                        .iter()
+                        .map(|(call, tool)| format!("tools.{tool} ({call})"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+                Err(error) => format!(" Its tool calls cannot be read now: {error}."),
+            };
             return failed(format!(
                 "Cell {cell_id} ran on another server ({}), which has stopped: its lease ran out \
-                 at {}. What the cell showed before is all there is; its stored values were not \
-                 committed, and the tool calls it had started may or may not have taken effect. \
-                 Run it again if you need its result.",
+                 at {}. What the cell showed before is all there is, and its stored values were \
+                 not committed.{started} Run it again if you need its result.",
                 replica.address, replica.lease_expires_at
             ));
         }
@@ -238,4 +270,42 @@ pub(super) fn was_forwarded(extensions: &rmcp::model::Extensions) -> bool {
     extensions
         .get::<axum::http::request::Parts>()
         .is_some_and(|parts| parts.headers.contains_key(FORWARDED_HEADER))
+}
+
+/// Writes the sessions' cell activity to the journal, gathered for [`JOURNAL_INTERVAL`] at a time
+/// (so a call started in the last moment before a crash may be missing), until the cluster goes.
+async fn write_journal(
+    cluster: Arc<Cluster>,
+    mut activity: tokio::sync::mpsc::UnboundedReceiver<CellActivity>,
+) {
+    let cluster = Arc::downgrade(&cluster);
+    while let Some(first) = activity.recv().await {
+        tokio::time::sleep(JOURNAL_INTERVAL).await;
+        let mut started = Vec::new();
+        let mut closed = Vec::new();
+        for each in std::iter::once(first).chain(std::iter::from_fn(|| activity.try_recv().ok())) {
+            match each {
+                CellActivity::ToolCallStarted {
+                    session,
+                    cell_id,
+                    call_id,
+                    tool,
+                } => started.push((session, cell_id, call_id, tool)),
+                CellActivity::CellClosed { session, cell_id } => {
+                    // A cell that opened and closed within the batch needs no row at all.
+                    started.retain(|call: &(String, String, String, String)| {
+                        call.0 != session || call.1 != cell_id
+                    });
+                    closed.push((session, cell_id));
+                }
+                _ => {}
+            }
+        }
+        let Some(cluster) = cluster.upgrade() else {
+            return;
+        };
+        if let Err(error) = cluster.store.journal(&started, &closed).await {
+            tracing::warn!(%error, "cannot journal the cells' tool calls");
+        }
+    }
 }

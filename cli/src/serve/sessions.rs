@@ -404,6 +404,10 @@ impl CodemodeServer {
         ];
         // In a cluster, a cell's id names the server that runs it.
         config.cell_id_prefix = shared.cluster.as_ref().map(|cluster| cluster.id.clone());
+        config.on_cell_activity = shared
+            .cluster
+            .as_ref()
+            .map(|cluster| cluster.activity_hook());
         let session = shared
             .args
             .open(

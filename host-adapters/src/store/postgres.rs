@@ -21,6 +21,8 @@
 //!   address they serve and a lease they renew ([`PostgresStore::join`], [`PostgresStore::renew`],
 //!   [`PostgresStore::leave`]); another server finds where a cell runs, and whether that server
 //!   is still there, with [`PostgresStore::replica`]. Leases are judged by the database's clock.
+//!   Each server journals the tool calls its open cells start ([`PostgresStore::journal`]), so
+//!   that when it dies the others can say what its cells had set going.
 //!
 //! Connections are plain TCP or a Unix socket (no TLS): run the database on the servers' private
 //! network or on the same host.
@@ -34,7 +36,7 @@ use deadpool_postgres::{Manager, ManagerConfig, Pool, PoolError, RecyclingMethod
 use tokio_postgres::error::SqlState;
 
 /// The schema version this program writes and reads.
-pub const SCHEMA_VERSION: i32 = 2;
+pub const SCHEMA_VERSION: i32 = 3;
 
 /// The steps from one schema version to the next: step `n` takes version `n` to `n + 1`.
 const MIGRATIONS: &[&str] = &[
@@ -52,6 +54,16 @@ const MIGRATIONS: &[&str] = &[
          address TEXT NOT NULL,
          lease_expires_at TIMESTAMPTZ NOT NULL,
          started_at TIMESTAMPTZ NOT NULL DEFAULT now()
+     )",
+    // 2 -> 3: the tool calls each server's open cells have started (its kill ledger, should it
+    // die).
+    "CREATE TABLE codemode_tool_calls (
+         session TEXT NOT NULL,
+         cell_id TEXT NOT NULL,
+         call_id TEXT NOT NULL,
+         tool TEXT NOT NULL,
+         started_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+         PRIMARY KEY (session, cell_id, call_id)
      )",
 ];
 
@@ -266,6 +278,70 @@ impl PostgresStore {
             alive: row.get(1),
             lease_expires_at: row.get(2),
         }))
+    }
+
+    /// Records tool calls that cells started, `(session, cell id, call id, tool)`, and forgets
+    /// those of cells that closed, `(session, cell id)`, in one transaction.
+    pub async fn journal(
+        &self,
+        started: &[(String, String, String, String)],
+        closed: &[(String, String)],
+    ) -> Result<(), StoreError> {
+        let mut client = self.client().await?;
+        let failed = |error| self.failed("record tool calls in", error);
+        let transaction = client.transaction().await.map_err(failed)?;
+        if !started.is_empty() {
+            let column = |pick: fn(&(String, String, String, String)) -> &str| -> Vec<&str> {
+                started.iter().map(pick).collect()
+            };
+            transaction
+                .execute(
+                    "INSERT INTO codemode_tool_calls (session, cell_id, call_id, tool)
+                     SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[])
+                     ON CONFLICT DO NOTHING",
+                    &[
+                        &column(|call| &call.0),
+                        &column(|call| &call.1),
+                        &column(|call| &call.2),
+                        &column(|call| &call.3),
+                    ],
+                )
+                .await
+                .map_err(failed)?;
+        }
+        if !closed.is_empty() {
+            let sessions: Vec<&str> = closed.iter().map(|cell| cell.0.as_str()).collect();
+            let cells: Vec<&str> = closed.iter().map(|cell| cell.1.as_str()).collect();
+            transaction
+                .execute(
+                    "DELETE FROM codemode_tool_calls AS calls
+                     USING UNNEST($1::text[], $2::text[]) AS closed(session, cell_id)
+                     WHERE calls.session = closed.session AND calls.cell_id = closed.cell_id",
+                    &[&sessions, &cells],
+                )
+                .await
+                .map_err(failed)?;
+        }
+        transaction.commit().await.map_err(failed)
+    }
+
+    /// The tool calls cell `cell_id` of `session` started and that were recorded, in the order
+    /// they started: `(call id, tool)`.
+    pub async fn tool_calls_of(
+        &self,
+        session: &str,
+        cell_id: &str,
+    ) -> Result<Vec<(String, String)>, StoreError> {
+        let client = self.client().await?;
+        let rows = client
+            .query(
+                "SELECT call_id, tool FROM codemode_tool_calls
+                 WHERE session = $1 AND cell_id = $2 ORDER BY started_at, call_id",
+                &[&session, &cell_id],
+            )
+            .await
+            .map_err(|error| self.failed("read tool calls from", error))?;
+        Ok(rows.iter().map(|row| (row.get(0), row.get(1))).collect())
     }
 
     async fn client(&self) -> Result<deadpool_postgres::Object, StoreError> {
