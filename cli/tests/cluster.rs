@@ -1,7 +1,8 @@
 //! Three real `codemode mcp --http` servers in a cluster over one real PostgreSQL
 //! (`--advertise`, `--cluster-token-file`): a long cell started on one is observed and terminated
-//! through the others, `wait` on a server that was killed answers with a clear error within the
-//! lease, naming the tool calls the cell had started, a server stopped with SIGTERM leaves at once, and the cluster's secret admits only
+//! through the others; `wait` on a server that was killed answers with a clear error within the
+//! lease, naming the tool calls the cell had started; a server stopped with SIGTERM leaves at
+//! once; a tenant's cell limit holds across the servers; and the cluster's secret admits only
 //! servers speaking for a tenant the server knows. Without PostgreSQL each test says it was left
 //! out.
 
@@ -33,6 +34,11 @@ fn free_port() -> u16 {
 
 /// One server of the cluster over `database`, with a lease of `lease_secs`.
 fn replica(folder: &Path, database: &str, lease_secs: u64) -> ListeningServer {
+    replica_with(folder, database, lease_secs, &[])
+}
+
+/// [`replica`], with `extra` flags.
+fn replica_with(folder: &Path, database: &str, lease_secs: u64, extra: &[&str]) -> ListeningServer {
     let secret = folder.join("cluster-secret");
     std::fs::write(&secret, format!("{CLUSTER_SECRET}\n")).unwrap();
     {
@@ -42,20 +48,18 @@ fn replica(folder: &Path, database: &str, lease_secs: u64) -> ListeningServer {
     let port = free_port();
     let advertise = format!("http://127.0.0.1:{port}/mcp");
     let lease = lease_secs.to_string();
-    server_at(
-        folder,
-        &format!("127.0.0.1:{port}"),
-        &[
-            "--store",
-            database,
-            "--advertise",
-            &advertise,
-            "--cluster-token-file",
-            secret.to_str().unwrap(),
-            "--lease-secs",
-            &lease,
-        ],
-    )
+    let mut flags = vec![
+        "--store",
+        database,
+        "--advertise",
+        &advertise,
+        "--cluster-token-file",
+        secret.to_str().unwrap(),
+        "--lease-secs",
+        &lease,
+    ];
+    flags.extend_from_slice(extra);
+    server_at(folder, &format!("127.0.0.1:{port}"), &flags)
 }
 
 async fn wait(client: &Client, arguments: serde_json::Value) -> String {
@@ -302,4 +306,50 @@ fn the_cluster_secret_admits_only_servers_speaking_for_a_known_tenant() {
     let for_alpha = post(&[("Authorization", &bearer), ("X-Codemode-Tenant", "alpha")]);
     assert!(for_alpha.starts_with("HTTP/1.1 200"), "{for_alpha}");
     assert!(for_alpha.contains("ran"), "{for_alpha}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenants_cell_limit_holds_across_the_cluster() {
+    let Some(database) = TestPostgres::start("a_tenants_cell_limit_holds_across_the_cluster")
+    else {
+        return;
+    };
+    let url = database.url();
+    let limit = ["--max-cells-per-tenant", "1"];
+    let one = replica_with(&scratch("limit-0"), &url, 10, &limit);
+    let two = replica_with(&scratch("limit-1"), &url, 10, &limit);
+    let alpha_one = client(one.url(), ALPHA, Some("work")).await;
+    let alpha_two = client(two.url(), ALPHA, Some("other")).await;
+    let running = text_of(&exec(&alpha_one, COUNTING).await.expect("exec answers"));
+    let cell_id = running_cell_id(&running);
+    // The first server journals its cell (a moment later, in batches).
+    within("the cell to be journaled", async {
+        while database.psql(&format!(
+            "SELECT count(*) FROM codemode_cells WHERE cell_id = '{cell_id}'"
+        )) != "1"
+        {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    let refused = exec(&alpha_two, "text('second')")
+        .await
+        .expect_err("the tenant's one cell runs on the other server")
+        .to_string();
+    assert!(
+        refused.contains("your tenant already runs 1 cells across the cluster, the --max-cells-per-tenant limit of 1"),
+        "{refused}"
+    );
+    // Another tenant is not held back.
+    let beta_two = client(two.url(), BETA, Some("work")).await;
+    assert!(text_of(&exec(&beta_two, "text('beta ran')").await.unwrap()).contains("beta ran"));
+    // Once the cell ends, the tenant may run another anywhere.
+    wait(&alpha_one, json!({"cell_id": cell_id, "terminate": true})).await;
+    within("the cell's end to be journaled", async {
+        while database.psql("SELECT count(*) FROM codemode_cells") != "0" {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert!(text_of(&exec(&alpha_two, "text('second')").await.unwrap()).contains("second"));
 }

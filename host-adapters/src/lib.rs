@@ -16,7 +16,7 @@ mod tools;
 
 pub use store::{FORMAT_VERSION, FileStore, MemoryStore};
 #[cfg(feature = "postgres")]
-pub use store::{PostgresStore, Replica, SCHEMA_VERSION, is_database_url};
+pub use store::{JournalBatch, PostgresStore, Replica, SCHEMA_VERSION, is_database_url};
 pub use tools::{
     CompositeTools, InProcessTools, McpServerConfig, McpTools, McpTransport, call_result_to_value,
 };

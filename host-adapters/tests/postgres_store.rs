@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use codemode_host_adapters::{PostgresStore, SCHEMA_VERSION};
+use codemode_host_adapters::{JournalBatch, PostgresStore, SCHEMA_VERSION};
 use codemode_protocol::{StoredValue, StoredValues};
 use codemode_session::{Store, StoreErrorKind};
 use codemode_test_support::postgres::TestPostgres;
@@ -311,7 +311,7 @@ async fn a_database_of_the_first_schema_is_upgraded_and_keeps_its_values() {
         .unwrap();
     // As a server of schema version 1 left it.
     database.psql(
-        "DROP TABLE codemode_replicas; DROP TABLE codemode_tool_calls; \
+        "DROP TABLE codemode_replicas; DROP TABLE codemode_tool_calls; DROP TABLE codemode_cells; \
          UPDATE codemode_schema_version SET version = 1",
     );
     let upgraded = PostgresStore::connect(&database.url()).await.unwrap();
@@ -360,41 +360,61 @@ async fn a_replica_is_alive_while_its_lease_runs() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_journal_keeps_the_tool_calls_of_open_cells_and_forgets_closed_ones() {
-    let Some(database) = TestPostgres::start("the_journal_keeps_the_tool_calls") else {
+async fn the_journal_keeps_open_cells_and_their_tool_calls_and_forgets_closed_ones() {
+    let Some(database) = TestPostgres::start("the_journal_keeps_open_cells") else {
         return;
     };
     let store = PostgresStore::connect(&database.url()).await.unwrap();
-    let call = |session: &str, cell: &str, call: &str, tool: &str| {
-        (
-            session.to_owned(),
-            cell.to_owned(),
-            call.to_owned(),
-            tool.to_owned(),
-        )
-    };
-    store
-        .journal(
-            &[
-                call("s", "x-1", "tool-1", "demo__note"),
-                call("s", "x-1", "tool-2", "demo__add"),
-                call("s", "x-2", "tool-1", "demo__pid"),
-            ],
-            &[],
-        )
-        .await
-        .unwrap();
+    let long = std::time::Duration::from_secs(600);
+    store.join("here", "http://here/mcp", long).await.unwrap();
+    store.join("there", "http://there/mcp", long).await.unwrap();
+    let owned = |text: &str| text.to_owned();
+    let mut there = JournalBatch::default();
+    for (cell, tenant) in [("t-1", "alpha"), ("t-2", "alpha"), ("t-3", "beta")] {
+        there
+            .cells_started
+            .push((owned("alpha/work"), owned(cell), owned(tenant)));
+    }
+    there.calls_started.push((
+        owned("alpha/work"),
+        owned("t-1"),
+        owned("tool-1"),
+        owned("demo__note"),
+    ));
+    store.journal("there", &there).await.unwrap();
     assert_eq!(
-        store.tool_calls_of("s", "x-1").await.unwrap(),
-        [
-            ("tool-1".to_owned(), "demo__note".to_owned()),
-            ("tool-2".to_owned(), "demo__add".to_owned())
-        ]
+        store.cells_elsewhere("here", "alpha").await.unwrap(),
+        (2, 3),
+        "the other server's cells: alpha's, and all"
     );
-    store
-        .journal(&[], &[("s".to_owned(), "x-1".to_owned())])
-        .await
-        .unwrap();
-    assert!(store.tool_calls_of("s", "x-1").await.unwrap().is_empty());
-    assert_eq!(store.tool_calls_of("s", "x-2").await.unwrap().len(), 1);
+    assert_eq!(
+        store.cells_elsewhere("there", "alpha").await.unwrap(),
+        (0, 0)
+    );
+    assert_eq!(
+        store.tool_calls_of("alpha/work", "t-1").await.unwrap(),
+        [("tool-1".to_owned(), "demo__note".to_owned())]
+    );
+    let mut closing = JournalBatch::default();
+    closing
+        .cells_closed
+        .push(("alpha/work".to_owned(), "t-1".to_owned()));
+    store.journal("there", &closing).await.unwrap();
+    assert!(
+        store
+            .tool_calls_of("alpha/work", "t-1")
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(
+        store.cells_elsewhere("here", "alpha").await.unwrap(),
+        (1, 2)
+    );
+    // A server whose lease ran out counts no more.
+    store.leave("there").await.unwrap();
+    assert_eq!(
+        store.cells_elsewhere("here", "alpha").await.unwrap(),
+        (0, 0)
+    );
 }

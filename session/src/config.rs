@@ -58,7 +58,8 @@ pub struct SessionConfig {
     /// there, so that ids are unique across servers and say which one runs the cell. `None`:
     /// `"1"`, `"2"`, ….
     pub cell_id_prefix: Option<String>,
-    /// Told of each tool call a cell starts and of each cell that closes, as they happen: for a
+    /// Told of each cell that starts, each tool call it starts and each cell that closes, as they
+    /// happen: for a
     /// journal kept outside the process (a cluster's record of what a server's cells had started,
     /// should the server die). Called on the session's tasks; it must not block.
     pub on_cell_activity: Option<CellActivityHook>,
@@ -69,6 +70,15 @@ pub struct SessionConfig {
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum CellActivity {
+    /// A cell started.
+    CellStarted {
+        /// The session's id.
+        session: String,
+        /// The cell's id.
+        cell_id: String,
+        /// The session's tenant ([`SessionConfig::tenant`]).
+        tenant: Option<String>,
+    },
     /// A cell started a tool call.
     ToolCallStarted {
         /// The session's id.

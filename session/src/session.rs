@@ -488,6 +488,14 @@ impl Session {
                     source: Arc::clone(&source),
                 },
             );
+            // Under the registry's lock, which the cell's close takes too: heard before it.
+            if let Some(hook) = &shared.config.on_cell_activity {
+                hook(crate::CellActivity::CellStarted {
+                    session: shared.id.clone(),
+                    cell_id: cell_id.clone(),
+                    tenant: shared.config.tenant.clone(),
+                });
+            }
             first_observation
         };
         tracing::info!(session = %shared.id, cell_id, "cell started");

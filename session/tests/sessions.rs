@@ -651,11 +651,12 @@ async fn tools_that_change_are_listed_again_for_the_cells_that_start_after() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_activity_hook_hears_each_tool_call_started_and_each_cell_closed() {
+async fn the_activity_hook_hears_each_cell_started_its_tool_calls_and_its_close() {
     use codemode_session::CellActivity;
     let heard = Arc::new(std::sync::Mutex::new(Vec::new()));
     let mut config = SessionConfig::default();
     config.cell_id_prefix = Some("a1b2c3d4e5f6".into());
+    config.tenant = Some("acme".into());
     config.on_cell_activity = Some({
         let heard = Arc::clone(&heard);
         Arc::new(move |activity| heard.lock().unwrap().push(activity))
@@ -686,15 +687,27 @@ async fn the_activity_hook_hears_each_tool_call_started_and_each_cell_closed() {
         call_id: call_id.into(),
         tool: "echo".into(),
     };
+    let heard = heard.lock().unwrap().clone();
+    // The cell's start and its first call race (the cell runs while it is being registered);
+    // its calls come in order, and its close comes last.
+    let cell_started = CellActivity::CellStarted {
+        session: "journaled".into(),
+        cell_id: "a1b2c3d4e5f6-1".into(),
+        tenant: Some("acme".into()),
+    };
+    assert_eq!(heard.len(), 4, "{heard:?}");
+    assert!(heard[..3].contains(&cell_started), "{heard:?}");
+    let calls: Vec<_> = heard
+        .iter()
+        .filter(|activity| matches!(activity, CellActivity::ToolCallStarted { .. }))
+        .cloned()
+        .collect();
+    assert_eq!(calls, [started("tool-1"), started("tool-2")]);
     assert_eq!(
-        *heard.lock().unwrap(),
-        [
-            started("tool-1"),
-            started("tool-2"),
-            CellActivity::CellClosed {
-                session: "journaled".into(),
-                cell_id: "a1b2c3d4e5f6-1".into(),
-            },
-        ]
+        heard[3],
+        CellActivity::CellClosed {
+            session: "journaled".into(),
+            cell_id: "a1b2c3d4e5f6-1".into(),
+        }
     );
 }

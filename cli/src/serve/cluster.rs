@@ -12,7 +12,7 @@
 
 use std::time::Duration;
 
-use codemode_host_adapters::PostgresStore;
+use codemode_host_adapters::{JournalBatch, PostgresStore};
 use codemode_session::CellActivity;
 use rmcp::ServiceExt;
 use rmcp::transport::StreamableHttpClientTransport;
@@ -144,6 +144,15 @@ impl Cluster {
         }
     }
 
+    /// How many cells the other servers of the cluster run: of `tenant`, and in all (as last
+    /// journaled, a moment behind).
+    pub(super) async fn cells_elsewhere(&self, tenant: &str) -> Result<(usize, usize), String> {
+        self.store
+            .cells_elsewhere(&self.id, tenant)
+            .await
+            .map_err(|error| error.to_string())
+    }
+
     /// The id of the server that runs `cell_id`, when that is another server.
     pub(super) fn owner_elsewhere<'a>(&self, cell_id: &'a str) -> Option<&'a str> {
         let (server, _) = cell_id.split_once('-')?;
@@ -273,7 +282,7 @@ pub(super) fn was_forwarded(extensions: &rmcp::model::Extensions) -> bool {
 }
 
 /// Writes the sessions' cell activity to the journal, gathered for [`JOURNAL_INTERVAL`] at a time
-/// (so a call started in the last moment before a crash may be missing), until the cluster goes.
+/// (so what happened in the last moment before a crash may be missing), until the cluster goes.
 async fn write_journal(
     cluster: Arc<Cluster>,
     mut activity: tokio::sync::mpsc::UnboundedReceiver<CellActivity>,
@@ -281,22 +290,24 @@ async fn write_journal(
     let cluster = Arc::downgrade(&cluster);
     while let Some(first) = activity.recv().await {
         tokio::time::sleep(JOURNAL_INTERVAL).await;
-        let mut started = Vec::new();
-        let mut closed = Vec::new();
+        let mut batch = JournalBatch::default();
         for each in std::iter::once(first).chain(std::iter::from_fn(|| activity.try_recv().ok())) {
             match each {
+                CellActivity::CellStarted {
+                    session,
+                    cell_id,
+                    tenant,
+                } => batch
+                    .cells_started
+                    .push((session, cell_id, tenant.unwrap_or_default())),
                 CellActivity::ToolCallStarted {
                     session,
                     cell_id,
                     call_id,
                     tool,
-                } => started.push((session, cell_id, call_id, tool)),
+                } => batch.calls_started.push((session, cell_id, call_id, tool)),
                 CellActivity::CellClosed { session, cell_id } => {
-                    // A cell that opened and closed within the batch needs no row at all.
-                    started.retain(|call: &(String, String, String, String)| {
-                        call.0 != session || call.1 != cell_id
-                    });
-                    closed.push((session, cell_id));
+                    batch.cells_closed.push((session, cell_id));
                 }
                 _ => {}
             }
@@ -304,8 +315,8 @@ async fn write_journal(
         let Some(cluster) = cluster.upgrade() else {
             return;
         };
-        if let Err(error) = cluster.store.journal(&started, &closed).await {
-            tracing::warn!(%error, "cannot journal the cells' tool calls");
+        if let Err(error) = cluster.store.journal(&cluster.id, &batch).await {
+            tracing::warn!(%error, "cannot journal the cells' activity");
         }
     }
 }

@@ -125,7 +125,7 @@ impl CodemodeServer {
             .client_capabilities()
             .is_some_and(|capabilities| capabilities.supports_tasks());
         let live = self.session(&context.extensions, &context.peer).await?;
-        self.check_cell_limit(&live.tenant)?;
+        self.check_cell_limit(&live.tenant).await?;
         let session = &live.session;
         let call_id = format!("mcp-{}", request_id_text(&context));
         let progress = Progress::start(&context, session, Watched::Call(call_id.clone()));

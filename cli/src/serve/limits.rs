@@ -51,15 +51,19 @@ impl ServerLimits {
 
 impl CodemodeServer {
     /// Refuses a new cell when the server runs its --max-cells limit of cells already, or the
-    /// tenant its share.
-    pub(super) fn check_cell_limit(&self, tenant: &str) -> Result<(), ErrorData> {
-        let live = self.shared.live_sessions();
-        let yours: usize = live
-            .iter()
-            .filter(|live| live.tenant == tenant)
-            .map(|live| live.session.active_cells())
-            .sum();
-        let running: usize = live.iter().map(|live| live.session.active_cells()).sum();
+    /// tenant its share: in a cluster, the tenant's cells on every server count (as the other
+    /// servers last journaled them); the --max-cells limit is each server's own.
+    pub(super) async fn check_cell_limit(&self, tenant: &str) -> Result<(), ErrorData> {
+        let (yours, running) = {
+            let live = self.shared.live_sessions();
+            let yours: usize = live
+                .iter()
+                .filter(|live| live.tenant == tenant)
+                .map(|live| live.session.active_cells())
+                .sum();
+            let running: usize = live.iter().map(|live| live.session.active_cells()).sum();
+            (yours, running)
+        };
         if running >= self.shared.limits.max_cells {
             return Err(ErrorData::internal_error(
                 format!(
@@ -70,11 +74,23 @@ impl CodemodeServer {
                 None,
             ));
         }
+        let (yours, where_) = match &self.shared.cluster {
+            None => (yours, ""),
+            Some(cluster) => match cluster.cells_elsewhere(tenant).await {
+                Ok((elsewhere, _)) => (yours + elsewhere, " across the cluster"),
+                Err(error) => {
+                    // The database is needed to start a cell anyway: count this server's.
+                    tracing::warn!(%error, "cannot count the cluster's cells");
+                    (yours, "")
+                }
+            },
+        };
         if yours >= self.shared.limits.max_cells_per_tenant {
             return Err(ErrorData::internal_error(
                 format!(
-                    "your tenant already runs {yours} cells, the --max-cells-per-tenant limit of \
-                     {}; wait for one to finish, or terminate one with wait {{\"terminate\": true}}",
+                    "your tenant already runs {yours} cells{where_}, the --max-cells-per-tenant \
+                     limit of {}; wait for one to finish, or terminate one with wait \
+                     {{\"terminate\": true}}",
                     self.shared.limits.max_cells_per_tenant
                 ),
                 None,

@@ -21,8 +21,10 @@
 //!   address they serve and a lease they renew ([`PostgresStore::join`], [`PostgresStore::renew`],
 //!   [`PostgresStore::leave`]); another server finds where a cell runs, and whether that server
 //!   is still there, with [`PostgresStore::replica`]. Leases are judged by the database's clock.
-//!   Each server journals the tool calls its open cells start ([`PostgresStore::journal`]), so
-//!   that when it dies the others can say what its cells had set going.
+//!   Each server journals its open cells and the tool calls they start
+//!   ([`PostgresStore::journal`]), so that the others can count a tenant's cells across the
+//!   cluster ([`PostgresStore::cells_elsewhere`]) and, when it dies, say what its cells had set
+//!   going.
 //!
 //! Connections are plain TCP or a Unix socket (no TLS): run the database on the servers' private
 //! network or on the same host.
@@ -36,7 +38,7 @@ use deadpool_postgres::{Manager, ManagerConfig, Pool, PoolError, RecyclingMethod
 use tokio_postgres::error::SqlState;
 
 /// The schema version this program writes and reads.
-pub const SCHEMA_VERSION: i32 = 3;
+pub const SCHEMA_VERSION: i32 = 4;
 
 /// The steps from one schema version to the next: step `n` takes version `n` to `n + 1`.
 const MIGRATIONS: &[&str] = &[
@@ -64,6 +66,16 @@ const MIGRATIONS: &[&str] = &[
          tool TEXT NOT NULL,
          started_at TIMESTAMPTZ NOT NULL DEFAULT now(),
          PRIMARY KEY (session, cell_id, call_id)
+     )",
+    // 3 -> 4: each server's open cells and their tenants (for the limits per tenant across the
+    // cluster).
+    "CREATE TABLE codemode_cells (
+         session TEXT NOT NULL,
+         cell_id TEXT NOT NULL,
+         server TEXT NOT NULL,
+         tenant TEXT NOT NULL,
+         started_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+         PRIMARY KEY (session, cell_id)
      )",
 ];
 
@@ -280,19 +292,35 @@ impl PostgresStore {
         }))
     }
 
-    /// Records tool calls that cells started, `(session, cell id, call id, tool)`, and forgets
-    /// those of cells that closed, `(session, cell id)`, in one transaction.
-    pub async fn journal(
-        &self,
-        started: &[(String, String, String, String)],
-        closed: &[(String, String)],
-    ) -> Result<(), StoreError> {
+    /// Writes one batch of a server's cell activity in one transaction: the cells it started and
+    /// the tool calls they started are recorded, and cells that closed forgotten.
+    pub async fn journal(&self, server: &str, batch: &JournalBatch) -> Result<(), StoreError> {
         let mut client = self.client().await?;
-        let failed = |error| self.failed("record tool calls in", error);
+        let failed = |error| self.failed("journal cell activity in", error);
         let transaction = client.transaction().await.map_err(failed)?;
-        if !started.is_empty() {
+        if !batch.cells_started.is_empty() {
+            let column = |pick: fn(&(String, String, String)) -> &str| -> Vec<&str> {
+                batch.cells_started.iter().map(pick).collect()
+            };
+            transaction
+                .execute(
+                    "INSERT INTO codemode_cells (session, cell_id, tenant, server)
+                     SELECT session, cell_id, tenant, $4
+                     FROM UNNEST($1::text[], $2::text[], $3::text[]) AS c(session, cell_id, tenant)
+                     ON CONFLICT DO NOTHING",
+                    &[
+                        &column(|cell| &cell.0),
+                        &column(|cell| &cell.1),
+                        &column(|cell| &cell.2),
+                        &server,
+                    ],
+                )
+                .await
+                .map_err(failed)?;
+        }
+        if !batch.calls_started.is_empty() {
             let column = |pick: fn(&(String, String, String, String)) -> &str| -> Vec<&str> {
-                started.iter().map(pick).collect()
+                batch.calls_started.iter().map(pick).collect()
             };
             transaction
                 .execute(
@@ -309,20 +337,46 @@ impl PostgresStore {
                 .await
                 .map_err(failed)?;
         }
-        if !closed.is_empty() {
-            let sessions: Vec<&str> = closed.iter().map(|cell| cell.0.as_str()).collect();
-            let cells: Vec<&str> = closed.iter().map(|cell| cell.1.as_str()).collect();
-            transaction
-                .execute(
-                    "DELETE FROM codemode_tool_calls AS calls
-                     USING UNNEST($1::text[], $2::text[]) AS closed(session, cell_id)
-                     WHERE calls.session = closed.session AND calls.cell_id = closed.cell_id",
-                    &[&sessions, &cells],
-                )
-                .await
-                .map_err(failed)?;
+        if !batch.cells_closed.is_empty() {
+            let sessions: Vec<&str> = batch.cells_closed.iter().map(|c| c.0.as_str()).collect();
+            let cells: Vec<&str> = batch.cells_closed.iter().map(|c| c.1.as_str()).collect();
+            for table in ["codemode_tool_calls", "codemode_cells"] {
+                transaction
+                    .execute(
+                        &format!(
+                            "DELETE FROM {table} AS t
+                             USING UNNEST($1::text[], $2::text[]) AS closed(session, cell_id)
+                             WHERE t.session = closed.session AND t.cell_id = closed.cell_id"
+                        ),
+                        &[&sessions, &cells],
+                    )
+                    .await
+                    .map_err(failed)?;
+            }
         }
         transaction.commit().await.map_err(failed)
+    }
+
+    /// How many cells the servers other than `server` whose leases run have open: of `tenant`,
+    /// and in all.
+    pub async fn cells_elsewhere(
+        &self,
+        server: &str,
+        tenant: &str,
+    ) -> Result<(usize, usize), StoreError> {
+        let client = self.client().await?;
+        let row = client
+            .query_one(
+                "SELECT count(*) FILTER (WHERE cells.tenant = $2), count(*)
+                 FROM codemode_cells AS cells JOIN codemode_replicas AS servers
+                 ON servers.id = cells.server
+                 WHERE cells.server <> $1 AND servers.lease_expires_at > now()",
+                &[&server, &tenant],
+            )
+            .await
+            .map_err(|error| self.failed("count the cluster's cells in", error))?;
+        let count = |index| usize::try_from(row.get::<_, i64>(index)).unwrap_or(0);
+        Ok((count(0), count(1)))
     }
 
     /// The tool calls cell `cell_id` of `session` started and that were recorded, in the order
@@ -447,6 +501,27 @@ impl Store for PostgresStore {
             .await
             .map_err(|error| self.failed("commit stored values to", error))?;
         Ok(())
+    }
+}
+
+/// One batch of a server's cell activity for [`PostgresStore::journal`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct JournalBatch {
+    /// Cells that started: `(session, cell id, tenant)`.
+    pub cells_started: Vec<(String, String, String)>,
+    /// Tool calls that cells started: `(session, cell id, call id, tool)`.
+    pub calls_started: Vec<(String, String, String, String)>,
+    /// Cells that closed: `(session, cell id)`.
+    pub cells_closed: Vec<(String, String)>,
+}
+
+impl JournalBatch {
+    /// Whether there is nothing to write.
+    pub fn is_empty(&self) -> bool {
+        self.cells_started.is_empty()
+            && self.calls_started.is_empty()
+            && self.cells_closed.is_empty()
     }
 }
 
