@@ -685,3 +685,50 @@ async fn every_mcp_session_naming_a_session_is_told_when_its_cell_finishes_in_th
         .await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_of_mcp_2026_07_28_without_sessions_reaches_its_cells_from_any_request() {
+    use rmcp::model::ProtocolVersion;
+    use rmcp::service::{ClientLifecycleMode, ClientServiceExt};
+    let folder = scratch("revision-2026");
+    // MCP sessions on: a 2026-07-28 client is served without them all the same.
+    let served = server(&folder, &["--mcp-sessions", "on"]);
+    let connect = || {
+        let mut config =
+            StreamableHttpClientTransportConfig::with_uri(served.url()).auth_header(ALPHA);
+        config.custom_headers.insert(
+            http::HeaderName::from_static("x-codemode-session"),
+            http::HeaderValue::from_static("work"),
+        );
+        async move {
+            within(
+                "connect with server/discover",
+                ().serve_with_lifecycle(
+                    StreamableHttpClientTransport::from_config(config),
+                    ClientLifecycleMode::Discover {
+                        preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+                    },
+                ),
+            )
+            .await
+            .expect("the client discovers the server")
+        }
+    };
+    let starter = connect().await;
+    assert_eq!(
+        starter.peer_info().map(|info| info.protocol_version.clone()),
+        Some(ProtocolVersion::V_2026_07_28)
+    );
+    let running = text_of(
+        &exec(
+            &starter,
+            "// @exec: {\"yield_time_ms\": 0}\nawait new Promise((resolve) => setTimeout(resolve, 300));\ntext(\"finished\");",
+        )
+        .await
+        .expect("exec answers"),
+    );
+    let cell_id = running_cell_id(&running);
+    let other = connect().await;
+    let ended = wait_on(&other, &cell_id).await;
+    assert!(ended.contains("finished"), "{ended}");
+}
