@@ -353,3 +353,42 @@ async fn a_tenants_cell_limit_holds_across_the_cluster() {
     .await;
     assert!(text_of(&exec(&alpha_two, "text('second')").await.unwrap()).contains("second"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenants_session_limit_holds_across_the_cluster_and_counts_a_session_once() {
+    let Some(database) = TestPostgres::start("a_tenants_session_limit_holds_across") else {
+        return;
+    };
+    let url = database.url();
+    let limit = ["--max-sessions-per-tenant", "1"];
+    let one = replica_with(&scratch("sessions-0"), &url, 10, &limit);
+    let two = replica_with(&scratch("sessions-1"), &url, 10, &limit);
+    let work_one = client(one.url(), ALPHA, Some("work")).await;
+    assert!(text_of(&exec(&work_one, "text('here')").await.unwrap()).contains("here"));
+    within("the session to be journaled", async {
+        while database.psql("SELECT count(*) FROM codemode_open_sessions WHERE tenant = 'alpha'")
+            != "1"
+        {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    let other_two = client(two.url(), ALPHA, Some("other")).await;
+    let refused = exec(&other_two, "text('second')")
+        .await
+        .expect_err("the tenant's one session is open on the other server")
+        .to_string();
+    assert!(
+        refused.contains(
+            "your tenant already has 1 sessions across the cluster, the \
+             --max-sessions-per-tenant limit of 1"
+        ),
+        "{refused}"
+    );
+    // The same session on another server is the same session.
+    let work_two = client(two.url(), ALPHA, Some("work")).await;
+    assert!(text_of(&exec(&work_two, "text('there')").await.unwrap()).contains("there"));
+    // Another tenant is not held back.
+    let beta_two = client(two.url(), BETA, Some("work")).await;
+    assert!(text_of(&exec(&beta_two, "text('beta')").await.unwrap()).contains("beta"));
+}

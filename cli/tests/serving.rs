@@ -716,7 +716,9 @@ async fn a_client_of_mcp_2026_07_28_without_sessions_reaches_its_cells_from_any_
     };
     let starter = connect().await;
     assert_eq!(
-        starter.peer_info().map(|info| info.protocol_version.clone()),
+        starter
+            .peer_info()
+            .map(|info| info.protocol_version.clone()),
         Some(ProtocolVersion::V_2026_07_28)
     );
     let running = text_of(

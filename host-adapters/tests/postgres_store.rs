@@ -311,8 +311,8 @@ async fn a_database_of_the_first_schema_is_upgraded_and_keeps_its_values() {
         .unwrap();
     // As a server of schema version 1 left it.
     database.psql(
-        "DROP TABLE codemode_replicas; DROP TABLE codemode_tool_calls; DROP TABLE codemode_cells; \
-         UPDATE codemode_schema_version SET version = 1",
+        "DROP TABLE codemode_replicas, codemode_tool_calls, codemode_cells, \
+         codemode_open_sessions; UPDATE codemode_schema_version SET version = 1",
     );
     let upgraded = PostgresStore::connect(&database.url()).await.unwrap();
     assert_eq!(upgraded.schema_version().await.unwrap(), SCHEMA_VERSION);
@@ -411,10 +411,35 @@ async fn the_journal_keeps_open_cells_and_their_tool_calls_and_forgets_closed_on
         store.cells_elsewhere("here", "alpha").await.unwrap(),
         (1, 2)
     );
+    // Open sessions: distinct, per tenant, of the other servers.
+    let mut sessions = JournalBatch::default();
+    sessions.sessions_opened = vec![
+        (owned("alpha/work"), owned("alpha")),
+        (owned("alpha/play"), owned("alpha")),
+        (owned("beta/work"), owned("beta")),
+    ];
+    store.journal("there", &sessions).await.unwrap();
+    let mut open = store.sessions_elsewhere("here", "alpha").await.unwrap();
+    open.sort();
+    assert_eq!(open, ["alpha/play", "alpha/work"]);
+    let mut closing = JournalBatch::default();
+    closing.sessions_closed = vec![owned("alpha/play")];
+    store.journal("there", &closing).await.unwrap();
+    assert_eq!(
+        store.sessions_elsewhere("here", "alpha").await.unwrap(),
+        ["alpha/work"]
+    );
     // A server whose lease ran out counts no more.
     store.leave("there").await.unwrap();
     assert_eq!(
         store.cells_elsewhere("here", "alpha").await.unwrap(),
         (0, 0)
+    );
+    assert!(
+        store
+            .sessions_elsewhere("here", "alpha")
+            .await
+            .unwrap()
+            .is_empty()
     );
 }

@@ -41,8 +41,18 @@ pub(super) struct Cluster {
     /// What servers of the cluster present to one another.
     token: String,
     lease: Duration,
-    /// Where the sessions' cell activity goes, for the journal writer.
-    journal: tokio::sync::mpsc::UnboundedSender<CellActivity>,
+    /// Where the sessions' activity goes, for the journal writer.
+    journal: tokio::sync::mpsc::UnboundedSender<Activity>,
+}
+
+/// What the journal writer records.
+pub(super) enum Activity {
+    /// What a session's cells did.
+    Cell(CellActivity),
+    /// This server opened a session of a tenant.
+    SessionOpened { session: String, tenant: String },
+    /// This server closed a session.
+    SessionClosed { session: String },
 }
 
 impl Cluster {
@@ -111,8 +121,30 @@ impl Cluster {
     pub(super) fn activity_hook(&self) -> codemode_session::CellActivityHook {
         let journal = self.journal.clone();
         Arc::new(move |activity| {
-            let _ = journal.send(activity);
+            let _ = journal.send(Activity::Cell(activity));
         })
+    }
+
+    /// Journals that this server opened (`true`) or closed a session of `tenant`.
+    pub(super) fn session_opened(&self, session: &str, tenant: &str, opened: bool) {
+        let _ = self.journal.send(if opened {
+            Activity::SessionOpened {
+                session: session.to_owned(),
+                tenant: tenant.to_owned(),
+            }
+        } else {
+            Activity::SessionClosed {
+                session: session.to_owned(),
+            }
+        });
+    }
+
+    /// The sessions of `tenant` the other servers of the cluster have open (as last journaled).
+    pub(super) async fn sessions_elsewhere(&self, tenant: &str) -> Result<Vec<String>, String> {
+        self.store
+            .sessions_elsewhere(&self.id, tenant)
+            .await
+            .map_err(|error| error.to_string())
     }
 
     /// The secret the gate admits other servers of the cluster with.
@@ -285,7 +317,7 @@ pub(super) fn was_forwarded(extensions: &rmcp::model::Extensions) -> bool {
 /// (so what happened in the last moment before a crash may be missing), until the cluster goes.
 async fn write_journal(
     cluster: Arc<Cluster>,
-    mut activity: tokio::sync::mpsc::UnboundedReceiver<CellActivity>,
+    mut activity: tokio::sync::mpsc::UnboundedReceiver<Activity>,
 ) {
     let cluster = Arc::downgrade(&cluster);
     while let Some(first) = activity.recv().await {
@@ -293,23 +325,33 @@ async fn write_journal(
         let mut batch = JournalBatch::default();
         for each in std::iter::once(first).chain(std::iter::from_fn(|| activity.try_recv().ok())) {
             match each {
-                CellActivity::CellStarted {
+                Activity::Cell(CellActivity::CellStarted {
                     session,
                     cell_id,
                     tenant,
-                } => batch
+                }) => batch
                     .cells_started
                     .push((session, cell_id, tenant.unwrap_or_default())),
-                CellActivity::ToolCallStarted {
+                Activity::Cell(CellActivity::ToolCallStarted {
                     session,
                     cell_id,
                     call_id,
                     tool,
-                } => batch.calls_started.push((session, cell_id, call_id, tool)),
-                CellActivity::CellClosed { session, cell_id } => {
+                }) => batch.calls_started.push((session, cell_id, call_id, tool)),
+                Activity::Cell(CellActivity::CellClosed { session, cell_id }) => {
                     batch.cells_closed.push((session, cell_id));
                 }
-                _ => {}
+                Activity::Cell(_) => {}
+                Activity::SessionOpened { session, tenant } => {
+                    batch.sessions_closed.retain(|closed| *closed != session);
+                    batch.sessions_opened.push((session, tenant));
+                }
+                Activity::SessionClosed { session } => {
+                    batch
+                        .sessions_opened
+                        .retain(|(opened, _)| *opened != session);
+                    batch.sessions_closed.push(session);
+                }
             }
         }
         let Some(cluster) = cluster.upgrade() else {

@@ -82,6 +82,16 @@ pub(super) struct LiveSession {
     pub(super) tenant: String,
     pub(super) last_used: std::sync::Mutex<Instant>,
     pub(super) tasks: TaskManager,
+    /// The cluster this server is in, told when the session closes.
+    pub(super) cluster: Option<Arc<Cluster>>,
+}
+
+impl Drop for LiveSession {
+    fn drop(&mut self) {
+        if let Some(cluster) = &self.cluster {
+            cluster.session_opened(self.session.id(), &self.tenant, false);
+        }
+    }
 }
 
 impl LiveSession {
@@ -378,21 +388,37 @@ impl CodemodeServer {
                 None,
             ));
         }
-        let yours = live
+        let mut yours: std::collections::HashSet<String> = live
             .iter()
             .filter(|live| live.tenant == identity.tenant)
-            .count();
+            .map(|live| live.session.id().to_owned())
+            .collect();
+        drop(live);
+        // In a cluster, the tenant's sessions on every server count (one named session open on
+        // several servers is one session).
+        let mut where_ = "";
+        if let Some(cluster) = &shared.cluster {
+            match cluster.sessions_elsewhere(&identity.tenant).await {
+                Ok(elsewhere) => {
+                    yours.extend(elsewhere);
+                    where_ = " across the cluster";
+                }
+                Err(error) => tracing::warn!(%error, "cannot count the cluster's sessions"),
+            }
+        }
+        // The session being opened may be open elsewhere already: it is not another one.
+        yours.remove(&identity.store_key);
+        let yours = yours.len();
         if yours >= shared.limits.max_sessions_per_tenant {
             return Err(ErrorData::internal_error(
                 format!(
-                    "your tenant already has {yours} sessions, the --max-sessions-per-tenant \
-                     limit of {}; close one, or try again later",
+                    "your tenant already has {yours} sessions{where_}, the \
+                     --max-sessions-per-tenant limit of {}; close one, or try again later",
                     shared.limits.max_sessions_per_tenant
                 ),
                 None,
             ));
         }
-        drop(live);
         let mut config = shared.args.config();
         // A long-running server bounds what it buffers per cell (server output mode).
         config.output_mode = OutputMode::server();
@@ -418,11 +444,15 @@ impl CodemodeServer {
             )
             .await
             .map_err(|error| ErrorData::internal_error(error.message, None))?;
+        if let Some(cluster) = &shared.cluster {
+            cluster.session_opened(&identity.store_key, &identity.tenant, true);
+        }
         let live = Arc::new(LiveSession {
             session,
             tenant: identity.tenant.clone(),
             last_used: std::sync::Mutex::new(Instant::now()),
             tasks: TaskManager::new(),
+            cluster: shared.cluster.clone(),
         });
         shared
             .live

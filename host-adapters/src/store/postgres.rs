@@ -38,7 +38,7 @@ use deadpool_postgres::{Manager, ManagerConfig, Pool, PoolError, RecyclingMethod
 use tokio_postgres::error::SqlState;
 
 /// The schema version this program writes and reads.
-pub const SCHEMA_VERSION: i32 = 4;
+pub const SCHEMA_VERSION: i32 = 5;
 
 /// The steps from one schema version to the next: step `n` takes version `n` to `n + 1`.
 const MIGRATIONS: &[&str] = &[
@@ -76,6 +76,14 @@ const MIGRATIONS: &[&str] = &[
          tenant TEXT NOT NULL,
          started_at TIMESTAMPTZ NOT NULL DEFAULT now(),
          PRIMARY KEY (session, cell_id)
+     )",
+    // 4 -> 5: the sessions each server has open, and their tenants.
+    "CREATE TABLE codemode_open_sessions (
+         server TEXT NOT NULL,
+         session TEXT NOT NULL,
+         tenant TEXT NOT NULL,
+         opened_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+         PRIMARY KEY (server, session)
      )",
 ];
 
@@ -354,7 +362,50 @@ impl PostgresStore {
                     .map_err(failed)?;
             }
         }
+        if !batch.sessions_opened.is_empty() {
+            let sessions: Vec<&str> = batch.sessions_opened.iter().map(|s| s.0.as_str()).collect();
+            let tenants: Vec<&str> = batch.sessions_opened.iter().map(|s| s.1.as_str()).collect();
+            transaction
+                .execute(
+                    "INSERT INTO codemode_open_sessions (server, session, tenant)
+                     SELECT $3, session, tenant FROM UNNEST($1::text[], $2::text[]) AS s(session, tenant)
+                     ON CONFLICT DO NOTHING",
+                    &[&sessions, &tenants, &server],
+                )
+                .await
+                .map_err(failed)?;
+        }
+        if !batch.sessions_closed.is_empty() {
+            transaction
+                .execute(
+                    "DELETE FROM codemode_open_sessions WHERE server = $1 AND session = ANY($2)",
+                    &[&server, &batch.sessions_closed],
+                )
+                .await
+                .map_err(failed)?;
+        }
         transaction.commit().await.map_err(failed)
+    }
+
+    /// The sessions of `tenant` that the servers other than `server` whose leases run have open.
+    pub async fn sessions_elsewhere(
+        &self,
+        server: &str,
+        tenant: &str,
+    ) -> Result<Vec<String>, StoreError> {
+        let client = self.client().await?;
+        let rows = client
+            .query(
+                "SELECT DISTINCT sessions.session
+                 FROM codemode_open_sessions AS sessions JOIN codemode_replicas AS servers
+                 ON servers.id = sessions.server
+                 WHERE sessions.server <> $1 AND sessions.tenant = $2
+                   AND servers.lease_expires_at > now()",
+                &[&server, &tenant],
+            )
+            .await
+            .map_err(|error| self.failed("count the cluster's sessions in", error))?;
+        Ok(rows.iter().map(|row| row.get(0)).collect())
     }
 
     /// How many cells the servers other than `server` whose leases run have open: of `tenant`,
@@ -514,6 +565,10 @@ pub struct JournalBatch {
     pub calls_started: Vec<(String, String, String, String)>,
     /// Cells that closed: `(session, cell id)`.
     pub cells_closed: Vec<(String, String)>,
+    /// Sessions the server opened: `(session, tenant)`.
+    pub sessions_opened: Vec<(String, String)>,
+    /// Sessions the server closed.
+    pub sessions_closed: Vec<String>,
 }
 
 impl JournalBatch {
