@@ -143,24 +143,27 @@ impl SessionArgs {
         config
     }
 
+    /// The database URL `--store` gives, when it names a database rather than a directory.
+    pub fn database_url(&self) -> Option<&str> {
+        self.store
+            .as_ref()
+            .and_then(|store| store.to_str())
+            .filter(|store| codemode_host_adapters::is_database_url(store))
+    }
+
     /// The store `--store` names; a database's schema is created or upgraded here.
     pub async fn store(&self) -> Result<Arc<dyn Store>, SetupError> {
         let failed = |error: codemode_session::StoreError| SetupError {
             message: error.to_string(),
             usage: false,
         };
+        if let Some(url) = self.database_url() {
+            let store = PostgresStore::connect(url).await.map_err(failed)?;
+            tracing::info!(database = %store.target(), "stored values are in PostgreSQL");
+            return Ok(Arc::new(store));
+        }
         Ok(match &self.store {
             None => Arc::new(MemoryStore::new()),
-            Some(url)
-                if url
-                    .to_str()
-                    .is_some_and(codemode_host_adapters::is_database_url) =>
-            {
-                let url = url.to_str().unwrap_or_default();
-                let store = PostgresStore::connect(url).await.map_err(failed)?;
-                tracing::info!(database = %store.target(), "stored values are in PostgreSQL");
-                Arc::new(store)
-            }
             Some(path) => Arc::new(FileStore::open(path).map_err(failed)?),
         })
     }

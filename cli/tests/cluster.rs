@@ -144,15 +144,13 @@ async fn wait_on_a_cell_of_a_killed_server_says_so_within_the_lease() {
     );
     let cell_id = running_cell_id(&running);
     // The server journals the tool calls its cells start (a moment later, in batches).
-    within("the tool call to be journaled", async {
-        while database.psql(&format!(
-            "SELECT count(*) FROM codemode_tool_calls WHERE cell_id = '{cell_id}'"
-        )) != "1"
-        {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await;
+    database
+        .wait_for(
+            "the tool call to be journaled",
+            &format!("SELECT count(*) FROM codemode_tool_calls WHERE cell_id = '{cell_id}'"),
+            "1",
+        )
+        .await;
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(doomed.id() as i32),
         nix::sys::signal::Signal::SIGKILL,
@@ -323,15 +321,13 @@ async fn a_tenants_cell_limit_holds_across_the_cluster() {
     let running = text_of(&exec(&alpha_one, COUNTING).await.expect("exec answers"));
     let cell_id = running_cell_id(&running);
     // The first server journals its cell (a moment later, in batches).
-    within("the cell to be journaled", async {
-        while database.psql(&format!(
-            "SELECT count(*) FROM codemode_cells WHERE cell_id = '{cell_id}'"
-        )) != "1"
-        {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await;
+    database
+        .wait_for(
+            "the cell to be journaled",
+            &format!("SELECT count(*) FROM codemode_cells WHERE cell_id = '{cell_id}'"),
+            "1",
+        )
+        .await;
     let refused = exec(&alpha_two, "text('second')")
         .await
         .expect_err("the tenant's one cell runs on the other server")
@@ -345,12 +341,13 @@ async fn a_tenants_cell_limit_holds_across_the_cluster() {
     assert!(text_of(&exec(&beta_two, "text('beta ran')").await.unwrap()).contains("beta ran"));
     // Once the cell ends, the tenant may run another anywhere.
     wait(&alpha_one, json!({"cell_id": cell_id, "terminate": true})).await;
-    within("the cell's end to be journaled", async {
-        while database.psql("SELECT count(*) FROM codemode_cells") != "0" {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await;
+    database
+        .wait_for(
+            "the cell's end to be journaled",
+            "SELECT count(*) FROM codemode_cells",
+            "0",
+        )
+        .await;
     assert!(text_of(&exec(&alpha_two, "text('second')").await.unwrap()).contains("second"));
 }
 
@@ -365,14 +362,13 @@ async fn a_tenants_session_limit_holds_across_the_cluster_and_counts_a_session_o
     let two = replica_with(&scratch("sessions-1"), &url, 10, &limit);
     let work_one = client(one.url(), ALPHA, Some("work")).await;
     assert!(text_of(&exec(&work_one, "text('here')").await.unwrap()).contains("here"));
-    within("the session to be journaled", async {
-        while database.psql("SELECT count(*) FROM codemode_open_sessions WHERE tenant = 'alpha'")
-            != "1"
-        {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await;
+    database
+        .wait_for(
+            "the session to be journaled",
+            "SELECT count(*) FROM codemode_open_sessions WHERE tenant = 'alpha'",
+            "1",
+        )
+        .await;
     let other_two = client(two.url(), ALPHA, Some("other")).await;
     let refused = exec(&other_two, "text('second')")
         .await

@@ -17,7 +17,8 @@ use serde_json::{Value, json};
 mod common;
 
 use common::{
-    ALPHA, BETA, CODEMODE, client, exec, last_line, running_cell_id, server, text_of, wait_on,
+    ALPHA, BETA, CODEMODE, client, exec, last_line, running_cell_id, server, text_of,
+    transport_config, wait_on,
 };
 fn scratch(name: &str) -> PathBuf {
     codemode_test_support::scratch_folder(&format!("serving-{name}"))
@@ -644,12 +645,7 @@ async fn every_mcp_session_naming_a_session_is_told_when_its_cell_finishes_in_th
     let folder = scratch("push-named");
     let served = server(&folder, &["--mcp-sessions", "on"]);
     let connect = |recorder: LogRecorder| {
-        let mut config =
-            StreamableHttpClientTransportConfig::with_uri(served.url()).auth_header(ALPHA);
-        config.custom_headers.insert(
-            http::HeaderName::from_static("x-codemode-session"),
-            http::HeaderValue::from_static("work"),
-        );
+        let config = transport_config(served.url(), ALPHA, Some("work"));
         async move {
             within(
                 "connect",
@@ -694,12 +690,7 @@ async fn a_client_of_mcp_2026_07_28_without_sessions_reaches_its_cells_from_any_
     // MCP sessions on: a 2026-07-28 client is served without them all the same.
     let served = server(&folder, &["--mcp-sessions", "on"]);
     let connect = || {
-        let mut config =
-            StreamableHttpClientTransportConfig::with_uri(served.url()).auth_header(ALPHA);
-        config.custom_headers.insert(
-            http::HeaderName::from_static("x-codemode-session"),
-            http::HeaderValue::from_static("work"),
-        );
+        let config = transport_config(served.url(), ALPHA, Some("work"));
         async move {
             within(
                 "connect with server/discover",

@@ -8,7 +8,6 @@
 use std::path::PathBuf;
 
 use codemode_test_support::postgres::TestPostgres;
-use codemode_test_support::within;
 
 mod common;
 
@@ -78,16 +77,14 @@ async fn a_database_restart_fails_the_commit_it_hits_and_the_server_recovers_by_
     // The commit of the next cell waits on a lock the test holds; the database then goes down
     // under it, as in a restart.
     let lock = database.hold("BEGIN; LOCK TABLE codemode_stored_values IN EXCLUSIVE MODE;");
-    within("the test to hold the lock", async {
-        while database.psql(
+    database
+        .wait_for(
+            "the test to hold the lock",
             "SELECT count(*) FROM pg_locks JOIN pg_class ON pg_locks.relation = pg_class.oid \
              WHERE relname = 'codemode_stored_values' AND mode = 'ExclusiveLock' AND granted",
-        ) != "1"
-        {
-            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-        }
-    })
-    .await;
+            "1",
+        )
+        .await;
     let running = text_of(
         &exec(
             &alpha,
@@ -97,16 +94,14 @@ async fn a_database_restart_fails_the_commit_it_hits_and_the_server_recovers_by_
         .expect("exec answers"),
     );
     let cell_id = running_cell_id(&running);
-    within("the commit to wait on the lock", async {
-        while database.psql(
+    database
+        .wait_for(
+            "the commit to wait on the lock",
             "SELECT count(*) FROM pg_stat_activity \
              WHERE wait_event_type = 'Lock' AND application_name = 'codemode'",
-        ) != "1"
-        {
-            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-        }
-    })
-    .await;
+            "1",
+        )
+        .await;
     database.stop();
     drop(lock);
     database.start_server();

@@ -142,6 +142,17 @@ impl TestPostgres {
         String::from_utf8_lossy(&output.stdout).trim().to_owned()
     }
 
+    /// Waits (within the hang guard) until `sql` answers `expected`: for what a server writes a
+    /// moment later, or a lock another session takes.
+    pub async fn wait_for(&self, what: &str, sql: &str, expected: &str) {
+        crate::within(what, async {
+            while self.psql(sql) != expected {
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+        })
+        .await;
+    }
+
     /// Runs `sql` in a `psql` session that stays open (a transaction that holds its locks, say)
     /// until the returned child is dropped or its standard input closed.
     pub fn hold(&self, sql: &str) -> HeldSession {

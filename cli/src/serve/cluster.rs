@@ -74,17 +74,11 @@ impl Cluster {
                 "--advertise is for a server over HTTP: give --http ADDRESS too".to_owned(),
             );
         }
-        let url = args
-            .session
-            .store
-            .as_ref()
-            .and_then(|store| store.to_str())
-            .filter(|store| codemode_host_adapters::is_database_url(store))
-            .ok_or_else(|| {
-                "a cluster shares its sessions through PostgreSQL: give --store \
+        let url = args.session.database_url().ok_or_else(|| {
+            "a cluster shares its sessions through PostgreSQL: give --store \
                  postgres://USER@HOST:PORT/DATABASE with --advertise"
-                    .to_owned()
-            })?;
+                .to_owned()
+        })?;
         let token_file = args.cluster_token_file.as_deref().ok_or_else(|| {
             "the servers of a cluster authenticate one another with a shared secret: give \
              --cluster-token-file FILE (the same file on every server)"
@@ -125,17 +119,18 @@ impl Cluster {
         })
     }
 
-    /// Journals that this server opened (`true`) or closed a session of `tenant`.
-    pub(super) fn session_opened(&self, session: &str, tenant: &str, opened: bool) {
-        let _ = self.journal.send(if opened {
-            Activity::SessionOpened {
-                session: session.to_owned(),
-                tenant: tenant.to_owned(),
-            }
-        } else {
-            Activity::SessionClosed {
-                session: session.to_owned(),
-            }
+    /// Journals that this server opened a session of `tenant`.
+    pub(super) fn session_opened(&self, session: &str, tenant: &str) {
+        let _ = self.journal.send(Activity::SessionOpened {
+            session: session.to_owned(),
+            tenant: tenant.to_owned(),
+        });
+    }
+
+    /// Journals that this server closed a session.
+    pub(super) fn session_closed(&self, session: &str) {
+        let _ = self.journal.send(Activity::SessionClosed {
+            session: session.to_owned(),
         });
     }
 
@@ -353,6 +348,9 @@ async fn write_journal(
                     batch.sessions_closed.push(session);
                 }
             }
+        }
+        if batch.is_empty() {
+            continue;
         }
         let Some(cluster) = cluster.upgrade() else {
             return;

@@ -161,7 +161,7 @@ impl CodemodeServer {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, ErrorData> {
         // As the client sent them, should another server of the cluster answer.
-        let forwarded = arguments.clone();
+        let forwarded = self.shared.cluster.is_some().then(|| arguments.clone());
         let parsed = refuse_unknown_arguments("wait", &arguments, WAIT_ARGUMENTS).and_then(|()| {
             serde_json::from_value::<WaitRequest>(Value::Object(arguments)).map_err(|error| {
                 ErrorData::invalid_params(
@@ -177,6 +177,7 @@ impl CodemodeServer {
         // A cell of another server of the cluster: that server answers.
         if let Some(cluster) = &self.shared.cluster
             && let Some(owner) = cluster.owner_elsewhere(&request.cell_id)
+            && let Some(forwarded) = forwarded
             && !was_forwarded(&context.extensions)
         {
             let identity = self.identity(&context.extensions).await?;

@@ -251,14 +251,13 @@ pub async fn serve(args: McpArgs) -> ExitCode {
                 max_connections: args.max_connections,
                 header_read_timeout: Duration::from_secs(args.header_read_timeout_secs.max(1)),
             };
-            let mcp_sessions = args.mcp_sessions.unwrap_or_else(|| {
-                let shared_store = args.session.store.as_ref().and_then(|store| store.to_str());
-                if shared_store.is_some_and(codemode_host_adapters::is_database_url) {
-                    McpSessions::Off
-                } else {
-                    McpSessions::On
-                }
-            });
+            let mcp_sessions =
+                args.mcp_sessions
+                    .unwrap_or(if args.session.database_url().is_some() {
+                        McpSessions::Off
+                    } else {
+                        McpSessions::On
+                    });
             serve_http(
                 Arc::clone(&shared),
                 listener,

@@ -89,7 +89,7 @@ pub(super) struct LiveSession {
 impl Drop for LiveSession {
     fn drop(&mut self) {
         if let Some(cluster) = &self.cluster {
-            cluster.session_opened(self.session.id(), &self.tenant, false);
+            cluster.session_closed(self.session.id());
         }
     }
 }
@@ -314,6 +314,11 @@ impl CodemodeServer {
         let identity = Self::identity_in(&mut state, shared, extensions)?;
         if identity.named {
             drop(state);
+            // An open session is found without waiting behind another one being opened.
+            if let Some(live) = shared.named_session(&identity.store_key) {
+                live.touch();
+                return Ok(live);
+            }
             let _opening = shared.opening_named.lock().await;
             if let Some(live) = shared.named_session(&identity.store_key) {
                 live.touch();
@@ -445,7 +450,7 @@ impl CodemodeServer {
             .await
             .map_err(|error| ErrorData::internal_error(error.message, None))?;
         if let Some(cluster) = &shared.cluster {
-            cluster.session_opened(&identity.store_key, &identity.tenant, true);
+            cluster.session_opened(&identity.store_key, &identity.tenant);
         }
         let live = Arc::new(LiveSession {
             session,

@@ -106,10 +106,12 @@ pub fn server_at(folder: &Path, address: &str, extra: &[&str]) -> ListeningServe
     ListeningServer::spawn(command)
 }
 
-/// An MCP client of the server at `url`.
-pub type Client = RunningService<RoleClient, ()>;
-
-pub async fn client(url: &str, token: &str, session: Option<&str>) -> Client {
+/// How a client reaches the server at `url`: with `token`, naming `session` if given.
+pub fn transport_config(
+    url: &str,
+    token: &str,
+    session: Option<&str>,
+) -> StreamableHttpClientTransportConfig {
     let mut config = StreamableHttpClientTransportConfig::with_uri(url).auth_header(token);
     if let Some(session) = session {
         config.custom_headers.insert(
@@ -117,7 +119,15 @@ pub async fn client(url: &str, token: &str, session: Option<&str>) -> Client {
             http::HeaderValue::from_str(session).unwrap(),
         );
     }
-    let transport = StreamableHttpClientTransport::from_config(config);
+    config
+}
+
+/// An MCP client of the server at `url`.
+pub type Client = RunningService<RoleClient, ()>;
+
+pub async fn client(url: &str, token: &str, session: Option<&str>) -> Client {
+    let transport =
+        StreamableHttpClientTransport::from_config(transport_config(url, token, session));
     within("connect", ().serve(transport))
         .await
         .expect("the client connects")
