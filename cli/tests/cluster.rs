@@ -360,8 +360,11 @@ async fn a_tenants_session_limit_holds_across_the_cluster_and_counts_a_session_o
     let limit = ["--max-sessions-per-tenant", "1"];
     let one = replica_with(&scratch("sessions-0"), &url, 10, &limit);
     let two = replica_with(&scratch("sessions-1"), &url, 10, &limit);
+    // Listing the tools opens the session: journaled though no cell has run in it.
     let work_one = client(one.url(), ALPHA, Some("work")).await;
-    assert!(text_of(&exec(&work_one, "text('here')").await.unwrap()).contains("here"));
+    within("list the tools", work_one.list_tools(None))
+        .await
+        .expect("the tools are listed");
     database
         .wait_for(
             "the session to be journaled",
@@ -369,6 +372,7 @@ async fn a_tenants_session_limit_holds_across_the_cluster_and_counts_a_session_o
             "1",
         )
         .await;
+    assert!(text_of(&exec(&work_one, "text('here')").await.unwrap()).contains("here"));
     let other_two = client(two.url(), ALPHA, Some("other")).await;
     let refused = exec(&other_two, "text('second')")
         .await
@@ -387,4 +391,34 @@ async fn a_tenants_session_limit_holds_across_the_cluster_and_counts_a_session_o
     // Another tenant is not held back.
     let beta_two = client(two.url(), BETA, Some("work")).await;
     assert!(text_of(&exec(&beta_two, "text('beta')").await.unwrap()).contains("beta"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_journal_batch_the_database_refused_is_written_when_it_takes_it_again() {
+    let Some(database) = TestPostgres::start("a_journal_batch_the_database_refused") else {
+        return;
+    };
+    let url = database.url();
+    let one = replica(&scratch("journal-retry-0"), &url, 10);
+    // The journal's table is away: its next write fails.
+    database.psql("ALTER TABLE codemode_open_sessions RENAME TO codemode_open_sessions_away");
+    let work = client(one.url(), ALPHA, Some("work")).await;
+    within("list the tools", work.list_tools(None))
+        .await
+        .expect("the tools are listed");
+    codemode_test_support::wait_until("the journal's write to fail", || {
+        database
+            .log()
+            .contains("STATEMENT:  INSERT INTO codemode_open_sessions")
+    })
+    .await;
+    // Back: the batch that failed is written.
+    database.psql("ALTER TABLE codemode_open_sessions_away RENAME TO codemode_open_sessions");
+    database
+        .wait_for(
+            "the session to be journaled after all",
+            "SELECT count(*) FROM codemode_open_sessions WHERE tenant = 'alpha' AND session = 'alpha/work'",
+            "1",
+        )
+        .await;
 }

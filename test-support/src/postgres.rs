@@ -127,8 +127,13 @@ impl TestPostgres {
             started.status.success(),
             "pg_ctl start failed: {}\n{}",
             text(&started),
-            std::fs::read_to_string(self.folder.join("server.log")).unwrap_or_default()
+            self.log()
         );
+    }
+
+    /// What the server has logged so far (the errors it answered with, among others).
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.folder.join("server.log")).unwrap_or_default()
     }
 
     /// Runs `sql` with `psql` on database `postgres`; its output (unaligned, tuples only).

@@ -33,6 +33,9 @@ const FORWARD_MARGIN: Duration = Duration::from_secs(30);
 /// How long the journal of tool calls gathers activity before it writes it (one transaction).
 const JOURNAL_INTERVAL: Duration = Duration::from_millis(50);
 
+/// How long the journal waits before it tries a batch the database refused again.
+const JOURNAL_RETRY: Duration = Duration::from_millis(500);
+
 /// This server's place in a cluster.
 pub(super) struct Cluster {
     /// Its id: 12 hex digits, the prefix of its cells' ids.
@@ -43,6 +46,36 @@ pub(super) struct Cluster {
     lease: Duration,
     /// Where the sessions' activity goes, for the journal writer.
     journal: tokio::sync::mpsc::UnboundedSender<Activity>,
+    /// How many live sessions this server has under each session key, journaled under its lock.
+    open_sessions: std::sync::Mutex<Instances>,
+}
+
+/// How many instances of each session are open on this server. A named session closed for
+/// idleness may still be dropping while a request opens it again: the session is journaled open
+/// with its first instance and closed with its last, so the two cannot cross.
+#[derive(Default)]
+struct Instances(HashMap<String, usize>);
+
+impl Instances {
+    /// Counts one more instance of `session`; whether it is the first.
+    fn opened(&mut self, session: &str) -> bool {
+        let instances = self.0.entry(session.to_owned()).or_default();
+        *instances += 1;
+        *instances == 1
+    }
+
+    /// Counts one instance of `session` fewer; whether that was the last.
+    fn closed(&mut self, session: &str) -> bool {
+        let Some(instances) = self.0.get_mut(session) else {
+            return false;
+        };
+        *instances -= 1;
+        if *instances > 0 {
+            return false;
+        }
+        self.0.remove(session);
+        true
+    }
 }
 
 /// What the journal writer records.
@@ -105,6 +138,7 @@ impl Cluster {
             token,
             lease,
             journal,
+            open_sessions: std::sync::Mutex::default(),
         });
         tokio::spawn(write_journal(Arc::clone(&cluster), activity));
         Ok(Some(cluster))
@@ -119,19 +153,32 @@ impl Cluster {
         })
     }
 
-    /// Journals that this server opened a session of `tenant`.
+    /// Journals that this server opened a session of `tenant` (when no other instance of it is
+    /// open here).
     pub(super) fn session_opened(&self, session: &str, tenant: &str) {
-        let _ = self.journal.send(Activity::SessionOpened {
-            session: session.to_owned(),
-            tenant: tenant.to_owned(),
-        });
+        let mut open = self
+            .open_sessions
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if open.opened(session) {
+            let _ = self.journal.send(Activity::SessionOpened {
+                session: session.to_owned(),
+                tenant: tenant.to_owned(),
+            });
+        }
     }
 
-    /// Journals that this server closed a session.
+    /// Journals that this server closed a session (when that was its last open instance here).
     pub(super) fn session_closed(&self, session: &str) {
-        let _ = self.journal.send(Activity::SessionClosed {
-            session: session.to_owned(),
-        });
+        let mut open = self
+            .open_sessions
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if open.closed(session) {
+            let _ = self.journal.send(Activity::SessionClosed {
+                session: session.to_owned(),
+            });
+        }
     }
 
     /// The sessions of `tenant` the other servers of the cluster have open (as last journaled).
@@ -309,45 +356,24 @@ pub(super) fn was_forwarded(extensions: &rmcp::model::Extensions) -> bool {
 }
 
 /// Writes the sessions' cell activity to the journal, gathered for [`JOURNAL_INTERVAL`] at a time
-/// (so what happened in the last moment before a crash may be missing), until the cluster goes.
+/// (so what happened in the last moment before a crash may be missing), until the cluster goes. A
+/// batch the database refuses is kept, merged with what comes after, and tried again.
 async fn write_journal(
     cluster: Arc<Cluster>,
     mut activity: tokio::sync::mpsc::UnboundedReceiver<Activity>,
 ) {
     let cluster = Arc::downgrade(&cluster);
-    while let Some(first) = activity.recv().await {
+    let mut batch = JournalBatch::default();
+    loop {
+        if batch.is_empty() {
+            let Some(first) = activity.recv().await else {
+                return;
+            };
+            add_to(&mut batch, first);
+        }
         tokio::time::sleep(JOURNAL_INTERVAL).await;
-        let mut batch = JournalBatch::default();
-        for each in std::iter::once(first).chain(std::iter::from_fn(|| activity.try_recv().ok())) {
-            match each {
-                Activity::Cell(CellActivity::CellStarted {
-                    session,
-                    cell_id,
-                    tenant,
-                }) => batch
-                    .cells_started
-                    .push((session, cell_id, tenant.unwrap_or_default())),
-                Activity::Cell(CellActivity::ToolCallStarted {
-                    session,
-                    cell_id,
-                    call_id,
-                    tool,
-                }) => batch.calls_started.push((session, cell_id, call_id, tool)),
-                Activity::Cell(CellActivity::CellClosed { session, cell_id }) => {
-                    batch.cells_closed.push((session, cell_id));
-                }
-                Activity::Cell(_) => {}
-                Activity::SessionOpened { session, tenant } => {
-                    batch.sessions_closed.retain(|closed| *closed != session);
-                    batch.sessions_opened.push((session, tenant));
-                }
-                Activity::SessionClosed { session } => {
-                    batch
-                        .sessions_opened
-                        .retain(|(opened, _)| *opened != session);
-                    batch.sessions_closed.push(session);
-                }
-            }
+        while let Ok(each) = activity.try_recv() {
+            add_to(&mut batch, each);
         }
         if batch.is_empty() {
             continue;
@@ -355,8 +381,86 @@ async fn write_journal(
         let Some(cluster) = cluster.upgrade() else {
             return;
         };
-        if let Err(error) = cluster.store.journal(&cluster.id, &batch).await {
-            tracing::warn!(%error, "cannot journal the cells' activity");
+        match cluster.store.journal(&cluster.id, &batch).await {
+            Ok(()) => batch = JournalBatch::default(),
+            Err(error) => {
+                tracing::warn!(%error, "cannot journal the cells' activity; trying again");
+                tokio::time::sleep(JOURNAL_RETRY).await;
+            }
         }
+    }
+}
+
+/// Adds one piece of activity to the batch being gathered. A session opened and closed within one
+/// batch cancel out, in either order, so the batch ends with the session's last state.
+fn add_to(batch: &mut JournalBatch, activity: Activity) {
+    match activity {
+        Activity::Cell(CellActivity::CellStarted {
+            session,
+            cell_id,
+            tenant,
+        }) => batch
+            .cells_started
+            .push((session, cell_id, tenant.unwrap_or_default())),
+        Activity::Cell(CellActivity::ToolCallStarted {
+            session,
+            cell_id,
+            call_id,
+            tool,
+        }) => batch.calls_started.push((session, cell_id, call_id, tool)),
+        Activity::Cell(CellActivity::CellClosed { session, cell_id }) => {
+            batch.cells_closed.push((session, cell_id));
+        }
+        Activity::Cell(_) => {}
+        Activity::SessionOpened { session, tenant } => {
+            batch.sessions_closed.retain(|closed| *closed != session);
+            batch.sessions_opened.push((session, tenant));
+        }
+        Activity::SessionClosed { session } => {
+            batch
+                .sessions_opened
+                .retain(|(opened, _)| *opened != session);
+            batch.sessions_closed.push(session);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_session_is_open_from_its_first_instance_to_its_last() {
+        let mut instances = Instances::default();
+        assert!(instances.opened("alpha/work"));
+        // Reopened while the instance closed for idleness is still dropping.
+        assert!(!instances.opened("alpha/work"));
+        assert!(!instances.closed("alpha/work"));
+        assert!(instances.closed("alpha/work"));
+        // A close of nothing open says nothing.
+        assert!(!instances.closed("alpha/work"));
+        assert!(instances.opened("alpha/work"));
+    }
+
+    #[test]
+    fn a_session_opened_and_closed_within_one_batch_ends_in_its_last_state() {
+        let opened = || Activity::SessionOpened {
+            session: "alpha/work".to_owned(),
+            tenant: "alpha".to_owned(),
+        };
+        let closed = || Activity::SessionClosed {
+            session: "alpha/work".to_owned(),
+        };
+        let mut batch = JournalBatch::default();
+        add_to(&mut batch, opened());
+        add_to(&mut batch, closed());
+        assert!(batch.sessions_opened.is_empty());
+        assert_eq!(batch.sessions_closed, ["alpha/work"]);
+        add_to(&mut batch, opened());
+        assert!(batch.sessions_closed.is_empty());
+        assert_eq!(
+            batch.sessions_opened,
+            [("alpha/work".to_owned(), "alpha".to_owned())]
+        );
     }
 }

@@ -574,9 +574,19 @@ pub struct JournalBatch {
 impl JournalBatch {
     /// Whether there is nothing to write.
     pub fn is_empty(&self) -> bool {
-        self.cells_started.is_empty()
-            && self.calls_started.is_empty()
-            && self.cells_closed.is_empty()
+        // Destructured, so that a field added later cannot be forgotten here.
+        let JournalBatch {
+            cells_started,
+            calls_started,
+            cells_closed,
+            sessions_opened,
+            sessions_closed,
+        } = self;
+        cells_started.is_empty()
+            && calls_started.is_empty()
+            && cells_closed.is_empty()
+            && sessions_opened.is_empty()
+            && sessions_closed.is_empty()
     }
 }
 
@@ -672,6 +682,19 @@ mod tests {
             .parse()
             .unwrap();
         assert_eq!(describe(&config), "alice@db.internal:6432/values");
+    }
+
+    #[test]
+    fn a_batch_of_only_sessions_opened_or_closed_is_not_empty() {
+        assert!(JournalBatch::default().is_empty());
+        let mut opened = JournalBatch::default();
+        opened
+            .sessions_opened
+            .push(("alpha/work".to_owned(), "alpha".to_owned()));
+        assert!(!opened.is_empty());
+        let mut closed = JournalBatch::default();
+        closed.sessions_closed.push("alpha/work".to_owned());
+        assert!(!closed.is_empty());
     }
 
     #[test]
