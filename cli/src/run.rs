@@ -82,7 +82,7 @@ pub async fn run(args: RunArgs) -> ExitCode {
         .or(parsed.max_output_tokens)
         .unwrap_or(config.default_max_output_tokens);
     let setup = async {
-        let store = args.session.store().await?;
+        let store = args.session.store(None).await?;
         let demo = if args.no_demo_tools {
             DemoTools::LeftOut
         } else {

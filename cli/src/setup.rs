@@ -151,14 +151,22 @@ impl SessionArgs {
             .filter(|store| codemode_host_adapters::is_database_url(store))
     }
 
-    /// The store `--store` names; a database's schema is created or upgraded here.
-    pub async fn store(&self) -> Result<Arc<dyn Store>, SetupError> {
+    /// The store `--store` names; a database's schema is created or upgraded here, and with
+    /// `bytes_per_tenant` it refuses a commit that would take a tenant's stored values in it past
+    /// that many bytes (a directory or memory leaves that limit to the sessions).
+    pub async fn store(
+        &self,
+        bytes_per_tenant: Option<usize>,
+    ) -> Result<Arc<dyn Store>, SetupError> {
         let failed = |error: codemode_session::StoreError| SetupError {
             message: error.to_string(),
             usage: false,
         };
         if let Some(url) = self.database_url() {
-            let store = PostgresStore::connect(url).await.map_err(failed)?;
+            let mut store = PostgresStore::connect(url).await.map_err(failed)?;
+            if let Some(limit) = bytes_per_tenant {
+                store = store.limit_bytes_per_tenant(limit);
+            }
             tracing::info!(database = %store.target(), "stored values are in PostgreSQL");
             return Ok(Arc::new(store));
         }

@@ -16,7 +16,7 @@ use serde_json::json;
 
 mod common;
 
-use common::{ALPHA, BETA, Client, client, exec, running_cell_id, server_at, text_of};
+use common::{ALPHA, BETA, Client, client, exec, last_line, running_cell_id, server_at, text_of};
 
 /// What the servers present to one another.
 const CLUSTER_SECRET: &str = "cluster-secret-0123456789abcdef";
@@ -421,4 +421,43 @@ async fn a_journal_batch_the_database_refused_is_written_when_it_takes_it_again(
             "1",
         )
         .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenants_stored_bytes_limit_holds_across_the_cluster() {
+    let Some(database) = TestPostgres::start("a_tenants_stored_bytes_limit_holds") else {
+        return;
+    };
+    let url = database.url();
+    let limit = ["--max-stored-bytes-per-tenant", "100"];
+    let one = replica_with(&scratch("bytes-0"), &url, 10, &limit);
+    let two = replica_with(&scratch("bytes-1"), &url, 10, &limit);
+    // 60 bytes: the key `big` and 57 of JSON text.
+    let sixty = r#"store("big", "x".repeat(55)); text("stored");"#;
+    let alpha_one = client(one.url(), ALPHA, Some("first")).await;
+    assert_eq!(
+        last_line(&alpha_one, sixty).await,
+        "stored",
+        "60 of the tenant's 100 bytes"
+    );
+    // Another session of the tenant, on the other server.
+    let alpha_two = client(two.url(), ALPHA, Some("second")).await;
+    let refused = text_of(&exec(&alpha_two, sixty).await.unwrap());
+    assert!(refused.contains("stored"), "the output is kept: {refused}");
+    assert!(
+        refused.contains(
+            "the cell's stored values could not be saved: the stored values of tenant \"alpha\" \
+             would hold 120 bytes across every server sharing the database, past its limit of \
+             100 bytes"
+        ),
+        "{refused}"
+    );
+    assert_eq!(
+        last_line(&alpha_two, "text(String(load('big')))").await,
+        "undefined",
+        "nothing of the refused commit was saved"
+    );
+    // Another tenant has bytes of its own.
+    let beta_two = client(two.url(), BETA, Some("first")).await;
+    assert_eq!(last_line(&beta_two, sixty).await, "stored");
 }

@@ -155,6 +155,64 @@ async fn concurrent_commits_from_two_servers_lose_no_write() {
     let a = loaded["shared-a"].json();
     assert_eq!(loaded["shared-b"].json(), a);
     assert_eq!(loaded["shared-c"].json(), a);
+    // The tenant's total followed every overwrite of the shared keys exactly.
+    assert_eq!(
+        servers[1].tenant_bytes("crowd").await.unwrap(),
+        codemode_protocol::stored_bytes(&loaded) as u64
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_limit_holds_across_servers_and_refuses_a_commit_whole() {
+    let Some(database) = TestPostgres::start("a_tenant_limit_holds_across_servers") else {
+        return;
+    };
+    // Two servers sharing the database, each holding tenants to 100 bytes.
+    let one = PostgresStore::connect(&database.url())
+        .await
+        .unwrap()
+        .limit_bytes_per_tenant(100);
+    let two = PostgresStore::connect(&database.url())
+        .await
+        .unwrap()
+        .limit_bytes_per_tenant(100);
+    let sixty = json!("x".repeat(55)); // 57 bytes of JSON, 60 with its key `big`
+    one.commit("alpha/first", &writes(&[("big", sixty.clone())]))
+        .await
+        .expect("60 of 100 bytes");
+    let refused = two
+        .commit(
+            "alpha/second",
+            &writes(&[("big", sixty.clone()), ("small", json!(1))]),
+        )
+        .await
+        .expect_err("another session of the tenant, on another server, would pass 100 bytes");
+    assert_eq!(refused.kind, StoreErrorKind::TooLarge);
+    assert!(
+        refused.message.contains(
+            "the stored values of tenant \"alpha\" would hold 126 bytes across every server \
+             sharing the database, past its limit of 100 bytes"
+        ),
+        "{refused}"
+    );
+    assert!(
+        two.load("alpha/second").await.unwrap().is_empty(),
+        "nothing of the refused commit landed"
+    );
+    assert_eq!(two.tenant_bytes("alpha").await.unwrap(), 60);
+    // Another tenant has its own 100 bytes.
+    two.commit("beta/first", &writes(&[("big", sixty.clone())]))
+        .await
+        .expect("beta's own bytes");
+    // A commit that does not grow the total is taken, and shrinking makes room.
+    two.commit("alpha/first", &writes(&[("big", json!(0))]))
+        .await
+        .expect("overwritten smaller");
+    assert_eq!(one.tenant_bytes("alpha").await.unwrap(), 4);
+    one.commit("alpha/second", &writes(&[("big", sixty)]))
+        .await
+        .expect("room again");
+    assert_eq!(one.tenant_bytes("alpha").await.unwrap(), 64);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -309,10 +367,19 @@ async fn a_database_of_the_first_schema_is_upgraded_and_keeps_its_values() {
         .commit("s", &writes(&[("kept", json!("from version 1"))]))
         .await
         .unwrap();
+    store
+        .commit("alpha/one", &writes(&[("a", json!(1))]))
+        .await
+        .unwrap();
+    store
+        .commit("alpha/two", &writes(&[("bb", json!([2]))]))
+        .await
+        .unwrap();
     // As a server of schema version 1 left it.
     database.psql(
         "DROP TABLE codemode_replicas, codemode_tool_calls, codemode_cells, \
-         codemode_open_sessions; UPDATE codemode_schema_version SET version = 1",
+         codemode_open_sessions, codemode_tenant_bytes; \
+         UPDATE codemode_schema_version SET version = 1",
     );
     let upgraded = PostgresStore::connect(&database.url()).await.unwrap();
     assert_eq!(upgraded.schema_version().await.unwrap(), SCHEMA_VERSION);
@@ -320,6 +387,9 @@ async fn a_database_of_the_first_schema_is_upgraded_and_keeps_its_values() {
         texts(&upgraded.load("s").await.unwrap()),
         BTreeMap::from([("kept".to_owned(), "\"from version 1\"".to_owned())])
     );
+    // The tenants' totals are counted from the values already there.
+    assert_eq!(upgraded.tenant_bytes("alpha").await.unwrap(), 2 + 5);
+    assert_eq!(upgraded.tenant_bytes("s").await.unwrap(), 4 + 16);
     upgraded
         .join(
             "0123456789ab",

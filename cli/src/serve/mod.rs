@@ -100,7 +100,8 @@ pub struct McpArgs {
     pub max_cells_per_tenant: Option<usize>,
     /// The most bytes of stored values one tenant's open sessions may hold together (default:
     /// half of --max-stored-bytes-total when the server has several tenants, all of it when it
-    /// has one).
+    /// has one). With a database --store, every stored value of the tenant in the database
+    /// counts, whichever server committed it.
     #[arg(long, value_name = "BYTES")]
     pub max_stored_bytes_per_tenant: Option<usize>,
     /// The most bytes of stored values all open sessions may hold together: what the server
@@ -177,11 +178,8 @@ pub async fn serve(args: McpArgs) -> ExitCode {
     } else {
         DemoTools::LeftOut
     };
-    let setup =
-        async { Ok::<_, SetupError>((args.session.store().await?, args.session.tools(demo)?)) }
-            .await;
-    let (store, tools) = match setup {
-        Ok(parts) => parts,
+    let tools = match args.session.tools(demo) {
+        Ok(tools) => tools,
         Err(SetupError { message, usage }) => {
             eprintln!("error: {message}");
             return ExitCode::from(if usage { exit::USAGE } else { exit::FAILED });
@@ -221,6 +219,21 @@ pub async fn serve(args: McpArgs) -> ExitCode {
     };
     let tenants = gate.as_ref().map_or(1, |(_, gate)| gate.tenants());
     let limits = ServerLimits::new(&args, tenants);
+    // A database holds each tenant to its limit across every server that shares it.
+    let store = match args
+        .session
+        .store(Some(limits.max_stored_bytes_per_tenant))
+        .await
+    {
+        Ok(store) => store,
+        Err(SetupError { message, usage }) => {
+            eprintln!("error: {message}");
+            if let Some(cluster) = &cluster {
+                cluster.leave().await;
+            }
+            return ExitCode::from(if usage { exit::USAGE } else { exit::FAILED });
+        }
+    };
     let shared = Arc::new(Shared {
         args: args.session.clone(),
         store,

@@ -429,10 +429,14 @@ impl CodemodeServer {
         config.output_mode = OutputMode::server();
         // Cells of different tenants never share an engine process.
         config.tenant = Some(identity.tenant.clone());
-        config.stored_bytes_budgets = vec![
-            Arc::clone(&shared.stored_total),
-            shared.tenant_stored_budget(&identity.tenant),
-        ];
+        // What this server holds in memory is bounded in all. A tenant's values are bounded here
+        // too, unless a database holds them: it counts them across every server, as it commits.
+        config.stored_bytes_budgets = vec![Arc::clone(&shared.stored_total)];
+        if shared.args.database_url().is_none() {
+            config
+                .stored_bytes_budgets
+                .push(shared.tenant_stored_budget(&identity.tenant));
+        }
         // In a cluster, a cell's id names the server that runs it.
         config.cell_id_prefix = shared.cluster.as_ref().map(|cluster| cluster.id.clone());
         config.on_cell_activity = shared

@@ -7,10 +7,16 @@
 //! - **Values.** One row per key: `(session, key, value)`. The key is its UTF-8 bytes (`BYTEA`:
 //!   a cell's key may hold a NUL, which `TEXT` cannot); the value is its JSON text exactly as the
 //!   cell stored it (`TEXT`, not `JSONB`, which would reorder its keys).
-//! - **Commits.** One statement, so one transaction: every write of the cell lands, merged by key
-//!   over what is there, or none does. Two commits of one session on two servers at the same
-//!   moment both land, each whole, in some order; rows are written in key order, so two commits
-//!   that share keys wait for each other instead of deadlocking.
+//! - **Commits.** One transaction: every write of the cell lands, merged by key over what is
+//!   there, or none does. Two commits of one session on two servers at the same moment both land,
+//!   each whole, in some order; rows are written in key order, so two commits that share keys
+//!   wait for each other instead of deadlocking.
+//! - **Bytes per tenant.** `codemode_tenant_bytes` keeps each tenant's total of stored bytes
+//!   (keys and JSON text, as the sessions count them). A session's tenant is its key up to the
+//!   first `/` (`codemode mcp --http` names sessions `TENANT/NAME`). Every commit locks its
+//!   tenant's row first, so the commits of one tenant take turns across every server, and the
+//!   total stays exact; with [`PostgresStore::limit_bytes_per_tenant`], a commit that would take
+//!   its tenant past the limit is refused whole ([`StoreErrorKind::TooLarge`]).
 //! - **Loads.** Straight from the table: the store keeps no cache that another server could make
 //!   stale ([`Store::shared_between_processes`] tells the session to load before each cell).
 //! - **Failures.** A lost connection or a restarting database fails the calls it hits, as
@@ -32,13 +38,13 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use codemode_protocol::{StoredValue, StoredValues};
+use codemode_protocol::{StoredValue, StoredValues, stored_entry_bytes};
 use codemode_session::{Store, StoreError, StoreErrorKind};
 use deadpool_postgres::{Manager, ManagerConfig, Pool, PoolError, RecyclingMethod, Runtime};
 use tokio_postgres::error::SqlState;
 
 /// The schema version this program writes and reads.
-pub const SCHEMA_VERSION: i32 = 5;
+pub const SCHEMA_VERSION: i32 = 6;
 
 /// The steps from one schema version to the next: step `n` takes version `n` to `n + 1`.
 const MIGRATIONS: &[&str] = &[
@@ -85,6 +91,14 @@ const MIGRATIONS: &[&str] = &[
          opened_at TIMESTAMPTZ NOT NULL DEFAULT now(),
          PRIMARY KEY (server, session)
      )",
+    // 5 -> 6: each tenant's total of stored bytes, counted from the values already there.
+    "CREATE TABLE codemode_tenant_bytes (
+         tenant TEXT PRIMARY KEY,
+         bytes BIGINT NOT NULL
+     );
+     INSERT INTO codemode_tenant_bytes (tenant, bytes)
+         SELECT split_part(session, '/', 1), sum(octet_length(key) + octet_length(value))
+         FROM codemode_stored_values GROUP BY 1",
 ];
 
 /// The advisory lock that serialises schema changes between servers ("codemode" in ASCII).
@@ -102,6 +116,8 @@ pub struct PostgresStore {
     pool: Pool,
     /// Where the database is, without the password: for messages.
     target: String,
+    /// The most stored bytes one tenant may hold, if limited.
+    bytes_per_tenant: Option<u64>,
 }
 
 impl std::fmt::Debug for PostgresStore {
@@ -154,9 +170,34 @@ impl PostgresStore {
                 StoreError::new(format!("cannot set up connections to {target}: {error}"))
                     .with_source(error)
             })?;
-        let store = PostgresStore { pool, target };
+        let store = PostgresStore {
+            pool,
+            target,
+            bytes_per_tenant: None,
+        };
         store.migrate().await?;
         Ok(store)
+    }
+
+    /// Refuses a commit that would take its tenant's stored values past `limit` bytes (keys and
+    /// JSON text), counting every session of the tenant in the database, whichever server
+    /// committed them. A commit that does not grow its tenant's total is always taken.
+    pub fn limit_bytes_per_tenant(mut self, limit: usize) -> Self {
+        self.bytes_per_tenant = Some(u64::try_from(limit).unwrap_or(u64::MAX));
+        self
+    }
+
+    /// The stored bytes of `tenant` (keys and JSON text), as its last commit left them.
+    pub async fn tenant_bytes(&self, tenant: &str) -> Result<u64, StoreError> {
+        let client = self.client().await?;
+        let row = client
+            .query_opt(
+                "SELECT bytes FROM codemode_tenant_bytes WHERE tenant = $1",
+                &[&tenant],
+            )
+            .await
+            .map_err(|error| self.failed("read a tenant's stored bytes from", error))?;
+        Ok(row.map_or(0, |row| row.get::<_, i64>(0).max(0) as u64))
     }
 
     /// Where the database is (user, host, port, database; never the password).
@@ -535,24 +576,82 @@ impl Store for PostgresStore {
         entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
         let keys: Vec<&[u8]> = entries.iter().map(|(key, _)| key.as_bytes()).collect();
         let values: Vec<&str> = entries.iter().map(|(_, value)| value.json()).collect();
-        let client = self.client().await?;
-        let statement = client
-            .prepare_cached(
+        let written: i64 = entries
+            .iter()
+            .map(|(key, value)| stored_entry_bytes(key, value) as i64)
+            .sum();
+        let tenant = tenant_of(session);
+        let failed = |error| self.failed("commit stored values to", error);
+        let mut client = self.client().await?;
+        let transaction = client.transaction().await.map_err(failed)?;
+        let (lock_tenant, replaced_bytes, upsert, set_total) = tokio::try_join!(
+            // Creates the tenant's row if need be, and locks it until the commit: the commits of
+            // one tenant take turns here, so what the next statement reads is what gets replaced.
+            transaction.prepare_cached(
+                "INSERT INTO codemode_tenant_bytes (tenant, bytes) VALUES ($1, 0)
+                 ON CONFLICT (tenant) DO UPDATE SET bytes = codemode_tenant_bytes.bytes
+                 RETURNING bytes",
+            ),
+            transaction.prepare_cached(
+                "SELECT coalesce(sum(octet_length(key) + octet_length(value)), 0)::BIGINT
+                 FROM codemode_stored_values WHERE session = $1 AND key = ANY($2)",
+            ),
+            transaction.prepare_cached(
                 "INSERT INTO codemode_stored_values (session, key, value)
                  SELECT $1, written.key, written.value
                  FROM UNNEST($2::bytea[], $3::text[]) WITH ORDINALITY AS written(key, value, position)
                  ORDER BY written.position
                  ON CONFLICT (session, key)
                  DO UPDATE SET value = EXCLUDED.value, committed_at = now()",
-            )
-            .await
-            .map_err(|error| self.failed("commit stored values to", error))?;
-        client
-            .execute(&statement, &[&session, &keys, &values])
-            .await
-            .map_err(|error| self.failed("commit stored values to", error))?;
-        Ok(())
+            ),
+            transaction.prepare_cached(
+                "UPDATE codemode_tenant_bytes SET bytes = $2 WHERE tenant = $1"
+            ),
+        )
+        .map_err(failed)?;
+        // Sent together; the database runs them in order, the second after the lock is taken.
+        let (tenant_only, session_keys) = ([&tenant as _], [&session as _, &keys as _]);
+        let (total, replaced) = tokio::join!(
+            transaction.query_one(&lock_tenant, &tenant_only),
+            transaction.query_one(&replaced_bytes, &session_keys),
+        );
+        // The first error is the cause; a later statement only says the transaction had failed.
+        let total: i64 = total.map_err(failed)?.get(0);
+        let replaced: i64 = replaced.map_err(failed)?.get(0);
+        let after = total.saturating_add(written - replaced).max(0);
+        if let Some(limit) = self.bytes_per_tenant
+            && written > replaced
+            && after as u64 > limit
+        {
+            return Err(StoreError::of(
+                StoreErrorKind::TooLarge,
+                format!(
+                    "the stored values of tenant {tenant:?} would hold {after} bytes across every \
+                     server sharing the database, past its limit of {limit} bytes; store less \
+                     (overwrite keys with smaller values), or keep large data outside stored \
+                     values"
+                ),
+            ));
+        }
+        let (rows, new_total) = (
+            [&session as _, &keys as _, &values as _],
+            [&tenant as _, &after as _],
+        );
+        let (upserted, counted) = tokio::join!(
+            transaction.execute(&upsert, &rows),
+            transaction.execute(&set_total, &new_total),
+        );
+        upserted.map_err(failed)?;
+        counted.map_err(failed)?;
+        transaction.commit().await.map_err(failed)
     }
+}
+
+/// The tenant whose stored bytes a session's count towards: its key up to the first `/`.
+fn tenant_of(session: &str) -> &str {
+    session
+        .split_once('/')
+        .map_or(session, |(tenant, _)| tenant)
 }
 
 /// One batch of a server's cell activity for [`PostgresStore::journal`].
