@@ -2,9 +2,9 @@
 //! (`--advertise`, `--cluster-token-file`): a long cell started on one is observed and terminated
 //! through the others; `wait` on a server that was killed answers with a clear error within the
 //! lease, naming the tool calls the cell had started; a server stopped with SIGTERM leaves at
-//! once; a tenant's cell limit holds across the servers; and the cluster's secret admits only
-//! servers speaking for a tenant the server knows. Without PostgreSQL each test says it was left
-//! out.
+//! once; a tenant's cell, session and stored-byte limits hold across the servers; an `exec` task
+//! is followed and cancelled through any server; and the cluster's secret admits only servers
+//! speaking for a tenant the server knows. Without PostgreSQL each test says it was left out.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -460,4 +460,175 @@ async fn a_tenants_stored_bytes_limit_holds_across_the_cluster() {
     // Another tenant has bytes of its own.
     let beta_two = client(two.url(), BETA, Some("first")).await;
     assert_eq!(last_line(&beta_two, sixty).await, "stored");
+}
+
+/// A client of the 2026-07-28 revision (no MCP sessions) that declares the tasks extension.
+#[derive(Clone, Default)]
+struct TaskClient;
+
+impl rmcp::ClientHandler for TaskClient {
+    fn get_info(&self) -> rmcp::model::ClientConfig {
+        let mut capabilities = rmcp::model::ClientCapabilities::default();
+        capabilities
+            .extensions
+            .get_or_insert_with(Default::default)
+            .insert(
+                rmcp::model::TASKS_EXTENSION_ID.to_owned(),
+                Default::default(),
+            );
+        rmcp::model::ClientConfig::new(
+            capabilities,
+            rmcp::model::Implementation::new("task-client", "1"),
+        )
+    }
+}
+
+async fn task_client(
+    url: &str,
+    token: &str,
+    session: &str,
+) -> rmcp::service::RunningService<rmcp::RoleClient, TaskClient> {
+    use rmcp::service::ClientServiceExt;
+    let transport = rmcp::transport::StreamableHttpClientTransport::from_config(
+        common::transport_config(url, token, Some(session)),
+    );
+    within(
+        "connect with server/discover",
+        TaskClient.serve_with_lifecycle(
+            transport,
+            rmcp::service::ClientLifecycleMode::Discover {
+                preferred_versions: vec![rmcp::model::ProtocolVersion::V_2026_07_28],
+            },
+        ),
+    )
+    .await
+    .expect("the client discovers the server")
+}
+
+async fn task_state(
+    client: &rmcp::service::RunningService<rmcp::RoleClient, TaskClient>,
+    task_id: &str,
+) -> Result<rmcp::model::DetailedTask, rmcp::ServiceError> {
+    within(
+        "tasks/get",
+        client.get_task(rmcp::model::GetTaskParams::new(task_id)),
+    )
+    .await
+    .map(|result| result.task)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exec_task_started_on_one_server_is_followed_and_cancelled_through_the_others() {
+    use rmcp::model::{CallToolResponse, TaskPayload, TaskStatus};
+    let Some(database) = TestPostgres::start("an_exec_task_started_on_one_server") else {
+        return;
+    };
+    let url = database.url();
+    let mut servers: Vec<_> = (0..3)
+        .map(|n| replica(&scratch(&format!("tasks-{n}")), &url, 2))
+        .collect();
+    let starter = task_client(servers[0].url(), ALPHA, "work").await;
+    let exec_task = |code: &'static str| {
+        let params = CallToolRequestParams::new("exec").with_arguments(
+            json!({"code": code, "yield_time_ms": 10})
+                .as_object()
+                .unwrap()
+                .clone(),
+        );
+        let starter = &starter;
+        async move {
+            match within("exec", starter.call_tool_once(params))
+                .await
+                .expect("exec answers")
+            {
+                CallToolResponse::Task(created) => created.task.task_id,
+                other => panic!("a cell that outlives its yield time becomes a task: {other:?}"),
+            }
+        }
+    };
+
+    // Followed to its end through another server.
+    let finishing = exec_task(
+        "text('before'); await new Promise((resolve) => setTimeout(resolve, 300)); text('after')",
+    )
+    .await;
+    let follower = task_client(servers[1].url(), ALPHA, "work").await;
+    let ended = within("the task ends", async {
+        loop {
+            let state = task_state(&follower, &finishing)
+                .await
+                .expect("tasks/get answers through another server");
+            if state.task.status.is_terminal() {
+                return state;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert_eq!(ended.task.task_id, finishing, "the id the client knows");
+    let TaskPayload::Completed { result } = ended.payload else {
+        panic!("the task completes: {ended:?}");
+    };
+    let output = serde_json::to_string(&result).unwrap();
+    assert!(
+        output.contains("before") && output.contains("after"),
+        "{output}"
+    );
+
+    // Cancelled through a third server: the cell is terminated where it runs.
+    let endless = exec_task(COUNTING).await;
+    let canceller = task_client(servers[2].url(), ALPHA, "work").await;
+    within(
+        "tasks/cancel",
+        canceller.cancel_task(rmcp::model::CancelTaskParams::new(&endless)),
+    )
+    .await
+    .expect("tasks/cancel answers through another server");
+    let cancelled = within("the task is cancelled", async {
+        loop {
+            let state = task_state(&follower, &endless)
+                .await
+                .expect("tasks/get answers");
+            if state.task.status.is_terminal() {
+                return state;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert_eq!(cancelled.task.status, TaskStatus::Cancelled);
+
+    // Another tenant holding the id reaches nothing.
+    let beta = task_client(servers[1].url(), BETA, "work").await;
+    let unknown = task_state(&beta, &finishing)
+        .await
+        .expect_err("another tenant's task is not found")
+        .to_string();
+    assert!(
+        unknown.contains(&format!("unknown task: {finishing}")),
+        "{unknown}"
+    );
+
+    // The server that runs a task is killed: asking another says so once its lease runs out.
+    let orphan = exec_task(COUNTING).await;
+    drop(servers.remove(0));
+    let gone = within("the lease to run out", async {
+        loop {
+            // Until then, the server is not answering.
+            match task_state(&follower, &orphan).await {
+                Ok(state) => assert!(!state.task.status.is_terminal(), "{state:?}"),
+                Err(error) if error.to_string().contains("which did not answer") => {}
+                Err(error) => return error.to_string(),
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    assert!(
+        gone.contains(&format!(
+            "task {orphan} ran on another server (http://127.0.0.1:"
+        )) && gone.contains("which has stopped: its lease ran out at")
+            && gone.contains("its stored values were not committed"),
+        "{gone}"
+    );
 }

@@ -14,7 +14,6 @@ use std::time::Duration;
 
 use codemode_host_adapters::{JournalBatch, PostgresStore};
 use codemode_session::CellActivity;
-use rmcp::ServiceExt;
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 
@@ -227,7 +226,8 @@ impl Cluster {
             .map_err(|error| error.to_string())
     }
 
-    /// The id of the server that runs `cell_id`, when that is another server.
+    /// The id of the server that runs `cell_id` (or the cell of a task: both ids start with
+    /// their server's id and a dash), when that is another server.
     pub(super) fn owner_elsewhere<'a>(&self, cell_id: &'a str) -> Option<&'a str> {
         let (server, _) = cell_id.split_once('-')?;
         (server != self.id && server.len() == 12 && server.bytes().all(|b| b.is_ascii_hexdigit()))
@@ -277,23 +277,20 @@ impl Cluster {
                 replica.address, replica.lease_expires_at
             ));
         }
-        let Some((_, name)) = identity
-            .store_key
-            .split_once('/')
-            .filter(|_| identity.named)
-        else {
+        let Some(name) = identity.session_name() else {
             return failed(format!("No cell with ID {cell_id}."));
         };
-        match self
+        let call = CallToolRequestParams::new("wait").with_arguments(arguments);
+        let forwarded = self
             .forward(
                 &replica.address,
                 &identity.tenant,
                 name,
-                arguments,
-                yield_time,
+                yield_time + FORWARD_MARGIN,
+                |peer| async move { peer.call_tool(call).await },
             )
-            .await
-        {
+            .await;
+        match forwarded {
             Ok(result) => result,
             Err(error) => failed(format!(
                 "Cell {cell_id} runs on another server ({}), which did not answer: {error}. Try \
@@ -303,17 +300,102 @@ impl Cluster {
         }
     }
 
-    /// Calls `wait` with `arguments` on the server at `address`, for `tenant`'s session `name`.
-    async fn forward(
+    /// The id rmcp knows a task of this server by: `task_id` without this server's prefix.
+    pub(super) fn local_task_id<'a>(&self, task_id: &'a str) -> &'a str {
+        task_id
+            .strip_prefix(self.id.as_str())
+            .and_then(|rest| rest.strip_prefix('-'))
+            .unwrap_or(task_id)
+    }
+
+    /// The id a client knows a task of this server by: rmcp's id with this server's prefix.
+    pub(super) fn public_task_id(&self, local: &str) -> String {
+        format!("{}-{local}", self.id)
+    }
+
+    /// Sends a task request (`tasks/get`, `tasks/cancel`, `tasks/update`) for a task of server
+    /// `owner` there, and returns its answer; a clear error when that server is gone.
+    pub(super) async fn forward_task<T, F, Fut>(
+        &self,
+        owner: &str,
+        identity: &Identity,
+        task_id: &str,
+        request: F,
+    ) -> Result<T, ErrorData>
+    where
+        F: FnOnce(rmcp::Peer<rmcp::RoleClient>) -> Fut,
+        Fut: std::future::Future<Output = Result<T, rmcp::ServiceError>>,
+    {
+        let unknown = || ErrorData::invalid_params(format!("unknown task: {task_id}"), None);
+        let replica = match self.store.replica(owner).await {
+            Ok(Some(replica)) => replica,
+            Ok(None) => return Err(unknown()),
+            Err(error) => {
+                return Err(ErrorData::internal_error(
+                    format!(
+                        "task {task_id} runs on another server of this cluster, which cannot be \
+                         looked up now: {error}. Try again in a moment."
+                    ),
+                    None,
+                ));
+            }
+        };
+        if !replica.alive {
+            return Err(ErrorData::internal_error(
+                format!(
+                    "task {task_id} ran on another server ({}), which has stopped: its lease ran \
+                     out at {}. What its cell showed before is all there is, and its stored \
+                     values were not committed. Run it again if you need its result.",
+                    replica.address, replica.lease_expires_at
+                ),
+                None,
+            ));
+        }
+        let Some(name) = identity.session_name() else {
+            return Err(unknown());
+        };
+        match self
+            .forward(
+                &replica.address,
+                &identity.tenant,
+                name,
+                FORWARD_MARGIN,
+                request,
+            )
+            .await
+        {
+            Ok(answer) => Ok(answer),
+            // The owner's own answer (an unknown task, say) is the answer.
+            Err(Forwarded::Refused(error)) => Err(error),
+            Err(error) => Err(ErrorData::internal_error(
+                format!(
+                    "task {task_id} runs on another server ({}), which did not answer: {error}. \
+                     Try again in a moment.",
+                    replica.address
+                ),
+                None,
+            )),
+        }
+    }
+
+    /// Makes `request` of the server at `address`, for `tenant`'s session `name`, as a client of
+    /// the 2026-07-28 revision (each request stands alone) that declares the tasks extension.
+    async fn forward<T, F, Fut>(
         &self,
         address: &str,
         tenant: &str,
         name: &str,
-        arguments: Map<String, Value>,
-        yield_time: Duration,
-    ) -> Result<CallToolResult, String> {
+        time_limit: Duration,
+        request: F,
+    ) -> Result<T, Forwarded>
+    where
+        F: FnOnce(rmcp::Peer<rmcp::RoleClient>) -> Fut,
+        Fut: std::future::Future<Output = Result<T, rmcp::ServiceError>>,
+    {
+        use rmcp::service::{ClientLifecycleMode, ClientServiceExt};
         let header = |value: &str| {
-            axum::http::HeaderValue::from_str(value).map_err(|error| format!("bad header: {error}"))
+            axum::http::HeaderValue::from_str(value)
+                .map_err(|error| Forwarded::Failed(format!("bad header: {error}")))
         };
         let mut config =
             StreamableHttpClientTransportConfig::with_uri(address).auth_header(self.token.clone());
@@ -330,20 +412,61 @@ impl Cluster {
             header(&self.id)?,
         );
         let call = async {
-            let client =
-                ().serve(StreamableHttpClientTransport::from_config(config))
-                    .await
-                    .map_err(|error| error.to_string())?;
-            let result = client
-                .call_tool(CallToolRequestParams::new("wait").with_arguments(arguments))
+            let client = Forwarder
+                .serve_with_lifecycle(
+                    StreamableHttpClientTransport::from_config(config),
+                    ClientLifecycleMode::Discover {
+                        preferred_versions: vec![rmcp::model::ProtocolVersion::V_2026_07_28],
+                    },
+                )
                 .await
-                .map_err(|error| error.to_string());
+                .map_err(|error| Forwarded::Failed(error.to_string()))?;
+            let answer = request(client.peer().clone())
+                .await
+                .map_err(|error| match error {
+                    rmcp::ServiceError::McpError(error) => Forwarded::Refused(error),
+                    other => Forwarded::Failed(other.to_string()),
+                });
             let _ = client.cancel().await;
-            result
+            answer
         };
-        tokio::time::timeout(yield_time + FORWARD_MARGIN, call)
+        tokio::time::timeout(time_limit, call)
             .await
-            .map_err(|_| "it took too long".to_owned())?
+            .map_err(|_| Forwarded::Failed("it took too long".to_owned()))?
+    }
+}
+
+/// Why a forwarded request has no answer.
+#[derive(Debug)]
+enum Forwarded {
+    /// The other server answered with an error.
+    Refused(ErrorData),
+    /// It could not be reached, or did not answer in time.
+    Failed(String),
+}
+
+impl std::fmt::Display for Forwarded {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Forwarded::Refused(error) => write!(f, "{}", error.message),
+            Forwarded::Failed(why) => write!(f, "{why}"),
+        }
+    }
+}
+
+/// The client one server of the cluster is to another: it declares the tasks extension, so that
+/// it may follow a client's `exec` task where its cell runs.
+#[derive(Clone, Default)]
+struct Forwarder;
+
+impl rmcp::ClientHandler for Forwarder {
+    fn get_info(&self) -> rmcp::model::ClientConfig {
+        rmcp::model::ClientConfig::new(
+            rmcp::model::ClientCapabilities::builder()
+                .enable_tasks()
+                .build(),
+            rmcp::model::Implementation::new("codemode-cluster", env!("CARGO_PKG_VERSION")),
+        )
     }
 }
 

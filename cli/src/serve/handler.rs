@@ -147,12 +147,36 @@ impl CodemodeServer {
                 .with_poll_interval_ms(duration_ms(EXEC_TASK_POLL_INTERVAL))
                 .with_status_message(format!("cell {cell_id} is running"));
             let tasks = live.tasks.clone();
-            let task = tasks.spawn(options, move |task| {
+            let mut task = tasks.spawn(options, move |task| {
                 Box::pin(follow_cell(live, cell_id, result, max_tokens, task))
             });
+            // In a cluster, the task's id names this server, as its cell's does.
+            if let Some(cluster) = &self.shared.cluster {
+                task.task_id = cluster.public_task_id(&task.task_id);
+            }
             return Ok(CreateTaskResult::new(task).into());
         }
         Ok(to_call_tool_result(result).into())
+    }
+
+    /// The cluster and the server that run the cell of task `task_id`, when that is another
+    /// server and this request was not forwarded already.
+    fn task_owner_elsewhere<'a>(
+        &'a self,
+        task_id: &'a str,
+        context: &RequestContext<RoleServer>,
+    ) -> Option<(&'a Cluster, &'a str)> {
+        let cluster = self.shared.cluster.as_deref()?;
+        let owner = cluster.owner_elsewhere(task_id)?;
+        (!was_forwarded(&context.extensions)).then_some((cluster, owner))
+    }
+
+    /// The id this server's task manager knows task `task_id` by.
+    fn local_task_id<'a>(&self, task_id: &'a str) -> &'a str {
+        match &self.shared.cluster {
+            Some(cluster) => cluster.local_task_id(task_id),
+            None => task_id,
+        }
     }
 
     pub(super) async fn wait(
@@ -219,10 +243,23 @@ impl ServerHandler for CodemodeServer {
         request: GetTaskParams,
         context: RequestContext<RoleServer>,
     ) -> Result<GetTaskResult, ErrorData> {
+        let task_id = request.task_id.clone();
+        if let Some((cluster, owner)) = self.task_owner_elsewhere(&task_id, &context) {
+            let identity = self.identity(&context.extensions).await?;
+            return cluster
+                .forward_task(owner, &identity, &task_id, |peer| async move {
+                    peer.get_task(request).await
+                })
+                .await;
+        }
         let live = self.session(&context.extensions, &context.peer).await?;
-        live.tasks
-            .get_task(&request.task_id)
-            .map(GetTaskResult::new)
+        let local = self.local_task_id(&task_id);
+        let mut task = live
+            .tasks
+            .get_task(local)
+            .map_err(|error| public_task_error(error, local, &task_id))?;
+        task.task.task_id = task_id;
+        Ok(GetTaskResult::new(task))
     }
 
     async fn update_task(
@@ -230,10 +267,21 @@ impl ServerHandler for CodemodeServer {
         request: UpdateTaskParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
+        let task_id = request.task_id.clone();
+        if let Some((cluster, owner)) = self.task_owner_elsewhere(&task_id, &context) {
+            let identity = self.identity(&context.extensions).await?;
+            return cluster
+                .forward_task(owner, &identity, &task_id, |peer| async move {
+                    peer.update_task(request).await
+                })
+                .await;
+        }
         // An exec task never asks for input; this answers unknown ids and stray responses alike.
         let live = self.session(&context.extensions, &context.peer).await?;
+        let local = self.local_task_id(&task_id);
         live.tasks
-            .update_task(&request.task_id, request.input_responses)
+            .update_task(local, request.input_responses)
+            .map_err(|error| public_task_error(error, local, &task_id))
     }
 
     async fn cancel_task(
@@ -241,8 +289,20 @@ impl ServerHandler for CodemodeServer {
         request: CancelTaskParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
+        let task_id = request.task_id.clone();
+        if let Some((cluster, owner)) = self.task_owner_elsewhere(&task_id, &context) {
+            let identity = self.identity(&context.extensions).await?;
+            return cluster
+                .forward_task(owner, &identity, &task_id, |peer| async move {
+                    peer.cancel_task(request).await
+                })
+                .await;
+        }
         let live = self.session(&context.extensions, &context.peer).await?;
-        live.tasks.cancel_task(&request.task_id)
+        let local = self.local_task_id(&task_id);
+        live.tasks
+            .cancel_task(local)
+            .map_err(|error| public_task_error(error, local, &task_id))
     }
 
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
@@ -322,6 +382,14 @@ impl ServerHandler for CodemodeServer {
         };
         Ok(result.into())
     }
+}
+
+/// A task manager's error about task `local`, naming the task by the id the client knows.
+fn public_task_error(mut error: ErrorData, local: &str, public: &str) -> ErrorData {
+    if local != public {
+        error.message = error.message.replace(local, public).into();
+    }
+    error
 }
 
 pub(super) fn object(schema: Value) -> Map<String, Value> {

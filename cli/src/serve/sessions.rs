@@ -122,6 +122,14 @@ pub(super) struct Identity {
 }
 
 impl Identity {
+    /// The session's name as the client gave it (`X-Codemode-Session`), if it named one.
+    pub(super) fn session_name(&self) -> Option<&str> {
+        self.store_key
+            .split_once('/')
+            .filter(|_| self.named)
+            .map(|(_, name)| name)
+    }
+
     /// Over stdio, the parent process owns the server: `--session` names the values. Over HTTP,
     /// the tenant of the token, and the session the client names in `X-Codemode-Session` or a
     /// fresh, unguessable one.
