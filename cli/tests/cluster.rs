@@ -632,3 +632,75 @@ async fn an_exec_task_started_on_one_server_is_followed_and_cancelled_through_th
         "{gone}"
     );
 }
+
+/// A client that records the messages of the progress notifications it receives.
+#[derive(Clone, Default)]
+struct ProgressRecorder {
+    messages: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl rmcp::ClientHandler for ProgressRecorder {
+    async fn on_progress(
+        &self,
+        params: rmcp::model::ProgressNotificationParam,
+        _context: rmcp::service::NotificationContext<rmcp::RoleClient>,
+    ) {
+        self.messages
+            .lock()
+            .unwrap()
+            .push(params.message.unwrap_or_default());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forwarded_wait_passes_the_owners_progress_on() {
+    use rmcp::ServiceExt;
+    let Some(database) = TestPostgres::start("a_forwarded_wait_passes_progress_on") else {
+        return;
+    };
+    let url = database.url();
+    let one = replica(&scratch("progress-0"), &url, 10);
+    let two = replica(&scratch("progress-1"), &url, 10);
+    let starter = client(one.url(), ALPHA, Some("work")).await;
+    let running = text_of(
+        &exec(
+            &starter,
+            "// @exec: {\"yield_time_ms\": 0}\nfor (let i = 0; i < 600; i++) { notify(`step ${i}`); await new Promise((r) => setTimeout(r, 100)); }",
+        )
+        .await
+        .expect("exec answers"),
+    );
+    let cell_id = running_cell_id(&running);
+    let recorder = ProgressRecorder::default();
+    let watcher = within(
+        "connect",
+        recorder
+            .clone()
+            .serve(rmcp::transport::StreamableHttpClientTransport::from_config(
+                common::transport_config(two.url(), ALPHA, Some("work")),
+            )),
+    )
+    .await
+    .expect("the client connects");
+    let mut params = CallToolRequestParams::new("wait").with_arguments(
+        json!({"cell_id": cell_id, "yield_time_ms": 1500})
+            .as_object()
+            .unwrap()
+            .clone(),
+    );
+    params.meta = Some(rmcp::model::RequestMetaObject::with_progress_token(
+        rmcp::model::ProgressToken(rmcp::model::NumberOrString::String("watch-1".into())),
+    ));
+    let observed = text_of(
+        &within("wait", watcher.call_tool(params))
+            .await
+            .expect("wait answers"),
+    );
+    assert!(observed.contains("Script running"), "{observed}");
+    let messages = recorder.messages.lock().unwrap().clone();
+    assert!(
+        messages.iter().any(|message| message.starts_with("step ")),
+        "the cell's notify messages reach the caller through the other server: {messages:?}"
+    );
+    wait(&starter, json!({"cell_id": cell_id, "terminate": true})).await;
+}

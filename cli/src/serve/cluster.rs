@@ -243,6 +243,7 @@ impl Cluster {
         cell_id: &str,
         arguments: Map<String, Value>,
         yield_time: Duration,
+        progress: Option<ProgressRelay>,
     ) -> CallToolResult {
         let failed = |text: String| CallToolResult::error(vec![ContentBlock::text(text)]);
         let replica = match self.store.replica(owner).await {
@@ -280,13 +281,20 @@ impl Cluster {
         let Some(name) = identity.session_name() else {
             return failed(format!("No cell with ID {cell_id}."));
         };
-        let call = CallToolRequestParams::new("wait").with_arguments(arguments);
+        let mut call = CallToolRequestParams::new("wait").with_arguments(arguments);
+        // The owner reports progress to this server, which passes it on to the caller.
+        if let Some(relay) = &progress {
+            call.meta = Some(rmcp::model::RequestMetaObject::with_progress_token(
+                relay.token.clone(),
+            ));
+        }
         let forwarded = self
             .forward(
                 &replica.address,
                 &identity.tenant,
                 name,
                 yield_time + FORWARD_MARGIN,
+                Forwarder { progress },
                 |peer| async move { peer.call_tool(call).await },
             )
             .await;
@@ -360,6 +368,7 @@ impl Cluster {
                 &identity.tenant,
                 name,
                 FORWARD_MARGIN,
+                Forwarder::default(),
                 request,
             )
             .await
@@ -386,6 +395,7 @@ impl Cluster {
         tenant: &str,
         name: &str,
         time_limit: Duration,
+        forwarder: Forwarder,
         request: F,
     ) -> Result<T, Forwarded>
     where
@@ -412,7 +422,7 @@ impl Cluster {
             header(&self.id)?,
         );
         let call = async {
-            let client = Forwarder
+            let client = forwarder
                 .serve_with_lifecycle(
                     StreamableHttpClientTransport::from_config(config),
                     ClientLifecycleMode::Discover {
@@ -455,11 +465,36 @@ impl std::fmt::Display for Forwarded {
 }
 
 /// The client one server of the cluster is to another: it declares the tasks extension, so that
-/// it may follow a client's `exec` task where its cell runs.
+/// it may follow a client's `exec` task where its cell runs, and passes the progress the other
+/// server reports on to the caller.
 #[derive(Clone, Default)]
-struct Forwarder;
+struct Forwarder {
+    progress: Option<ProgressRelay>,
+}
+
+/// Where the progress of a forwarded call goes: the caller, under the token it gave.
+#[derive(Clone)]
+pub(super) struct ProgressRelay {
+    pub(super) caller: Peer<RoleServer>,
+    pub(super) token: rmcp::model::ProgressToken,
+}
 
 impl rmcp::ClientHandler for Forwarder {
+    async fn on_progress(
+        &self,
+        params: rmcp::model::ProgressNotificationParam,
+        _context: rmcp::service::NotificationContext<rmcp::RoleClient>,
+    ) {
+        let Some(relay) = &self.progress else {
+            return;
+        };
+        let mut relayed = params;
+        relayed.progress_token = relay.token.clone();
+        if let Err(error) = relay.caller.notify_progress(relayed).await {
+            tracing::debug!(%error, "cannot pass a forwarded call's progress on");
+        }
+    }
+
     fn get_info(&self) -> rmcp::model::ClientConfig {
         rmcp::model::ClientConfig::new(
             rmcp::model::ClientCapabilities::builder()

@@ -206,8 +206,22 @@ impl CodemodeServer {
         {
             let identity = self.identity(&context.extensions).await?;
             let yield_time = Duration::from_millis(request.yield_time_ms.unwrap_or(0));
+            let progress = context
+                .meta
+                .get_progress_token()
+                .map(|token| ProgressRelay {
+                    caller: context.peer.clone(),
+                    token,
+                });
             return Ok(cluster
-                .forward_wait(owner, &identity, &request.cell_id, forwarded, yield_time)
+                .forward_wait(
+                    owner,
+                    &identity,
+                    &request.cell_id,
+                    forwarded,
+                    yield_time,
+                    progress,
+                )
                 .await);
         }
         let live = self.session(&context.extensions, &context.peer).await?;
