@@ -704,3 +704,33 @@ async fn a_forwarded_wait_passes_the_owners_progress_on() {
     );
     wait(&starter, json!({"cell_id": cell_id, "terminate": true})).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_forgets_the_servers_gone_for_over_a_day() {
+    let Some(database) = TestPostgres::start("a_server_forgets_the_servers_gone") else {
+        return;
+    };
+    let url = database.url();
+    let _one = replica(&scratch("forget-0"), &url, 10);
+    // A server that died two days ago, with a cell that had started a tool call.
+    database.psql(
+        "INSERT INTO codemode_replicas (id, address, lease_expires_at) \
+         VALUES ('0123456789ab', 'http://gone/mcp', now() - interval '2 days'); \
+         INSERT INTO codemode_tool_calls (session, cell_id, call_id, tool) \
+         VALUES ('alpha/work', '0123456789ab-1', 'tool-1', 'demo__note')",
+    );
+    let _two = replica(&scratch("forget-1"), &url, 10);
+    database
+        .wait_for(
+            "the server gone for two days to be forgotten",
+            "SELECT (SELECT count(*) FROM codemode_replicas WHERE id = '0123456789ab') \
+             + (SELECT count(*) FROM codemode_tool_calls)",
+            "0",
+        )
+        .await;
+    assert_eq!(
+        database.psql("SELECT count(*) FROM codemode_replicas"),
+        "2",
+        "the live servers stay"
+    );
+}

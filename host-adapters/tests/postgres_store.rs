@@ -513,3 +513,68 @@ async fn the_journal_keeps_open_cells_and_their_tool_calls_and_forgets_closed_on
             .is_empty()
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn servers_gone_longer_than_the_retention_are_forgotten_with_their_journal() {
+    let Some(database) = TestPostgres::start("servers_gone_longer_than_the_retention") else {
+        return;
+    };
+    let store = PostgresStore::connect(&database.url()).await.unwrap();
+    let long = std::time::Duration::from_secs(600);
+    let owned = |text: &str| text.to_owned();
+    for server in ["0123456789ab", "ba9876543210"] {
+        store
+            .join(server, &format!("http://{server}/mcp"), long)
+            .await
+            .unwrap();
+        let cell = format!("{server}-1");
+        let mut batch = JournalBatch::default();
+        batch
+            .cells_started
+            .push((owned("alpha/work"), cell.clone(), owned("alpha")));
+        batch.calls_started.push((
+            owned("alpha/work"),
+            cell,
+            owned("tool-1"),
+            owned("demo__note"),
+        ));
+        batch
+            .sessions_opened
+            .push((owned("alpha/work"), owned("alpha")));
+        store.journal(server, &batch).await.unwrap();
+    }
+    let count = |table: &str| database.psql(&format!("SELECT count(*) FROM {table}"));
+    // One died two days ago; the other still runs.
+    database.psql(
+        "UPDATE codemode_replicas SET lease_expires_at = now() - interval '2 days' \
+         WHERE id = '0123456789ab'",
+    );
+    let day = std::time::Duration::from_secs(24 * 60 * 60);
+    assert_eq!(store.forget_servers_gone_for(day * 3).await.unwrap(), 0);
+    assert_eq!(
+        count("codemode_tool_calls"),
+        "2",
+        "within the retention: kept"
+    );
+    assert_eq!(store.forget_servers_gone_for(day).await.unwrap(), 1);
+    for table in [
+        "codemode_replicas",
+        "codemode_cells",
+        "codemode_open_sessions",
+        "codemode_tool_calls",
+    ] {
+        assert_eq!(
+            count(table),
+            "1",
+            "only the live server's row is left in {table}"
+        );
+    }
+    assert!(store.replica("0123456789ab").await.unwrap().is_none());
+    assert_eq!(
+        store
+            .tool_calls_of("alpha/work", "ba9876543210-1")
+            .await
+            .unwrap(),
+        [("tool-1".to_owned(), "demo__note".to_owned())]
+    );
+}

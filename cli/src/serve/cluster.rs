@@ -32,6 +32,12 @@ const FORWARD_MARGIN: Duration = Duration::from_secs(30);
 /// How long the journal of tool calls gathers activity before it writes it (one transaction).
 const JOURNAL_INTERVAL: Duration = Duration::from_millis(50);
 
+/// How long the cluster remembers a server after its lease ran out (so that `wait` on one of its
+/// cells can still say which tool calls it had started), and how often a server forgets those gone
+/// longer.
+const GONE_SERVER_RETENTION: Duration = Duration::from_secs(24 * 60 * 60);
+const FORGET_GONE_SERVERS_EVERY: Duration = Duration::from_secs(60 * 60);
+
 /// How long the journal waits before it tries a batch the database refused again.
 const JOURNAL_RETRY: Duration = Duration::from_millis(500);
 
@@ -193,11 +199,29 @@ impl Cluster {
         self.token.clone()
     }
 
-    /// Renews the lease every third of it until `stop` is cancelled.
+    /// Renews the lease every third of it until `stop` is cancelled; now and then, forgets the
+    /// servers gone longer than [`GONE_SERVER_RETENTION`].
     pub(super) fn renew_until(self: &Arc<Self>, stop: CancellationToken) {
         let cluster = Arc::clone(self);
         tokio::spawn(async move {
+            let mut last_forgot: Option<Instant> = None;
             loop {
+                if last_forgot.is_none_or(|at| at.elapsed() >= FORGET_GONE_SERVERS_EVERY) {
+                    last_forgot = Some(Instant::now());
+                    match cluster
+                        .store
+                        .forget_servers_gone_for(GONE_SERVER_RETENTION)
+                        .await
+                    {
+                        Ok(0) => {}
+                        Ok(forgotten) => {
+                            tracing::info!(forgotten, "forgot servers gone for over a day");
+                        }
+                        Err(error) => {
+                            tracing::warn!(%error, "cannot forget the servers that are gone");
+                        }
+                    }
+                }
                 tokio::select! {
                     () = stop.cancelled() => return,
                     () = tokio::time::sleep(cluster.lease / 3) => {}

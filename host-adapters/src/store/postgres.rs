@@ -322,6 +322,34 @@ impl PostgresStore {
         Ok(())
     }
 
+    /// Forgets the servers whose leases ran out more than `retention` ago, with what they
+    /// journaled (their open cells and sessions, and their cells' tool calls); returns how many.
+    /// Until then, `wait` on a cell of such a server can still say which tool calls it had
+    /// started.
+    pub async fn forget_servers_gone_for(&self, retention: Duration) -> Result<u64, StoreError> {
+        let client = self.client().await?;
+        let row = client
+            .query_one(
+                "WITH gone AS (
+                     DELETE FROM codemode_replicas
+                     WHERE lease_expires_at < now() - $1 * interval '1 millisecond'
+                     RETURNING id
+                 ), cells AS (
+                     DELETE FROM codemode_cells WHERE server IN (SELECT id FROM gone)
+                 ), sessions AS (
+                     DELETE FROM codemode_open_sessions WHERE server IN (SELECT id FROM gone)
+                 ), calls AS (
+                     DELETE FROM codemode_tool_calls
+                     WHERE split_part(cell_id, '-', 1) IN (SELECT id FROM gone)
+                 )
+                 SELECT count(*) FROM gone",
+                &[&millis(retention)],
+            )
+            .await
+            .map_err(|error| self.failed("forget servers that are gone from", error))?;
+        Ok(row.get::<_, i64>(0).max(0) as u64)
+    }
+
     /// Server `id` as registered, if it ever was.
     pub async fn replica(&self, id: &str) -> Result<Option<Replica>, StoreError> {
         let client = self.client().await?;
