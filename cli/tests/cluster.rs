@@ -525,7 +525,7 @@ async fn an_exec_task_started_on_one_server_is_followed_and_cancelled_through_th
     };
     let url = database.url();
     let mut servers: Vec<_> = (0..3)
-        .map(|n| replica(&scratch(&format!("tasks-{n}")), &url, 2))
+        .map(|n| replica(&scratch(&format!("tasks-{n}")), &url, 3))
         .collect();
     let starter = task_client(servers[0].url(), ALPHA, "work").await;
     let exec_task = |code: &'static str| {
