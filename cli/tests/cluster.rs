@@ -463,38 +463,18 @@ async fn a_tenants_stored_bytes_limit_holds_across_the_cluster() {
 }
 
 /// A client of the 2026-07-28 revision (no MCP sessions) that declares the tasks extension.
-#[derive(Clone, Default)]
-struct TaskClient;
-
-impl rmcp::ClientHandler for TaskClient {
-    fn get_info(&self) -> rmcp::model::ClientConfig {
-        let mut capabilities = rmcp::model::ClientCapabilities::default();
-        capabilities
-            .extensions
-            .get_or_insert_with(Default::default)
-            .insert(
-                rmcp::model::TASKS_EXTENSION_ID.to_owned(),
-                Default::default(),
-            );
-        rmcp::model::ClientConfig::new(
-            capabilities,
-            rmcp::model::Implementation::new("task-client", "1"),
-        )
-    }
-}
-
 async fn task_client(
     url: &str,
     token: &str,
     session: &str,
-) -> rmcp::service::RunningService<rmcp::RoleClient, TaskClient> {
+) -> rmcp::service::RunningService<rmcp::RoleClient, common::TaskClient> {
     use rmcp::service::ClientServiceExt;
     let transport = rmcp::transport::StreamableHttpClientTransport::from_config(
         common::transport_config(url, token, Some(session)),
     );
     within(
         "connect with server/discover",
-        TaskClient.serve_with_lifecycle(
+        common::TaskClient.serve_with_lifecycle(
             transport,
             rmcp::service::ClientLifecycleMode::Discover {
                 preferred_versions: vec![rmcp::model::ProtocolVersion::V_2026_07_28],
@@ -506,7 +486,7 @@ async fn task_client(
 }
 
 async fn task_state(
-    client: &rmcp::service::RunningService<rmcp::RoleClient, TaskClient>,
+    client: &rmcp::service::RunningService<rmcp::RoleClient, common::TaskClient>,
     task_id: &str,
 ) -> Result<rmcp::model::DetailedTask, rmcp::ServiceError> {
     within(

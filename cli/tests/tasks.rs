@@ -12,36 +12,18 @@
 use std::time::Duration;
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams, ClientCapabilities,
-    ClientConfig, GetTaskParams, Implementation, TaskPayload, TaskStatus,
+    CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams, GetTaskParams,
+    TaskPayload, TaskStatus,
 };
 use rmcp::service::RunningService;
 use rmcp::transport::{ConfigureCommandExt, TokioChildProcess};
-use rmcp::{ClientHandler, RoleClient, ServiceExt};
+use rmcp::{RoleClient, ServiceExt};
 use serde_json::{Value, json};
 
 mod common;
 
 use codemode_test_support::within;
-use common::{CODEMODE, text_of, wait_for_line};
-
-/// A client that declares the tasks extension.
-#[derive(Clone, Default)]
-struct TaskClient;
-
-impl ClientHandler for TaskClient {
-    fn get_info(&self) -> ClientConfig {
-        let mut capabilities = ClientCapabilities::default();
-        capabilities
-            .extensions
-            .get_or_insert_with(Default::default)
-            .insert(
-                rmcp::model::TASKS_EXTENSION_ID.to_owned(),
-                Default::default(),
-            );
-        ClientConfig::new(capabilities, Implementation::new("task-client", "1"))
-    }
-}
+use common::{CODEMODE, TaskClient, text_of, wait_for_line};
 
 type Client = RunningService<RoleClient, TaskClient>;
 

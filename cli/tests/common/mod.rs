@@ -173,3 +173,19 @@ pub async fn wait_on(client: &Client, cell_id: &str) -> String {
             .expect("wait answers"),
     )
 }
+
+/// A client that declares the MCP tasks extension (SEP-2663), so that a long `exec` becomes a
+/// task.
+#[derive(Clone, Default)]
+pub struct TaskClient;
+
+impl rmcp::ClientHandler for TaskClient {
+    fn get_info(&self) -> rmcp::model::ClientConfig {
+        rmcp::model::ClientConfig::new(
+            rmcp::model::ClientCapabilities::builder()
+                .enable_tasks()
+                .build(),
+            rmcp::model::Implementation::new("task-client", "1"),
+        )
+    }
+}
