@@ -612,45 +612,62 @@ impl Store for PostgresStore {
         let failed = |error| self.failed("commit stored values to", error);
         let mut client = self.client().await?;
         let transaction = client.transaction().await.map_err(failed)?;
-        let (lock_tenant, replaced_bytes, upsert, set_total) = tokio::try_join!(
+        let (lock_tenant, write) = tokio::try_join!(
             // Creates the tenant's row if need be, and locks it until the commit: the commits of
-            // one tenant take turns here, so what the next statement reads is what gets replaced.
+            // one tenant take turns here.
             transaction.prepare_cached(
                 "INSERT INTO codemode_tenant_bytes (tenant, bytes) VALUES ($1, 0)
-                 ON CONFLICT (tenant) DO UPDATE SET bytes = codemode_tenant_bytes.bytes
-                 RETURNING bytes",
+                 ON CONFLICT (tenant) DO UPDATE SET bytes = codemode_tenant_bytes.bytes",
             ),
+            // Runs after the lock is taken, so its snapshot holds every earlier commit of the
+            // tenant and no other can change these rows: what it reads is what it replaces.
             transaction.prepare_cached(
-                "SELECT coalesce(sum(octet_length(key) + octet_length(value)), 0)::BIGINT
-                 FROM codemode_stored_values WHERE session = $1 AND key = ANY($2)",
-            ),
-            transaction.prepare_cached(
-                "INSERT INTO codemode_stored_values (session, key, value)
-                 SELECT $1, written.key, written.value
-                 FROM UNNEST($2::bytea[], $3::text[]) WITH ORDINALITY AS written(key, value, position)
-                 ORDER BY written.position
-                 ON CONFLICT (session, key)
-                 DO UPDATE SET value = EXCLUDED.value, committed_at = now()",
-            ),
-            transaction.prepare_cached(
-                "UPDATE codemode_tenant_bytes SET bytes = $2 WHERE tenant = $1"
+                "WITH written AS (
+                     SELECT key, value, position
+                     FROM UNNEST($2::bytea[], $3::text[]) WITH ORDINALITY AS w(key, value, position)
+                 ), replaced AS (
+                     SELECT coalesce(sum(octet_length(stored.key) + octet_length(stored.value)), 0)
+                         AS bytes
+                     FROM codemode_stored_values AS stored JOIN written USING (key)
+                     WHERE stored.session = $1
+                 ), upserted AS (
+                     INSERT INTO codemode_stored_values (session, key, value)
+                     SELECT $1, key, value FROM written ORDER BY position
+                     ON CONFLICT (session, key)
+                     DO UPDATE SET value = EXCLUDED.value, committed_at = now()
+                 )
+                 UPDATE codemode_tenant_bytes
+                 SET bytes = greatest(bytes + $5 - (SELECT bytes FROM replaced), 0)
+                 WHERE tenant = $4
+                 RETURNING bytes, $5 - (SELECT bytes FROM replaced)",
             ),
         )
         .map_err(failed)?;
-        // Sent together; the database runs them in order, the second after the lock is taken.
-        let (tenant_only, session_keys) = ([&tenant as _], [&session as _, &keys as _]);
-        let (total, replaced) = tokio::join!(
-            transaction.query_one(&lock_tenant, &tenant_only),
-            transaction.query_one(&replaced_bytes, &session_keys),
+        // Sent together; the database runs them in order.
+        let (tenant_only, rows) = (
+            [&tenant as _],
+            [
+                &session as _,
+                &keys as _,
+                &values as _,
+                &tenant as _,
+                &written as _,
+            ],
+        );
+        let (locked, counted) = tokio::join!(
+            transaction.execute(&lock_tenant, &tenant_only),
+            transaction.query_one(&write, &rows),
         );
         // The first error is the cause; a later statement only says the transaction had failed.
-        let total: i64 = total.map_err(failed)?.get(0);
-        let replaced: i64 = replaced.map_err(failed)?.get(0);
-        let after = total.saturating_add(written - replaced).max(0);
+        locked.map_err(failed)?;
+        let counted = counted.map_err(failed)?;
+        let (after, grown): (i64, i64) = (counted.get(0), counted.get(1));
         if let Some(limit) = self.bytes_per_tenant
-            && written > replaced
+            && grown > 0
             && after as u64 > limit
         {
+            // Nothing of it stays.
+            transaction.rollback().await.map_err(failed)?;
             return Err(StoreError::of(
                 StoreErrorKind::TooLarge,
                 format!(
@@ -661,16 +678,6 @@ impl Store for PostgresStore {
                 ),
             ));
         }
-        let (rows, new_total) = (
-            [&session as _, &keys as _, &values as _],
-            [&tenant as _, &after as _],
-        );
-        let (upserted, counted) = tokio::join!(
-            transaction.execute(&upsert, &rows),
-            transaction.execute(&set_total, &new_total),
-        );
-        upserted.map_err(failed)?;
-        counted.map_err(failed)?;
         transaction.commit().await.map_err(failed)
     }
 }
