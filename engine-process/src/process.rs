@@ -437,6 +437,7 @@ impl Pool {
             pid,
             outbox: Mutex::new(Outbox::default()),
             outbox_ready: Condvar::new(),
+            direct: writer.try_clone().ok(),
             state: Mutex::new(ProcessState::default()),
             child: Mutex::new(Some(child)),
             output_readers: Mutex::new(readers),
@@ -535,6 +536,10 @@ struct EngineProcess {
     /// blocks on a child that does not read.
     outbox: Mutex<Outbox>,
     outbox_ready: Condvar,
+    /// The channel, for a frame written at once when nothing waits and the writer thread is idle:
+    /// a write that never blocks, so a small frame skips waking the writer thread. `None` if the
+    /// socket could not be shared.
+    direct: Option<std::os::unix::net::UnixStream>,
     state: Mutex<ProcessState>,
     /// `None` once reaped.
     child: Mutex<Option<Child>>,
@@ -553,6 +558,8 @@ struct Outbox {
     closing: bool,
     /// The process is gone or being ended: nothing more is written.
     stopped: bool,
+    /// The writer thread is writing a frame it took: nothing else may write until it is done.
+    writing: bool,
 }
 
 #[derive(Debug, Default)]
@@ -648,11 +655,48 @@ impl EngineProcess {
                 "the engine process stopped reading".to_owned(),
             ));
         }
+        let frame = match self.write_directly(&outbox, frame) {
+            None => return Ok(()),
+            Some(rest) => rest,
+        };
         outbox.bytes += frame.len();
         outbox.frames.push_back(frame);
         drop(outbox);
         self.outbox_ready.notify_one();
         Ok(())
+    }
+
+    /// Writes `frame` at once when nothing waits before it and the writer thread is idle (the
+    /// outbox lock, held, keeps it so), as far as the socket takes it without blocking; returns
+    /// what is left for the writer thread. A full socket or an error leaves the whole frame to
+    /// it, and it deals with either as it does with any frame.
+    #[cfg(target_os = "linux")]
+    fn write_directly(&self, outbox: &Outbox, mut frame: Vec<u8>) -> Option<Vec<u8>> {
+        use nix::sys::socket::{MsgFlags, send};
+        use std::os::fd::AsRawFd;
+        let Some(socket) = &self.direct else {
+            return Some(frame);
+        };
+        if outbox.writing || !outbox.frames.is_empty() {
+            return Some(frame);
+        }
+        match send(
+            socket.as_raw_fd(),
+            &frame,
+            MsgFlags::MSG_DONTWAIT | MsgFlags::MSG_NOSIGNAL,
+        ) {
+            Ok(written) if written == frame.len() => None,
+            Ok(written) => {
+                frame.drain(..written);
+                Some(frame)
+            }
+            Err(_) => Some(frame),
+        }
+    }
+
+    #[cfg(not(target_os = "linux"))]
+    fn write_directly(&self, _outbox: &Outbox, frame: Vec<u8>) -> Option<Vec<u8>> {
+        Some(frame)
     }
 
     /// Ends the channel once what waits is written: the child ends once it reads to the end.
@@ -667,12 +711,14 @@ impl EngineProcess {
         loop {
             let frame = {
                 let mut outbox = lock(&self.outbox);
+                outbox.writing = false;
                 loop {
                     if outbox.stopped {
                         return;
                     }
                     if let Some(frame) = outbox.frames.pop_front() {
                         outbox.bytes -= frame.len();
+                        outbox.writing = true;
                         break frame;
                     }
                     if outbox.closing {
