@@ -159,24 +159,53 @@ impl CodemodeServer {
         Ok(to_call_tool_result(result).into())
     }
 
-    /// The cluster and the server that run the cell of task `task_id`, when that is another
-    /// server and this request was not forwarded already.
-    fn task_owner_elsewhere<'a>(
-        &'a self,
-        task_id: &'a str,
+    /// Sends a task request to the server that runs the cell of task `task_id`, when that is
+    /// another server of the cluster and this request was not forwarded already; `None` when the
+    /// task, if any, is this server's.
+    async fn task_request_elsewhere<T, F, Fut>(
+        &self,
+        task_id: &str,
         context: &RequestContext<RoleServer>,
-    ) -> Option<(&'a Cluster, &'a str)> {
+        request: F,
+    ) -> Option<Result<T, ErrorData>>
+    where
+        F: FnOnce(Peer<rmcp::RoleClient>) -> Fut,
+        Fut: std::future::Future<Output = Result<T, rmcp::ServiceError>>,
+    {
         let cluster = self.shared.cluster.as_deref()?;
         let owner = cluster.owner_elsewhere(task_id)?;
-        (!was_forwarded(&context.extensions)).then_some((cluster, owner))
+        if was_forwarded(&context.extensions) {
+            return None;
+        }
+        Some(match self.identity(&context.extensions).await {
+            Ok(identity) => {
+                cluster
+                    .forward_task(owner, &identity, task_id, request)
+                    .await
+            }
+            Err(error) => Err(error),
+        })
     }
 
-    /// The id this server's task manager knows task `task_id` by.
-    fn local_task_id<'a>(&self, task_id: &'a str) -> &'a str {
-        match &self.shared.cluster {
+    /// Runs `request` on this session's task manager, with the id it knows task `task_id` by
+    /// (without the cluster's server prefix); its errors name the id the client knows.
+    async fn local_task<T>(
+        &self,
+        task_id: &str,
+        context: &RequestContext<RoleServer>,
+        request: impl FnOnce(&TaskManager, &str) -> Result<T, ErrorData>,
+    ) -> Result<T, ErrorData> {
+        let live = self.session(&context.extensions, &context.peer).await?;
+        let local = match &self.shared.cluster {
             Some(cluster) => cluster.local_task_id(task_id),
             None => task_id,
-        }
+        };
+        request(&live.tasks, local).map_err(|mut error| {
+            if local != task_id {
+                error.message = error.message.replace(local, task_id).into();
+            }
+            error
+        })
     }
 
     pub(super) async fn wait(
@@ -258,20 +287,16 @@ impl ServerHandler for CodemodeServer {
         context: RequestContext<RoleServer>,
     ) -> Result<GetTaskResult, ErrorData> {
         let task_id = request.task_id.clone();
-        if let Some((cluster, owner)) = self.task_owner_elsewhere(&task_id, &context) {
-            let identity = self.identity(&context.extensions).await?;
-            return cluster
-                .forward_task(owner, &identity, &task_id, |peer| async move {
-                    peer.get_task(request).await
-                })
-                .await;
+        let forward = |peer: Peer<rmcp::RoleClient>| async move { peer.get_task(request).await };
+        if let Some(answer) = self
+            .task_request_elsewhere(&task_id, &context, forward)
+            .await
+        {
+            return answer;
         }
-        let live = self.session(&context.extensions, &context.peer).await?;
-        let local = self.local_task_id(&task_id);
-        let mut task = live
-            .tasks
-            .get_task(local)
-            .map_err(|error| public_task_error(error, local, &task_id))?;
+        let mut task = self
+            .local_task(&task_id, &context, |tasks, local| tasks.get_task(local))
+            .await?;
         task.task.task_id = task_id;
         Ok(GetTaskResult::new(task))
     }
@@ -282,20 +307,19 @@ impl ServerHandler for CodemodeServer {
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
         let task_id = request.task_id.clone();
-        if let Some((cluster, owner)) = self.task_owner_elsewhere(&task_id, &context) {
-            let identity = self.identity(&context.extensions).await?;
-            return cluster
-                .forward_task(owner, &identity, &task_id, |peer| async move {
-                    peer.update_task(request).await
-                })
-                .await;
+        let responses = request.input_responses.clone();
+        let forward = |peer: Peer<rmcp::RoleClient>| async move { peer.update_task(request).await };
+        if let Some(answer) = self
+            .task_request_elsewhere(&task_id, &context, forward)
+            .await
+        {
+            return answer;
         }
         // An exec task never asks for input; this answers unknown ids and stray responses alike.
-        let live = self.session(&context.extensions, &context.peer).await?;
-        let local = self.local_task_id(&task_id);
-        live.tasks
-            .update_task(local, request.input_responses)
-            .map_err(|error| public_task_error(error, local, &task_id))
+        self.local_task(&task_id, &context, |tasks, local| {
+            tasks.update_task(local, responses)
+        })
+        .await
     }
 
     async fn cancel_task(
@@ -304,19 +328,15 @@ impl ServerHandler for CodemodeServer {
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
         let task_id = request.task_id.clone();
-        if let Some((cluster, owner)) = self.task_owner_elsewhere(&task_id, &context) {
-            let identity = self.identity(&context.extensions).await?;
-            return cluster
-                .forward_task(owner, &identity, &task_id, |peer| async move {
-                    peer.cancel_task(request).await
-                })
-                .await;
+        let forward = |peer: Peer<rmcp::RoleClient>| async move { peer.cancel_task(request).await };
+        if let Some(answer) = self
+            .task_request_elsewhere(&task_id, &context, forward)
+            .await
+        {
+            return answer;
         }
-        let live = self.session(&context.extensions, &context.peer).await?;
-        let local = self.local_task_id(&task_id);
-        live.tasks
-            .cancel_task(local)
-            .map_err(|error| public_task_error(error, local, &task_id))
+        self.local_task(&task_id, &context, |tasks, local| tasks.cancel_task(local))
+            .await
     }
 
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
@@ -396,14 +416,6 @@ impl ServerHandler for CodemodeServer {
         };
         Ok(result.into())
     }
-}
-
-/// A task manager's error about task `local`, naming the task by the id the client knows.
-fn public_task_error(mut error: ErrorData, local: &str, public: &str) -> ErrorData {
-    if local != public {
-        error.message = error.message.replace(local, public).into();
-    }
-    error
 }
 
 pub(super) fn object(schema: Value) -> Map<String, Value> {
