@@ -641,8 +641,13 @@ fn main() {
     if args.iter().any(|arg| arg == "--round-trip-only") {
         // A quick look at one row, for profiling: not part of the suite's table.
         let (codemode, runtime) = quick_setup(&args);
-        let in_process: Arc<dyn Engine> = Arc::new(V8Engine::new());
-        let processes: Arc<dyn Engine> = Arc::new(process_engine(&codemode, 2));
+        let engine = flag(&args, "--engine").unwrap_or_else(|| "v8".into());
+        let in_process: Arc<dyn Engine> = match engine.as_str() {
+            "quickjs" => Arc::new(QuickJsEngine::new()),
+            "v8" => Arc::new(V8Engine::new()),
+            other => panic!("--engine takes v8 or quickjs, not {other}"),
+        };
+        let processes: Arc<dyn Engine> = Arc::new(process_engine_for(&codemode, &engine, 2));
         for _ in 0..3 {
             let a = runtime.block_on(tool_round_trip(Arc::clone(&in_process), 2000));
             let b = runtime.block_on(tool_round_trip(Arc::clone(&processes), 2000));
@@ -656,6 +661,17 @@ fn main() {
         let start = stats(spaced(&engine, 300, Duration::from_millis(20)));
         println!(
             "quickjs in-process warm text(\"hi\"): p50 {:.3} ms (p99 {:.3})",
+            start.median, start.p99
+        );
+        return;
+    }
+    if args.iter().any(|arg| arg == "--quickjs-process-start-only") {
+        // QuickJS's warm start in an engine process, for profiling: not part of the suite's table.
+        let (codemode, _runtime) = quick_setup(&args);
+        let processes = process_engine_for(&codemode, "quickjs", 2);
+        let start = stats(spaced(&processes, 100, Duration::from_millis(20)));
+        println!(
+            "quickjs engine-process warm text(\"hi\"): p50 {:.3} ms (p99 {:.3})",
             start.median, start.p99
         );
         return;

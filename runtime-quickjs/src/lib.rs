@@ -113,7 +113,7 @@ impl Engine for QuickJsEngine {
 
     fn start(&self, cell: CellStart, events: EventSender) -> Result<EngineHandles, EngineError> {
         codemode_engine::script::start_cell::<QuickJsRuntime>(
-            self.pool.as_deref(),
+            self.pool.as_ref(),
             cell,
             events,
             self.fault_injection,

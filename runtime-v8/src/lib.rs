@@ -181,7 +181,7 @@ impl Engine for V8Engine {
         codemode_engine::check_heap_limit(cell.limits.heap_limit_bytes)?;
         ffi::initialize().map_err(EngineError::Unavailable)?;
         codemode_engine::script::start_cell::<Runtime>(
-            self.pool.as_deref(),
+            self.pool.as_ref(),
             cell,
             events,
             self.fault_injection,

@@ -33,7 +33,7 @@ use crate::{CellStart, EngineError, EngineHandles, EventSender, TerminateHandle}
 /// Starts `cell` on a runtime of `R`: on a warm thread of `pool` when one is ready for its heap
 /// limit, else on a new thread with a stack of `stack_bytes` (the cold path).
 pub fn start_cell<R: ScriptRuntime>(
-    pool: Option<&WarmPool<R>>,
+    pool: Option<&Arc<WarmPool<R>>>,
     cell: CellStart,
     events: EventSender,
     test_hooks: bool,

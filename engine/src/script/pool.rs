@@ -3,10 +3,12 @@
 //! (measured: creation is most of a cell's start-up).
 //!
 //! Each warm thread runs exactly one cell, as a cold one does; isolates are never reused. When a
-//! warm thread takes a cell it asks the pool's refiller thread for its replacement, which starts
-//! it off the cell's path (measured: spawning a thread on that path cost about 0.2 ms of a QuickJS
-//! cell's 0.5 ms start). The pool serves cells with its heap limit; others take the cold path. A
-//! replacement is started a moment later, so as not to compete with the cell that is starting,
+//! cell is handed to a warm thread, the caller that handed it asks the pool's refiller thread for
+//! a replacement, which starts it off the cell's path (measured: spawning a thread on that path
+//! cost about 0.2 ms of a QuickJS cell's 0.5 ms start; waking the refiller from the cell's own
+//! thread cost the cell a system call, and a scheduler trace showed the refiller taking the
+//! cell's CPU on two cores). The pool serves cells with its heap limit; others take the cold
+//! path. A replacement is started a moment later, so as not to compete with the cell that is starting,
 //! and is handed work only once its runtime is ready: a cell that finds no ready runtime takes the
 //! cold path at once rather than waiting behind a replacement (measured: back to back, waiting
 //! made a start 2.8 times slower than cold). Dropping the last handle to the pool ends the idle
@@ -86,9 +88,9 @@ impl<R: ScriptRuntime> WarmPool<R> {
         }
     }
 
-    /// Hands `job` to a warm thread; gives it back when none can take it (the cold path then
-    /// runs it).
-    pub fn dispatch(&self, job: Job<R>) -> Result<(), Job<R>> {
+    /// Hands `job` to a warm thread and asks for its replacement; gives the job back when none
+    /// can take it (the cold path then runs it).
+    pub fn dispatch(self: &Arc<Self>, job: Job<R>) -> Result<(), Job<R>> {
         if job.0.limits.heap_limit_bytes != self.heap_limit_bytes {
             return Err(job);
         }
@@ -98,7 +100,10 @@ impl<R: ScriptRuntime> WarmPool<R> {
                 return Err(job);
             };
             match idle.send(job) {
-                Ok(()) => return Ok(()),
+                Ok(()) => {
+                    self.refill();
+                    return Ok(());
+                }
                 // That thread could not warm up and is gone; try the next.
                 Err(returned) => job = returned.0,
             }
@@ -169,8 +174,8 @@ fn start_refiller<R: ScriptRuntime>(pool: Weak<WarmPool<R>>) -> Option<Sender<()
         .map(|_| refills)
 }
 
-/// A warm thread: creates its runtime, offers itself to the pool, waits for a cell, starts its
-/// replacement, runs the cell.
+/// A warm thread: creates its runtime, offers itself to the pool, waits for a cell (whose
+/// dispatcher has asked for the thread's replacement), runs the cell.
 fn warm_thread<R: ScriptRuntime>(
     heap_limit_bytes: usize,
     test_hooks: bool,
@@ -193,9 +198,6 @@ fn warm_thread<R: ScriptRuntime>(
     };
     drop(jobs);
     let (cell, context) = *job;
-    if let Some(pool) = pool.upgrade() {
-        pool.refill();
-    }
     debug_assert_eq!(warm.heap_limit_bytes(), cell.limits.heap_limit_bytes);
     driver::run_warm(warm, cell, context);
 }
