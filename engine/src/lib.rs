@@ -22,6 +22,7 @@ mod channel;
 pub mod globals;
 pub mod script;
 pub mod timers;
+pub mod watchdog;
 
 use std::fmt;
 use std::sync::Arc;

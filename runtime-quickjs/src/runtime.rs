@@ -80,7 +80,7 @@ struct CpuBudget {
 pub struct BudgetWatch {
     exceeded: Arc<AtomicBool>,
     budget: Rc<RefCell<Option<CpuBudget>>>,
-    _watchdog: crate::watchdog::Registration,
+    _watchdog: codemode_engine::watchdog::Watch,
 }
 
 impl CpuWatch for BudgetWatch {

@@ -1,6 +1,6 @@
-//! The CPU watchdog of QuickJS cells: one thread for the whole process that reads the CPU time of
-//! each cell thread with a budget, stops a cell past it, and tells the process's hard-stop hook of
-//! a cell that is still running a grace period later.
+//! The CPU watchdog of QuickJS cells: the engines' shared [`CpuWatchdog`] with what is QuickJS's
+//! own, the clock it reads, how it stops a cell, and the process's hard-stop hook, told of a cell
+//! that is still running a grace period later.
 //!
 //! QuickJS's interrupt handler ends a cell at its budget as long as the cell runs JavaScript; a
 //! built-in that loops in C (`new Array(1e8).fill(0)`) checks no interrupt and runs on. The
@@ -11,83 +11,34 @@
 
 #![forbid(unsafe_code)]
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, OnceLock};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::sync::OnceLock;
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
 
 use codemode_engine::script::ScriptTerminator;
+use codemode_engine::watchdog::{CpuWatchdog, HardStopPolicy, Watch};
 
 use crate::runtime::Halt;
-
-/// How often budgets are checked.
-const POLL_INTERVAL: Duration = Duration::from_millis(20);
 
 /// What the hook is told: the cell that did not stop.
 pub type HardStopHook = fn(call_id: &str);
 
-struct Hook {
-    grace: Duration,
-    hook: HardStopHook,
-}
-
-static HOOK: OnceLock<Hook> = OnceLock::new();
+static HOOK: OnceLock<HardStopPolicy> = OnceLock::new();
 
 /// Sets the process's hard-stop hook (only the first call counts): called, on the watchdog's
 /// thread, for a cell still running `grace` after its CPU budget ran out. It should end the
 /// process.
 pub fn set_hard_stop_hook(grace: Duration, hook: HardStopHook) {
-    let _ = HOOK.set(Hook { grace, hook });
+    let _ = HOOK.set(HardStopPolicy::new(grace, hook));
 }
 
-struct Watched {
-    tid: i32,
-    baseline: Duration,
-    budget: Duration,
-    halt: Halt,
-    exceeded: Arc<AtomicBool>,
-    call_id: String,
-    exceeded_at: Option<Instant>,
-    reported: bool,
-}
-
-#[derive(Default)]
-struct Watchdog {
-    watched: Mutex<HashMap<u64, Watched>>,
-    wake: Condvar,
-    next_key: AtomicU64,
-}
-
-/// A cell thread under the watchdog; unregisters on drop.
-#[derive(Debug)]
-pub(crate) struct Registration(u64);
-
-impl Drop for Registration {
-    fn drop(&mut self) {
-        if let Some(Ok(watchdog)) = WATCHDOG.get() {
-            watchdog
-                .watched
-                .lock()
-                .unwrap_or_else(|poisoned| poisoned.into_inner())
-                .remove(&self.0);
-        }
-    }
-}
-
-static WATCHDOG: OnceLock<Result<&'static Watchdog, String>> = OnceLock::new();
-
-fn watchdog() -> Result<&'static Watchdog, String> {
-    WATCHDOG
-        .get_or_init(|| {
-            let watchdog: &'static Watchdog = Box::leak(Box::default());
-            std::thread::Builder::new()
-                .name("codemode-qjs-watchdog".into())
-                .spawn(move || watchdog.run())
-                .map(|_| watchdog)
-                .map_err(|error| format!("cannot start the QuickJS watchdog thread: {error}"))
-        })
-        .clone()
-}
+/// Checks every 20 ms: the interrupt handler enforces the budget itself to the tick; this catches
+/// only built-ins that run on in C.
+static WATCHDOG: CpuWatchdog =
+    CpuWatchdog::new("codemode-qjs-watchdog", Duration::from_millis(20), || {
+        HOOK.get().copied()
+    });
 
 /// Puts the calling thread's cell under the watchdog: once the thread's CPU time passes
 /// `baseline` (its CPU clock when the cell started) by `budget`, the cell is halted and `exceeded`
@@ -99,88 +50,16 @@ pub(crate) fn register(
     halt: Halt,
     exceeded: Arc<AtomicBool>,
     call_id: String,
-) -> Result<Registration, String> {
+) -> Result<Watch, String> {
     let tid = nix::unistd::gettid().as_raw();
-    let watchdog = watchdog()?;
-    let key = watchdog.next_key.fetch_add(1, Ordering::Relaxed);
-    let was_idle = {
-        let mut watched = watchdog
-            .watched
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        let was_idle = watched.is_empty();
-        watched.insert(
-            key,
-            Watched {
-                tid,
-                baseline,
-                budget,
-                halt,
-                exceeded,
-                call_id,
-                exceeded_at: None,
-                reported: false,
-            },
-        );
-        was_idle
-    };
-    if was_idle {
-        watchdog.wake.notify_one();
-    }
-    Ok(Registration(key))
-}
-
-impl Watchdog {
-    fn run(&self) {
-        loop {
-            // Each check waits a poll first: one right at a cell's start finds nothing spent, and
-            // until then the CPU is left to the starting cell. (The interrupt handler enforces
-            // the budget itself to the tick; this catches only built-ins that run on in C.)
-            let mut watched = self
-                .watched
-                .lock()
-                .unwrap_or_else(|poisoned| poisoned.into_inner());
-            while watched.is_empty() {
-                watched = self
-                    .wake
-                    .wait(watched)
-                    .unwrap_or_else(|poisoned| poisoned.into_inner());
-            }
-            drop(watched);
-            std::thread::sleep(POLL_INTERVAL);
-            let mut watched = self
-                .watched
-                .lock()
-                .unwrap_or_else(|poisoned| poisoned.into_inner());
-            let mut report = Vec::new();
-            for cell in watched.values_mut() {
-                let Some(now) = thread_cpu_time(cell.tid) else {
-                    continue;
-                };
-                if now.saturating_sub(cell.baseline) < cell.budget {
-                    continue;
-                }
-                let exceeded_at = *cell.exceeded_at.get_or_insert_with(|| {
-                    cell.exceeded.store(true, Ordering::SeqCst);
-                    cell.halt.terminate();
-                    Instant::now()
-                });
-                if let Some(hook) = HOOK.get()
-                    && !cell.reported
-                    && exceeded_at.elapsed() >= hook.grace
-                {
-                    cell.reported = true;
-                    report.push(cell.call_id.clone());
-                }
-            }
-            drop(watched);
-            if let Some(hook) = HOOK.get() {
-                for call_id in report {
-                    (hook.hook)(&call_id);
-                }
-            }
-        }
-    }
+    WATCHDOG.watch(
+        move || thread_cpu_time(tid),
+        baseline,
+        budget,
+        move || halt.terminate(),
+        exceeded,
+        call_id,
+    )
 }
 
 /// The CPU time (user and system) thread `tid` of this process has used, from `/proc`: whole
@@ -208,6 +87,7 @@ fn thread_cpu_time(tid: i32) -> Option<Duration> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Instant;
 
     #[test]
     fn a_spinning_thread_shows_cpu_time_in_proc() {

@@ -5,23 +5,16 @@
 
 use std::time::Duration;
 
-use codemode_engine::script::{
-    CellHost, CpuWatch, ModuleState, RunStatus, ScriptRuntime, ScriptTerminator,
-};
+use codemode_engine::script::{CellHost, ModuleState, RunStatus, ScriptRuntime, ScriptTerminator};
 
 use crate::ffi::{IsolateTerminator, V8Runtime};
 use crate::hard_stop::{self, RunningCell};
-use crate::watchdog::{self, Watch};
+use crate::watchdog;
+use codemode_engine::watchdog::Watch;
 
 impl ScriptTerminator for IsolateTerminator {
     fn terminate(&self) {
         IsolateTerminator::terminate(self);
-    }
-}
-
-impl CpuWatch for Watch {
-    fn exceeded(&self) -> bool {
-        Watch::exceeded(self)
     }
 }
 
