@@ -655,6 +655,20 @@ fn main() {
         }
         return;
     }
+    if let Some(iterations) = flag(&args, "--round-trips-in-process") {
+        // In-process round trips alone, for instruction counts under callgrind (which counts the
+        // same whatever else the machine does): run it with two counts and take the difference.
+        let (_codemode, runtime) = quick_setup(&args);
+        let engine: Arc<dyn Engine> = match flag(&args, "--engine").as_deref() {
+            Some("quickjs") => Arc::new(QuickJsEngine::new()),
+            Some("v8") | None => Arc::new(V8Engine::new()),
+            Some(other) => panic!("--engine takes v8 or quickjs, not {other}"),
+        };
+        let iterations: usize = iterations.parse().expect("a number of round trips");
+        let each = runtime.block_on(tool_round_trip(engine, iterations));
+        println!("tool round trip in-process: {each:.1} µs");
+        return;
+    }
     if args.iter().any(|arg| arg == "--quickjs-start-only") {
         // QuickJS's warm start in-process, for profiling: not part of the suite's table.
         let engine = QuickJsEngine::new();
