@@ -1,8 +1,9 @@
 //! The door of `codemode mcp --http`: every request is checked before it reaches MCP.
 //!
 //! In order: a `Host` that does not name this server gets 403 (the DNS-rebinding guard the MCP
-//! transport specification asks for), a present `Origin` that is not allowed gets 403 (a web page
-//! in the user's browser cannot drive the server), and a missing or wrong
+//! transport specification asks for), a present `Origin` that is neither the server's own (the
+//! `Host` just checked) nor allowed by `--allow-origin` gets 403 (a web page of another site in
+//! the user's browser cannot drive the server), and a missing or wrong
 //! `Authorization: Bearer <token>` gets 401. A request that passes carries its tenant (a
 //! [`Tenant`] in its extensions) to the MCP handler. Tokens are compared in constant time and never
 //! logged.
@@ -313,8 +314,8 @@ impl Gate {
             .get(header::HOST)
             .and_then(|host| host.to_str().ok())
             .map(str::to_ascii_lowercase);
-        match host {
-            Some(host) if self.allowed_hosts.contains(&host) => {}
+        let host = match host {
+            Some(host) if self.allowed_hosts.contains(&host) => host,
             other => {
                 return Err(Refusal::forbidden(format!(
                     "the Host header {:?} does not name this server; if it is reached by that \
@@ -322,10 +323,16 @@ impl Gate {
                     other.unwrap_or_default()
                 )));
             }
-        }
+        };
         if let Some(origin) = headers.get(header::ORIGIN) {
             let origin = origin.to_str().unwrap_or_default().to_ascii_lowercase();
-            if !self.allowed_origins.contains(origin.trim_end_matches('/')) {
+            let origin = origin.trim_end_matches('/');
+            // A page of the server's own origin (the Host just checked) may call it: a rebinding
+            // page has a foreign Host, refused above.
+            let same_origin = ["http://", "https://"]
+                .iter()
+                .any(|scheme| origin.strip_prefix(scheme) == Some(host.as_str()));
+            if !same_origin && !self.allowed_origins.contains(origin) {
                 return Err(Refusal::forbidden(format!(
                     "requests from the origin {origin:?} are not allowed; a browser page may use \
                      this server only if it is started with --allow-origin {origin}"
@@ -659,6 +666,45 @@ mod tests {
                     ("authorization", &token)
                 ]))
                 .is_ok()
+        );
+    }
+
+    #[test]
+    fn a_page_of_the_servers_own_origin_may_call_it_and_no_other() {
+        let token = format!("Bearer {}", "a".repeat(20));
+        let admitted = |host: &str, origin: &str| {
+            gate()
+                .admit(&headers(&[
+                    ("host", host),
+                    ("origin", origin),
+                    ("authorization", &token),
+                ]))
+                .map_err(|refusal| refusal.status)
+        };
+        for (host, origin) in [
+            ("127.0.0.1:8080", "http://127.0.0.1:8080"),
+            ("localhost:8080", "http://localhost:8080/"),
+            ("[::1]:8080", "https://[::1]:8080"),
+        ] {
+            assert!(admitted(host, origin).is_ok(), "{host} {origin}");
+        }
+        // Same host, another port or name: another origin.
+        for (host, origin) in [
+            ("127.0.0.1:8080", "http://127.0.0.1:9999"),
+            ("127.0.0.1:8080", "http://localhost:8080"),
+            ("127.0.0.1:8080", "http://127.0.0.1:8080.evil.example"),
+            ("127.0.0.1:8080", "null"),
+        ] {
+            assert_eq!(
+                admitted(host, origin).unwrap_err(),
+                StatusCode::FORBIDDEN,
+                "{host} {origin}"
+            );
+        }
+        // A rebinding page: its Host is the attacker's name, whatever its Origin says.
+        assert_eq!(
+            admitted("evil.example:8080", "http://evil.example:8080").unwrap_err(),
+            StatusCode::FORBIDDEN
         );
     }
 

@@ -1,6 +1,9 @@
-//! The real third-party MCP servers the end-to-end tests drive, installed from their registries
-//! at pinned versions into `target/mcp-servers/` (npm packages under `npm/`, Python packages in a
-//! virtual environment `python/`), touching nothing system-wide: by the test that needs them, or
+//! The real third-party MCP servers the end-to-end tests drive, and the MCP ecosystem's own tools
+//! the conformance tests run (the official conformance suite, the MCP Inspector, the TypeScript
+//! SDK, and the Node.js 22 they need), installed from their registries at pinned versions into
+//! `target/mcp-servers/` (npm servers under `npm/`, Python packages in a virtual environment
+//! `python/`, each ecosystem tool in a folder of its own under `tools/`), touching nothing
+//! system-wide: by the test that needs them, or
 //! ahead of it by `cargo xtask setup-mcp-servers`. A `ready` file records the versions: a second
 //! run with the same pins does nothing, a run with other pins installs again. Installs are
 //! serialised by a lock file, so test processes running at once install once.
@@ -19,6 +22,24 @@ pub const NPM_PACKAGES: [&str; 3] = [
 pub const PYTHON_PACKAGES: [&str; 2] =
     ["mcp-server-git==2026.10.19", "mcp-server-time==2026.10.19"];
 
+/// The MCP ecosystem's tools, pinned, each with the folder under `tools/` it goes to: two
+/// releases of one package cannot share one `node_modules`. Node.js 22 comes from the npm
+/// registry's `node` package, as the conformance suite needs 22 or later.
+pub const ECOSYSTEM_TOOLS: [(&str, &str); 6] = [
+    ("node22", "node@22.23.3"),
+    (
+        "conformance-0.1",
+        "@modelcontextprotocol/conformance@0.1.16",
+    ),
+    (
+        "conformance-0.2",
+        "@modelcontextprotocol/conformance@0.2.0-alpha.12",
+    ),
+    ("inspector-1", "@modelcontextprotocol/inspector@1.0.3"),
+    ("inspector-2", "@modelcontextprotocol/inspector@2.12.0"),
+    ("sdk", "@modelcontextprotocol/sdk@1.32.2"),
+];
+
 /// Where they go.
 pub fn folder(root: &Path) -> PathBuf {
     root.join("target/mcp-servers")
@@ -28,6 +49,7 @@ pub fn folder(root: &Path) -> PathBuf {
 fn pins() -> String {
     let mut pins: Vec<&str> = NPM_PACKAGES.to_vec();
     pins.extend(PYTHON_PACKAGES);
+    pins.extend(ECOSYSTEM_TOOLS.iter().map(|(_, package)| *package));
     pins.join("\n") + "\n"
 }
 
@@ -46,6 +68,26 @@ impl McpServers {
     /// The program of a Python package's server (`mcp-server-git`).
     pub fn python_program(&self, name: &str) -> PathBuf {
         self.folder.join("python/bin").join(name)
+    }
+
+    /// The folder of Node.js 22's `node` program (to put first on `PATH`).
+    pub fn node22_bin(&self) -> PathBuf {
+        self.folder.join("tools/node22/node_modules/.bin")
+    }
+
+    /// Node.js 22's `node` program.
+    pub fn node22(&self) -> PathBuf {
+        self.node22_bin().join("node")
+    }
+
+    /// The installed package `package` (such as `@modelcontextprotocol/conformance`) of the
+    /// ecosystem tool in `tool` (a folder of [`ECOSYSTEM_TOOLS`]).
+    pub fn ecosystem_package(&self, tool: &str, package: &str) -> PathBuf {
+        self.folder
+            .join("tools")
+            .join(tool)
+            .join("node_modules")
+            .join(package)
     }
 }
 
@@ -87,6 +129,15 @@ pub fn install(root: &Path) -> Result<McpServers, String> {
             .args(NPM_PACKAGES),
         "the npm registry",
     )?;
+    for (tool, package) in ECOSYSTEM_TOOLS {
+        run(
+            Command::new("npm")
+                .args(["install", "--no-audit", "--no-fund", "--prefix"])
+                .arg(folder.join("tools").join(tool))
+                .arg(package),
+            "the npm registry",
+        )?;
+    }
     let python = folder.join("python");
     run(
         Command::new("python3").args(["-m", "venv"]).arg(&python),

@@ -14,6 +14,9 @@ pub(super) fn exec_tool_description(session: &Session) -> String {
     )
 }
 
+/// How often an open `subscriptions/listen` stream looks whether the downstream tools changed.
+const LIST_CHANGE_CHECK_EVERY: Duration = Duration::from_millis(250);
+
 /// The arguments `exec` takes.
 pub(super) const EXEC_ARGUMENTS: &[&str] = &["code", "yield_time_ms", "max_output_tokens"];
 
@@ -80,6 +83,8 @@ pub(super) fn count_argument(
 pub(super) struct CodemodeServer {
     pub(super) shared: Arc<Shared>,
     pub(super) state: Arc<tokio::sync::Mutex<ServerState>>,
+    /// The least severe log message this MCP session's client wants (`logging/setLevel`).
+    pub(super) log_threshold: LogThreshold,
 }
 
 /// What one MCP session holds: who it is (fixed at its first request) and, for a session the
@@ -96,6 +101,7 @@ impl CodemodeServer {
         CodemodeServer {
             shared,
             state: Arc::new(tokio::sync::Mutex::new(ServerState::default())),
+            log_threshold: LogThreshold::default(),
         }
     }
 
@@ -276,9 +282,62 @@ impl ServerHandler for CodemodeServer {
                 .enable_tasks()
                 .build(),
         )
+        .with_server_info(server_implementation())
         .with_instructions(
             "Run JavaScript that orchestrates tools with `exec`; pick up scripts still running with `wait`.",
         )
+    }
+
+    // The level filters the log messages this MCP session is sent from now on (completion push).
+    #[allow(deprecated)]
+    async fn set_level(
+        &self,
+        request: rmcp::model::SetLevelRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.log_threshold.set(request.level);
+        Ok(())
+    }
+
+    // `subscriptions/listen` (MCP 2026-07-28, where no session carries notifications): the one
+    // change this server announces is its tool list's (`exec` declares the downstream tools).
+    fn accepted_subscription_filter(
+        &self,
+        _requested: &rmcp::model::SubscriptionFilter,
+    ) -> Option<rmcp::model::SubscriptionFilter> {
+        Some(
+            rmcp::model::SubscriptionFilter::builder()
+                .tools_list_changed()
+                .build(),
+        )
+    }
+
+    async fn listen(
+        &self,
+        subscription: rmcp::service::SubscriptionContext,
+    ) -> Result<(), ErrorData> {
+        let wants_tools = subscription.accepted().tools_list_changed == Some(true);
+        let tools = Arc::clone(&self.shared.tools);
+        let mut seen = codemode_session::ToolProvider::tools_version(tools.as_ref());
+        // The downstream servers' notifications only count a version up, so it is looked at
+        // now and then: a subscription costs a timer, not a task per downstream server.
+        let mut look = tokio::time::interval(LIST_CHANGE_CHECK_EVERY);
+        look.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                () = subscription.cancelled() => return Ok(()),
+                () = self.shared.shutting_down.cancelled() => return Ok(()),
+                _ = look.tick(), if wants_tools => {
+                    let now = codemode_session::ToolProvider::tools_version(tools.as_ref());
+                    if now != seen {
+                        seen = now;
+                        if subscription.sink().notify_tool_list_changed().await.is_err() {
+                            return Ok(());
+                        }
+                    }
+                }
+            }
+        }
     }
 
     async fn get_task(
@@ -355,7 +414,11 @@ impl ServerHandler for CodemodeServer {
                     .as_ref()
                     .is_some_and(|identity| identity.named);
                 if named {
-                    push_completions(&live.session, context.peer.clone());
+                    push_completions(
+                        &live.session,
+                        context.peer.clone(),
+                        self.log_threshold.clone(),
+                    );
                 }
             }
         }
@@ -416,6 +479,17 @@ impl ServerHandler for CodemodeServer {
         };
         Ok(result.into())
     }
+}
+
+/// Who this server is, as `initialize` and `server/discover` say: codemode and its version.
+pub(super) fn server_implementation() -> rmcp::model::Implementation {
+    let mut implementation =
+        rmcp::model::Implementation::new("codemode", env!("CARGO_PKG_VERSION"));
+    implementation.title = Some("codemode".to_owned());
+    implementation.description = Some(
+        "Runs model-written JavaScript that orchestrates tools, in sandboxed engines".to_owned(),
+    );
+    implementation
 }
 
 pub(super) fn object(schema: Value) -> Map<String, Value> {

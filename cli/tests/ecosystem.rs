@@ -1,0 +1,464 @@
+//! `codemode mcp` against the MCP ecosystem's own tools, as MCP developers first try a server:
+//! the official conformance suite (two releases: 0.1, and 0.2, which covers 2026-07-28), the MCP
+//! Inspector's CLI (v1, and v2 in its default mode) over stdio and HTTP, and the TypeScript SDK's
+//! client (`ecosystem/sdk_client.mjs`). All are installed from the npm registry at pinned versions
+//! (`codemode_test_support::mcp_servers`), with the Node.js 22 they need.
+//!
+//! Every scenario of the suite is either run, and must pass, or listed here as not applicable
+//! with why: a new release's new scenario fails the test until it is classified.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use codemode_test_support::ListeningServer;
+use codemode_test_support::mcp_servers::{self, McpServers};
+use serde_json::Value;
+
+mod common;
+
+use common::CODEMODE;
+
+/// The token of the HTTP servers these tests start.
+const TOKEN: &str = "ecosystem-token-0123456789abcdef";
+
+/// A run of an ecosystem tool that takes longer than this has hung.
+const HANG_GUARD: Duration = Duration::from_secs(180);
+
+fn tools() -> McpServers {
+    mcp_servers::install(&mcp_servers::workspace_root())
+        .unwrap_or_else(|error| panic!("cannot install the MCP ecosystem's tools: {error}"))
+}
+
+/// A fresh folder for one test's files.
+fn scratch(name: &str) -> PathBuf {
+    let folder =
+        std::env::temp_dir().join(format!("codemode-ecosystem-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&folder);
+    std::fs::create_dir_all(&folder).unwrap();
+    folder
+}
+
+/// Runs `command` (with Node.js 22 first on its `PATH`) to its end, or kills it past the hang
+/// guard.
+fn run(tools: &McpServers, mut command: Command) -> Output {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let mut paths = vec![tools.node22_bin()];
+    paths.extend(std::env::split_paths(&path));
+    command
+        .env("PATH", std::env::join_paths(paths).unwrap())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let description = format!("{command:?}");
+    let mut child = command
+        .spawn()
+        .unwrap_or_else(|error| panic!("cannot start {description}: {error}"));
+    let started = Instant::now();
+    // Read both pipes on threads, so a chatty tool never blocks on a full pipe.
+    let mut stdout = child.stdout.take().unwrap();
+    let mut stderr = child.stderr.take().unwrap();
+    let out = std::thread::spawn(move || {
+        let mut bytes = Vec::new();
+        std::io::Read::read_to_end(&mut stdout, &mut bytes).map(|_| bytes)
+    });
+    let err = std::thread::spawn(move || {
+        let mut bytes = Vec::new();
+        std::io::Read::read_to_end(&mut stderr, &mut bytes).map(|_| bytes)
+    });
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if started.elapsed() > HANG_GUARD {
+            let _ = child.kill();
+            panic!("hung: {description} ran past {HANG_GUARD:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    Output {
+        status,
+        stdout: out.join().unwrap().unwrap_or_default(),
+        stderr: err.join().unwrap().unwrap_or_default(),
+    }
+}
+
+/// `codemode mcp --http` on a loopback port, with `extra` flags.
+fn http_server(extra: &[&str]) -> ListeningServer {
+    let mut command = Command::new(CODEMODE);
+    command
+        .args(["mcp", "--http", "127.0.0.1:0"])
+        .args(extra)
+        .env("CODEMODE_AUTH_TOKEN", TOKEN);
+    ListeningServer::spawn(command)
+}
+
+/// One release of the conformance suite, and how each of its server scenarios applies.
+struct Release {
+    /// Its folder among the ecosystem tools.
+    tool: &'static str,
+    /// The scenarios that apply to a server offering only tools (`exec` and `wait`): each must
+    /// pass, but for the checks in `partly`.
+    applicable: &'static [&'static str],
+    /// Checks of applicable scenarios that cannot apply, with why: `(scenario, check, why)`.
+    partly: &'static [(&'static str, &'static str, &'static str)],
+    /// Flags that run a scenario whatever revision the release calls current (0.2 leaves
+    /// 2026-07-28's out of its default suite; 0.1 knows no such flag).
+    run_any_revision: &'static [&'static str],
+}
+
+/// Why a scenario the suite offers is not run against codemode, or `None` when it is.
+fn not_applicable(scenario: &str) -> Option<&'static str> {
+    let by_prefix: &[(&str, &str)] = &[
+        (
+            "tools-call-",
+            "calls the suite's fixture tools (test_simple_text, test_image_content, …); codemode \
+             offers exec and wait, whose results other tests check",
+        ),
+        (
+            "elicitation-",
+            "calls the suite's fixture tools that elicit input from the client",
+        ),
+        ("resources-", "codemode offers no resources"),
+        ("prompts-", "codemode offers no prompts"),
+        (
+            "input-required-result-",
+            "calls the suite's fixture tools that ask the client for input (2026-07-28 \
+             input-required results); codemode's tools never ask",
+        ),
+        (
+            "tasks-",
+            "the tasks extension's scenarios call the suite's fixture tools (greet, \
+             slow_compute, failing_job, …); codemode's exec tasks are tested in tests/tasks.rs",
+        ),
+        (
+            "sep-2640-",
+            "the skills extension: codemode offers no skills",
+        ),
+    ];
+    let exact: &[(&str, &str)] = &[
+        (
+            "completion-complete",
+            "codemode offers no prompts or resource templates to complete, and does not \
+             declare the completions capability",
+        ),
+        (
+            "json-schema-2020-12",
+            "looks for the suite's fixture tool json_schema_2020_12_tool",
+        ),
+        (
+            "http-custom-header-server-validation",
+            "needs a tool with x-mcp-header annotations; codemode's tools have none",
+        ),
+        (
+            "sep-2164-resource-not-found",
+            "codemode offers no resources to be found or not",
+        ),
+    ];
+    by_prefix
+        .iter()
+        .find(|(prefix, _)| scenario.starts_with(prefix))
+        .or_else(|| exact.iter().find(|(name, _)| *name == scenario))
+        .map(|(_, why)| *why)
+}
+
+/// The checks of `server-stateless` that need the suite's diagnostic tools.
+const STATELESS_FIXTURE_CHECKS: [(&str, &str, &str); 4] = [
+    (
+        "server-stateless",
+        "sep-2575-server-rejects-undeclared-capability",
+        "calls the suite's diagnostic tool test_missing_capability; codemode's tools need no \
+         client capability",
+    ),
+    (
+        "server-stateless",
+        "sep-2575-missing-capability-http-400",
+        "the HTTP status of the same diagnostic tool's error",
+    ),
+    (
+        "server-stateless",
+        "sep-2575-http-server-no-independent-requests-on-stream",
+        "calls the suite's diagnostic tool test_streaming_elicitation; codemode never sends the \
+         client requests",
+    ),
+    (
+        "server-stateless",
+        "sep-2575-server-no-log-without-loglevel",
+        "calls the suite's diagnostic tool test_logging_tool; codemode sends no log message \
+         without an MCP session",
+    ),
+];
+
+const RELEASE_0_1: Release = Release {
+    tool: "conformance-0.1",
+    applicable: &[
+        "server-initialize",
+        "logging-set-level",
+        "ping",
+        "tools-list",
+        "server-sse-polling",
+        "server-sse-multiple-streams",
+        "dns-rebinding-protection",
+    ],
+    partly: &[],
+    run_any_revision: &[],
+};
+
+const RELEASE_0_2: Release = Release {
+    tool: "conformance-0.2",
+    applicable: &[
+        "server-initialize",
+        "server-session-lifecycle",
+        "server-stateless",
+        "logging-set-level",
+        "ping",
+        "tools-list",
+        "server-sse-polling",
+        "server-sse-multiple-streams",
+        "dns-rebinding-protection",
+        "caching",
+        "http-header-validation",
+    ],
+    partly: &[
+        STATELESS_FIXTURE_CHECKS[0],
+        STATELESS_FIXTURE_CHECKS[1],
+        STATELESS_FIXTURE_CHECKS[2],
+        STATELESS_FIXTURE_CHECKS[3],
+        (
+            "caching",
+            "sep-2549-prompts-list-caching-hints",
+            "codemode offers no prompts to list",
+        ),
+        (
+            "caching",
+            "sep-2549-resources-list-caching-hints",
+            "codemode offers no resources to list",
+        ),
+        (
+            "caching",
+            "sep-2549-resources-templates-list-caching-hints",
+            "codemode offers no resource templates to list",
+        ),
+    ],
+    run_any_revision: &["--force"],
+};
+
+/// The conformance suite's program in `release`, run by Node.js 22.
+fn suite(tools: &McpServers, release: &Release) -> Command {
+    let mut command = Command::new(tools.node22());
+    command.arg(
+        tools
+            .ecosystem_package(release.tool, "@modelcontextprotocol/conformance")
+            .join("dist/index.js"),
+    );
+    command
+}
+
+/// The server scenarios `release` offers.
+fn server_scenarios(tools: &McpServers, release: &Release) -> Vec<String> {
+    let mut command = suite(tools, release);
+    command.args(["list", "--server"]);
+    let output = run(tools, command);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .filter_map(|line| line.trim().strip_prefix("- "))
+        .map(|line| {
+            line.split_whitespace()
+                .next()
+                .unwrap_or_default()
+                .to_owned()
+        })
+        .collect()
+}
+
+/// The checks one scenario recorded, from its `checks.json`.
+fn checks(results: &Path) -> Vec<Value> {
+    let folder = std::fs::read_dir(results)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .find(|path| path.join("checks.json").exists())
+        .unwrap_or_else(|| panic!("no checks.json under {}", results.display()));
+    serde_json::from_str(&std::fs::read_to_string(folder.join("checks.json")).unwrap()).unwrap()
+}
+
+fn conformance_of_the_server(release: &Release) {
+    let tools = tools();
+    // The suite's server mode sends no credentials: a loopback server without them, as a
+    // developer runs it locally.
+    let mut command = Command::new(CODEMODE);
+    command.args(["mcp", "--http", "127.0.0.1:0", "--no-auth"]);
+    let server = ListeningServer::spawn(command);
+    let offered = server_scenarios(&tools, release);
+    assert!(offered.len() > 10, "the suite lists {offered:?}");
+    let unclassified: Vec<&String> = offered
+        .iter()
+        .filter(|scenario| {
+            !release.applicable.contains(&scenario.as_str()) && not_applicable(scenario).is_none()
+        })
+        .collect();
+    assert!(
+        unclassified.is_empty(),
+        "scenarios neither run nor listed as not applicable: {unclassified:?}"
+    );
+    let mut failures = Vec::new();
+    for scenario in release.applicable {
+        assert!(
+            offered.iter().any(|name| name == scenario),
+            "{} no longer offers {scenario}",
+            release.tool
+        );
+        let results = scratch(&format!("{}-{scenario}", release.tool));
+        let mut command = suite(&tools, release);
+        command
+            .args(["server", "--url", server.url(), "--scenario", scenario])
+            .args(release.run_any_revision)
+            .arg("-o")
+            .arg(&results);
+        let output = run(&tools, command);
+        let made = checks(&results);
+        if made.is_empty() {
+            failures.push(format!(
+                "{scenario}: no check was made\n{}",
+                String::from_utf8_lossy(&output.stdout)
+            ));
+        }
+        for check in &made {
+            let id = check["id"].as_str().unwrap_or_default();
+            let excused = release
+                .partly
+                .iter()
+                .any(|(name, check_id, _)| name == scenario && *check_id == id);
+            if check["status"] == "FAILURE" && !excused {
+                failures.push(format!(
+                    "{scenario} / {id}: {}",
+                    check["errorMessage"].as_str().unwrap_or_default()
+                ));
+            }
+        }
+        // Each excused check must still be one the suite makes, or the excuse is stale.
+        for (_, check_id, _) in release.partly.iter().filter(|(name, ..)| name == scenario) {
+            assert!(
+                made.iter().any(|check| check["id"] == *check_id),
+                "{scenario} no longer makes the check {check_id}: drop its excuse"
+            );
+        }
+        let _ = std::fs::remove_dir_all(&results);
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn the_server_passes_the_conformance_suite_0_1() {
+    conformance_of_the_server(&RELEASE_0_1);
+}
+
+#[test]
+fn the_server_passes_the_conformance_suite_0_2_with_2026_07_28() {
+    conformance_of_the_server(&RELEASE_0_2);
+}
+
+/// The Inspector's CLI in `tool` (v1 or v2), with `arguments` after `--cli`.
+fn inspector(tools: &McpServers, tool: &str, arguments: &[&str]) -> Value {
+    let entry = match tool {
+        "inspector-1" => "cli/build/cli.js",
+        _ => "clients/launcher/build/index.js",
+    };
+    let mut command = Command::new(tools.node22());
+    command
+        .arg(
+            tools
+                .ecosystem_package(tool, "@modelcontextprotocol/inspector")
+                .join(entry),
+        )
+        .arg("--cli")
+        .args(arguments);
+    let output = run(tools, command);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{tool} {arguments:?} failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    // v1 prints a deprecation banner before the JSON.
+    let json = &stdout[stdout
+        .find('{')
+        .unwrap_or_else(|| panic!("no JSON in {stdout}"))..];
+    serde_json::from_str(json).unwrap_or_else(|error| panic!("{error}: {stdout}"))
+}
+
+/// Lists the tools and runs a cell through the Inspector `tool`, connected by `target`.
+fn inspect(tools: &McpServers, tool: &str, target: &[&str]) {
+    let mut list = target.to_vec();
+    list.extend(["--method", "tools/list"]);
+    let listed = inspector(tools, tool, &list);
+    let names: Vec<&str> = listed["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|tool| tool["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["exec", "wait"], "{tool}");
+    let mut call = target.to_vec();
+    call.extend([
+        "--method",
+        "tools/call",
+        "--tool-name",
+        "exec",
+        "--tool-arg",
+        "code=text(6 * 7)",
+    ]);
+    let called = inspector(tools, tool, &call);
+    assert_eq!(called["isError"], false, "{tool}: {called}");
+    let texts: Vec<&str> = called["content"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|block| block["text"].as_str())
+        .collect();
+    assert!(texts.contains(&"42"), "{tool}: {called}");
+}
+
+#[test]
+fn the_inspector_cli_v1_and_v2_connect_over_stdio_and_http() {
+    let tools = tools();
+    let server = http_server(&[]);
+    let bearer = format!("Authorization: Bearer {TOKEN}");
+    for tool in ["inspector-1", "inspector-2"] {
+        inspect(&tools, tool, &[CODEMODE, "mcp"]);
+        inspect(
+            &tools,
+            tool,
+            &[server.url(), "--transport", "http", "--header", &bearer],
+        );
+    }
+}
+
+/// `ecosystem/sdk_client.mjs` with `arguments`; its checks all pass.
+fn sdk_client(tools: &McpServers, arguments: &[&str]) {
+    let mut command = Command::new(tools.node22());
+    command
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/ecosystem/sdk_client.mjs"))
+        .arg(tools.ecosystem_package("sdk", "@modelcontextprotocol/sdk"))
+        .args(arguments);
+    let output = run(tools, command);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "the TypeScript SDK client {arguments:?}:\n{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(stdout.lines().count() >= 12, "{stdout}");
+}
+
+#[test]
+fn the_typescript_sdk_client_works_over_stdio_and_http() {
+    let tools = tools();
+    sdk_client(&tools, &["stdio", CODEMODE]);
+    let server = http_server(&["--demo-tools"]);
+    sdk_client(&tools, &["http", server.url(), TOKEN]);
+}
