@@ -4,8 +4,10 @@
 //! client (`ecosystem/sdk_client.mjs`). All are installed from the npm registry at pinned versions
 //! (`codemode_test_support::mcp_servers`), with the Node.js 22 they need.
 //!
-//! Every scenario of the suite is either run, and must pass, or listed here as not applicable
-//! with why: a new release's new scenario fails the test until it is classified.
+//! Every scenario of the suite, the server's and the client's (codemode calling a downstream
+//! server, through `ecosystem/conformance_client.sh`), is either run, and must pass, or listed
+//! here as not applicable with why: a new release's new scenario fails the test until it is
+//! classified.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -360,6 +362,124 @@ fn the_server_passes_the_conformance_suite_0_1() {
 #[test]
 fn the_server_passes_the_conformance_suite_0_2_with_2026_07_28() {
     conformance_of_the_server(&RELEASE_0_2);
+}
+
+/// Why a client scenario the suite offers is not run against codemode, or `None` when it is.
+fn client_not_applicable(scenario: &str) -> Option<&'static str> {
+    let by_prefix: &[(&str, &str)] = &[
+        (
+            "auth/",
+            "codemode authenticates to a downstream server with the headers configured for it \
+             (a bearer token in its config); it runs no OAuth flow",
+        ),
+        (
+            "elicitation-",
+            "a cell has no one to ask: codemode declines a downstream server's elicitation",
+        ),
+        (
+            "sep-2322-",
+            "input-required results (2026-07-28) ask the client for input; a cell has no one to \
+             ask, so codemode does not answer them",
+        ),
+        (
+            "json-schema-2020-12-preservation",
+            "asks the client to send a tool's input schema back verbatim; a cell sees a tool as \
+             a TypeScript declaration, not as its JSON schema",
+        ),
+        ("sep-2640-", "the skills extension: codemode uses no skills"),
+    ];
+    by_prefix
+        .iter()
+        .find(|(prefix, _)| scenario.starts_with(prefix))
+        .map(|(_, why)| *why)
+}
+
+/// The client scenarios each release offers that codemode must pass.
+const CLIENT_SCENARIOS: [(&str, &[&str]); 2] = [
+    (
+        "conformance-0.1",
+        &["initialize", "tools_call", "sse-retry"],
+    ),
+    (
+        "conformance-0.2",
+        &[
+            "initialize",
+            "tools_call",
+            "sse-retry",
+            "request-metadata",
+            "http-standard-headers",
+            "http-custom-headers",
+            "http-invalid-tool-headers",
+            "json-schema-ref-no-deref",
+        ],
+    ),
+];
+
+#[test]
+fn codemode_as_a_client_passes_the_conformance_suites() {
+    let tools = tools();
+    let driver =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/ecosystem/conformance_client.sh");
+    let mut failures = Vec::new();
+    for (tool, applicable) in CLIENT_SCENARIOS {
+        let release = Release {
+            tool,
+            applicable,
+            partly: &[],
+            run_any_revision: &[],
+        };
+        let mut command = suite(&tools, &release);
+        command.args(["list", "--client"]);
+        let output = run(&tools, command);
+        let offered: Vec<String> = String::from_utf8_lossy(&output.stdout)
+            .lines()
+            .filter_map(|line| line.trim().strip_prefix("- "))
+            .map(|line| {
+                line.split_whitespace()
+                    .next()
+                    .unwrap_or_default()
+                    .to_owned()
+            })
+            .collect();
+        let unclassified: Vec<&String> = offered
+            .iter()
+            .filter(|scenario| {
+                !applicable.contains(&scenario.as_str())
+                    && client_not_applicable(scenario).is_none()
+            })
+            .collect();
+        assert!(
+            unclassified.is_empty(),
+            "{tool}: client scenarios neither run nor listed as not applicable: {unclassified:?}"
+        );
+        for scenario in applicable {
+            let results = scratch(&format!("client-{tool}-{scenario}"));
+            let mut command = suite(&tools, &release);
+            command
+                .args(["client", "--scenario", scenario, "--command"])
+                .arg(&driver)
+                .arg("-o")
+                .arg(&results)
+                .env("CODEMODE_PROGRAM", CODEMODE);
+            let output = run(&tools, command);
+            let made = checks(&results);
+            if made.is_empty() || !output.status.success() {
+                failures.push(format!(
+                    "{tool} {scenario}: the suite said\n{}",
+                    String::from_utf8_lossy(&output.stdout)
+                ));
+            }
+            for check in made.iter().filter(|check| check["status"] == "FAILURE") {
+                failures.push(format!(
+                    "{tool} {scenario} / {}: {}",
+                    check["id"].as_str().unwrap_or_default(),
+                    check["errorMessage"].as_str().unwrap_or_default()
+                ));
+            }
+            let _ = std::fs::remove_dir_all(&results);
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
 /// The Inspector's CLI in `tool` (v1 or v2), with `arguments` after `--cli`.

@@ -1,6 +1,11 @@
 //! Tools of a downstream MCP server, through `rmcp`: reached as a stdio child process or over
 //! streamable HTTP (the client half of code mode for any agent).
 //!
+//! A connection speaks the revision the server does: 2026-07-28 to a server that answers
+//! `server/discover` (no `initialize`; each request carries its `_meta`, and over HTTP the
+//! `MCP-Protocol-Version`, `Mcp-Method` and `Mcp-Name` headers), and `initialize` offering
+//! 2025-11-25 to an older one (see `lifecycle` and `McpTools::connect`).
+//!
 //! Each server's tools become tool definitions under the server's namespace (`tools.<ns>__<name>`
 //! in a cell), with their descriptions and input and output schemas. The connection is made on
 //! first use and kept; a server that dies or drops the connection fails the calls in flight with
@@ -38,14 +43,15 @@ use std::time::Duration;
 
 use codemode_protocol::{ResultType, ToolDefinition, ToolKind, ToolName};
 use codemode_session::{ToolInvocation, ToolListError, ToolProgress, ToolProvider};
+use rmcp::ServiceError;
 use rmcp::model::{
     CallToolRequestParams, CallToolResult, CancelTaskParams, ClientCapabilities, ClientConfig,
     ClientRequest, ContentBlock, CustomRequest, ErrorCode, GetTaskParams, Implementation,
     ServerResult,
 };
+use rmcp::service::ClientServiceExt;
 use rmcp::service::{RoleClient, RunningService};
 use rmcp::transport::{ConfigureCommandExt, StreamableHttpClientTransport, TokioChildProcess};
-use rmcp::{ServiceError, ServiceExt};
 use serde_json::{Map, Value, json};
 use tokio::sync::Mutex;
 use tokio_util::sync::CancellationToken;
@@ -99,6 +105,38 @@ impl McpTransport {
         McpTransport::Http {
             url: url.into(),
             headers: BTreeMap::new(),
+        }
+    }
+}
+
+/// How a connection starts: `server/discover` first, speaking 2026-07-28 (no `initialize`,
+/// each request carrying its protocol version, client info and capabilities in `_meta`, and over
+/// HTTP the `MCP-Protocol-Version`, `Mcp-Method` and `Mcp-Name` headers) to a server that answers
+/// it; to a server of an older revision, which refuses the method, `initialize` offering
+/// 2025-11-25, which it knows (and may answer with an older one it speaks).
+fn lifecycle() -> rmcp::service::ClientLifecycleMode {
+    rmcp::service::ClientLifecycleMode::Auto {
+        preferred_versions: vec![rmcp::model::ProtocolVersion::V_2026_07_28],
+        legacy_version: Some(rmcp::model::ProtocolVersion::V_2025_11_25),
+    }
+}
+
+/// Why a connection could not be made.
+enum StartError {
+    /// Nothing another handshake would change (the program does not start, a header is
+    /// malformed, the start was cancelled): the message.
+    Final(String),
+    /// The handshake failed: another one, over a new connection, may succeed.
+    Handshake(String),
+}
+
+impl StartError {
+    /// The failure of a handshake, as `what` went.
+    fn of(error: rmcp::service::ClientInitializeError, what: String) -> Self {
+        let message = format!("{what}: {error}");
+        match error {
+            rmcp::service::ClientInitializeError::Cancelled => StartError::Final(message),
+            _ => StartError::Handshake(message),
         }
     }
 }
@@ -178,10 +216,13 @@ impl rmcp::ClientHandler for ListWatcher {
                 rmcp::model::TASKS_EXTENSION_ID.to_owned(),
                 Default::default(),
             );
+        // What `initialize` offers a server of an older revision: the newest one that has
+        // `initialize` (a 2026-07-28 server is reached with `server/discover` instead).
         ClientConfig::new(
             capabilities,
             Implementation::new("codemode", env!("CARGO_PKG_VERSION")),
         )
+        .with_protocol_version(rmcp::model::ProtocolVersion::V_2025_11_25)
     }
 
     fn on_tool_list_changed(
@@ -356,7 +397,38 @@ impl McpTools {
     }
 
     /// Starts or reaches the server; for a stdio server, also its process id.
+    ///
+    /// First as [`lifecycle`] says (`server/discover`, falling back to `initialize` when the
+    /// server refuses it). A server that answers `server/discover` in some other way (an empty
+    /// result, an error rmcp does not take for "legacy", or closing the connection, as some
+    /// older servers do with any request before `initialize`) is reached again from the start,
+    /// over a new connection (a new process, for a stdio server), with `initialize` alone.
     async fn connect(&self) -> Result<(Client, Option<u32>), String> {
+        match self.start(lifecycle()).await {
+            Ok(started) => Ok(started),
+            Err(StartError::Final(message)) => Err(message),
+            Err(StartError::Handshake(discover)) => {
+                tracing::info!(
+                    server = %self.config.namespace,
+                    error = %discover,
+                    "the MCP server did not take server/discover; connecting again with initialize"
+                );
+                self.start(rmcp::service::ClientLifecycleMode::Initialize)
+                    .await
+                    .map_err(|error| match error {
+                        StartError::Final(message) | StartError::Handshake(message) => {
+                            format!("{message} (and before that, with server/discover: {discover})")
+                        }
+                    })
+            }
+        }
+    }
+
+    /// [`Self::connect`] with one lifecycle.
+    async fn start(
+        &self,
+        lifecycle: rmcp::service::ClientLifecycleMode,
+    ) -> Result<(Client, Option<u32>), StartError> {
         let namespace = &self.config.namespace;
         match &self.config.transport {
             McpTransport::Stdio {
@@ -379,17 +451,26 @@ impl McpTools {
                     .stderr(std::process::Stdio::piped())
                     .spawn()
                     .map_err(|error| {
-                        format!("cannot start the MCP server \"{namespace}\" ({program}): {error}")
+                        StartError::Final(format!(
+                            "cannot start the MCP server \"{namespace}\" ({program}): {error}"
+                        ))
                     })?;
                 if let Some(stderr) = stderr {
                     tokio::spawn(log_stderr(namespace.clone(), stderr));
                 }
                 let pid = transport.id();
-                let client = self.watcher().serve(transport).await.map_err(|error| {
-                    format!(
-                        "the MCP server \"{namespace}\" ({program}) failed to initialise: {error}"
-                    )
-                })?;
+                let client = self
+                    .watcher()
+                    .serve_with_lifecycle(transport, lifecycle)
+                    .await
+                    .map_err(|error| {
+                        StartError::of(
+                            error,
+                            format!(
+                                "the MCP server \"{namespace}\" ({program}) failed to initialise"
+                            ),
+                        )
+                    })?;
                 Ok((client, pid))
             }
             McpTransport::Http { url, headers } => {
@@ -399,19 +480,26 @@ impl McpTools {
                     );
                 for (name, value) in headers {
                     let name = http::HeaderName::try_from(name.as_str()).map_err(|error| {
-                        format!(
+                        StartError::Final(format!(
                             "the MCP server \"{namespace}\" has a bad header name {name:?}: {error}"
-                        )
+                        ))
                     })?;
                     let value = http::HeaderValue::try_from(value.as_str()).map_err(|error| {
-                        format!("the MCP server \"{namespace}\" has a bad value for header {name}: {error}")
+                        StartError::Final(format!("the MCP server \"{namespace}\" has a bad value for header {name}: {error}"))
                     })?;
                     config.custom_headers.insert(name, value);
                 }
                 let transport = StreamableHttpClientTransport::from_config(config);
-                let client = self.watcher().serve(transport).await.map_err(|error| {
-                    format!("cannot connect to the MCP server \"{namespace}\" at {url}: {error}")
-                })?;
+                let client = self
+                    .watcher()
+                    .serve_with_lifecycle(transport, lifecycle)
+                    .await
+                    .map_err(|error| {
+                        StartError::of(
+                            error,
+                            format!("cannot connect to the MCP server \"{namespace}\" at {url}"),
+                        )
+                    })?;
                 Ok((client, None))
             }
         }
