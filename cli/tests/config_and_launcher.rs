@@ -66,7 +66,7 @@ fn a_stdio_server_from_the_config_is_callable_under_its_name() {
     );
     let output = run_with_config(
         &config,
-        r#"const sum = await tools.demo__add({a: 2, b: 3}); text(sum.sum);
+        r#"const sum = await tools.demo__add({a: 2, b: 3}); text(sum.structuredContent.sum);
            text(ALL_TOOLS.map((tool) => tool.name).filter((name) => !name.startsWith("demo__")).length);"#,
     );
     assert_eq!(output.status.code(), Some(0), "{output:?}");
@@ -84,7 +84,7 @@ fn an_http_server_from_the_config_is_callable_with_its_headers() {
     );
     let output = run_with_config(
         &config,
-        r#"text((await tools.remote__add({a: 1.5, b: 2})).sum);"#,
+        r#"text((await tools.remote__add({a: 1.5, b: 2})).structuredContent.sum);"#,
     );
     assert_eq!(output.status.code(), Some(0), "{output:?}");
     assert_eq!(texts(&output), ["3.5"]);
@@ -233,7 +233,7 @@ fn a_stdio_server_gets_the_users_environment_its_stderr_is_logged_and_it_ends_cl
         .unwrap();
     std::io::Write::write_all(
         &mut child.stdin.take().unwrap(),
-        b"text((await tools.envcheck__add({a: 1, b: 1})).sum)",
+        b"text((await tools.envcheck__add({a: 1, b: 1})).structuredContent.sum)",
     )
     .unwrap();
     let output = child.wait_with_output().unwrap();

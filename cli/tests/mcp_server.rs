@@ -171,7 +171,7 @@ async fn a_downstream_servers_tool_is_called_from_a_cell() {
             .unwrap()
             .contains("demo__add(args: {")
     );
-    let result = call(&client, "exec", json!({"code": "const r = await tools.demo__add({a: 1, b: 2}); text(r.sum); image(await tools.demo__image().then((i) => i.content[0]));"}))
+    let result = call(&client, "exec", json!({"code": "const r = await tools.demo__add({a: 1, b: 2}); text(r.structuredContent.sum); image(await tools.demo__image().then((i) => i.content[0]));"}))
         .await
         .unwrap();
     assert_eq!(text_of(&result).lines().last(), Some("3"));
@@ -592,4 +592,64 @@ async fn replacing_the_binary_under_a_running_server_does_not_break_new_cells() 
         );
     }
     client.cancel().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_notify_just_before_the_end_reaches_the_client_before_the_result() {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+    // JSON-RPC by hand, to see the order of the lines the server writes.
+    let mut child = tokio::process::Command::new(CODEMODE)
+        .args(["mcp", "--demo-tools"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut send = async |message: Value| {
+        stdin
+            .write_all(format!("{message}\n").as_bytes())
+            .await
+            .unwrap();
+    };
+    send(
+        json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "order", "version": "1"}}}),
+    )
+    .await;
+    let initialized = within("initialize", lines.next_line())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(initialized.contains("\"id\":0"), "{initialized}");
+    send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"})).await;
+    // Many times over: the notification and the end of the cell are microseconds apart.
+    for round in 1..=20 {
+        send(
+            json!({"jsonrpc": "2.0", "id": round, "method": "tools/call", "params": {
+            "name": "exec",
+            "arguments": {"code": format!("notify(\"last words {round}\"); text(\"done\");")},
+            "_meta": {"progressToken": format!("token-{round}")}}}),
+        )
+        .await;
+        let mut notified = false;
+        loop {
+            let line = within("a line", lines.next_line()).await.unwrap().unwrap();
+            let message: Value = serde_json::from_str(&line).unwrap();
+            if message["method"] == "notifications/progress"
+                && message["params"]["message"] == format!("last words {round}")
+            {
+                notified = true;
+            }
+            if message["id"] == round {
+                assert!(
+                    notified,
+                    "round {round}: the result came before the notification: {line}"
+                );
+                break;
+            }
+        }
+    }
 }

@@ -70,14 +70,14 @@ async fn five_real_servers_work_through_codemode_and_their_values_match_their_de
     .await
     .expect("codemode initialises with the five servers");
 
-    // Every call's value has the shape its declaration names: an output schema's type (the
-    // structured result), or McpResult.
+    // Every call resolves with the server's CallToolResult; the values go out whole, to be
+    // checked against their declarations by the TypeScript compiler below.
     let code = format!(
-        r#"
+        r#"// @exec: {{"max_output_tokens": 1000000}}
 const declared = (name) => ALL_TOOLS.find((tool) => tool.name === name).declaration;
-const check = (name, value) => declared(name).includes("Promise<McpResult>")
-  ? (Array.isArray(value.content) && typeof value.text === "string" && !("structuredContent" in value && value.structuredContent === undefined))
-  : (value !== null && typeof value === "object" && !Array.isArray(value.content));
+const check = (name, value) => declared(name).includes("Promise<CallToolResult")
+  && Array.isArray(value.content) && !("text" in value);
+const textOf = (value) => value.content.filter((block) => block.type === "text").map((block) => block.text).join("\n");
 const files = {files};
 const repository = {repository};
 const calls = [
@@ -109,16 +109,18 @@ for (const [name, args] of calls) {{
   values[name] = value;
   text(name + " " + (check(name, value) ? "matches" : "DOES NOT MATCH: " + JSON.stringify(value).slice(0, 300)));
 }}
-text("read " + JSON.stringify(values.fs__read_text_file.content));
-text("graph " + values.memory__read_graph.entities.map((entity) => entity.name).join(","));
-text("time " + values.time__get_current_time.timezone);
-text("structured " + typeof values.everything__get_structured_content.temperature);
-text("sum " + values.everything__get_sum.text);
-text("research " + values.everything__simulate_research_query.text.includes("Research Report: rust"));
+text("read " + JSON.stringify(values.fs__read_text_file.structuredContent.content));
+text("graph " + values.memory__read_graph.structuredContent.entities.map((entity) => entity.name).join(","));
+text("time " + values.time__get_current_time.structuredContent.timezone);
+text("structured " + typeof values.everything__get_structured_content.structuredContent.temperature);
+text("sum " + textOf(values.everything__get_sum));
+text("research " + textOf(values.everything__simulate_research_query).includes("Research Report: rust"));
 text("gzip " + values.everything__gzip_file_as_resource.content.map((block) => block.type).join(","));
-text("launcher variables " + values.everything__get_env.text.includes("CODEMODE_ORIGINAL"));
+text("launcher variables " + textOf(values.everything__get_env).includes("CODEMODE_ORIGINAL"));
 const picture = await tools.everything__get_tiny_image({{}});
 image(picture.content.find((block) => block.type === "image"));
+text("VALUES " + JSON.stringify(values));
+text("DECLARATIONS " + JSON.stringify(ALL_TOOLS.map((tool) => tool.declaration)));
 "#,
         files = Value::from(files.display().to_string()),
         repository = Value::from(repository.display().to_string()),
@@ -126,7 +128,9 @@ image(picture.content.find((block) => block.type === "image"));
     let result = exec(&client, &code).await;
     let output = text_of(&result);
     assert!(output.starts_with("Script completed"), "{output}");
-    for line in output.lines().filter(|line| line.contains("__")) {
+    for line in output.lines().filter(|line| {
+        line.contains("__") && !line.starts_with("VALUES ") && !line.starts_with("DECLARATIONS ")
+    }) {
         assert!(line.ends_with(" matches"), "{line}\n\n{output}");
     }
     assert_eq!(output.matches(" matches").count(), 20, "{output}");
@@ -138,6 +142,45 @@ image(picture.content.find((block) => block.type === "image"));
     assert!(output.contains("time UTC"), "{output}");
     assert!(output.contains("structured number"), "{output}");
     assert!(output.contains("sum The sum of 2 and 3 is 5."), "{output}");
+    // The declarations leave the MCP types to the description, which declares them once.
+    let tools = within("list", client.list_all_tools()).await.unwrap();
+    let description = tools[0].description.as_deref().unwrap();
+    assert_eq!(
+        description.matches("type CallToolResult<").count(),
+        1,
+        "{description}"
+    );
+    // Each value is what its declaration in `exec`'s description says, to the TypeScript
+    // compiler.
+    let values: serde_json::Map<String, Value> = serde_json::from_str(
+        output
+            .lines()
+            .find_map(|line| line.strip_prefix("VALUES "))
+            .unwrap_or_else(|| panic!("no values in {output}")),
+    )
+    .unwrap();
+    assert_eq!(values.len(), 20);
+    // What a cell reads of each tool (its `ALL_TOOLS` declaration), with the shared MCP types
+    // the description declares.
+    let declarations: Vec<String> = serde_json::from_str(
+        output
+            .lines()
+            .find_map(|line| line.strip_prefix("DECLARATIONS "))
+            .unwrap_or_else(|| panic!("no declarations in {output}")),
+    )
+    .unwrap();
+    let declarations = format!(
+        "{}\ndeclare const tools: {{\n{}\n}};",
+        codemode_protocol::MCP_TYPES_DECLARATION,
+        declarations.join("\n")
+    );
+    let values: Vec<(String, String)> = values
+        .into_iter()
+        .map(|(tool, value)| (tool, value.to_string()))
+        .collect();
+    if let Err(complaints) = servers.typecheck(&declarations, &values) {
+        panic!("the values do not match their declarations:\n{complaints}");
+    }
     assert!(
         result.content.iter().any(
             |block| matches!(block, ContentBlock::Image(image) if image.mime_type == "image/png")

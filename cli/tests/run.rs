@@ -256,7 +256,7 @@ fn mcp_servers_join_the_cells_tools() {
     let server = format!("demo={CODEMODE} demo-mcp-server");
     let (json, code) = run_json(
         &["--mcp", &server],
-        r#"text((await tools.demo__add({ a: 1, b: 2 })).sum);"#,
+        r#"text((await tools.demo__add({ a: 1, b: 2 })).structuredContent.sum);"#,
     );
     assert_eq!((code, texts(&json)), (0, vec!["3".to_owned()]));
     // Without a name, the namespace is the program's name.

@@ -194,7 +194,7 @@ const inner = await tools.inner__exec({
   code: "text('inner before'); await new Promise((resolve) => setTimeout(resolve, 300)); text('inner after')",
   yield_time_ms: 10,
 });
-text(inner.text);
+text(inner.content.filter((block) => block.type === "text").map((block) => block.text).join("\n"));
 "#;
     let done = exec_once(&client, json!({"code": code})).await;
     let CallToolResponse::Complete(done) = done else {

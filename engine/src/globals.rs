@@ -392,7 +392,10 @@ pub fn image_item(
         Some(Value::String(url)) => (url, None),
         Some(Value::Object(mut object)) => {
             if object.get("type").and_then(Value::as_str) == Some("image") {
-                (mcp_data_url(&mut object, "image")?, None)
+                (
+                    mcp_data_url(&mut object, "image")?,
+                    mcp_image_detail(&object),
+                )
             } else {
                 let Some(Value::String(url)) = object.remove("image_url") else {
                     return Err(image_shape_refusal());
@@ -452,6 +455,19 @@ fn audio_shape_refusal() -> Refusal {
         "audio expects a data: URL string, an object { audio_url }, or an MCP audio block \
          { type: \"audio\", data, mimeType }",
     )
+}
+
+/// The detail an MCP image block's `_meta` asks for, when it names one codemode knows (a server's
+/// unknown value is left out, not an error the cell could do nothing about).
+fn mcp_image_detail(block: &serde_json::Map<String, Value>) -> Option<String> {
+    let detail = block
+        .get("_meta")?
+        .get(codemode_protocol::MCP_IMAGE_DETAIL_META)?
+        .as_str()?;
+    detail
+        .parse::<ImageDetail>()
+        .is_ok()
+        .then(|| detail.to_owned())
 }
 
 /// An MCP content block `{ type, data, mimeType }` as a `data:<mime>;base64,<data>` URL.
@@ -754,6 +770,24 @@ mod tests {
                 Some("auto")
             ),
             Ok(image("data:image/jpeg;base64,AA==", ImageDetail::Auto))
+        );
+        // The block's `_meta["codex/imageDetail"]` is its detail, unless the cell names one;
+        // a value codemode does not know is left out.
+        let block = |detail: &str| {
+            json!({"type": "image", "data": "AA==", "mimeType": "image/png",
+                   "_meta": {"codex/imageDetail": detail}})
+        };
+        assert_eq!(
+            image_item(Some(block("original")), None),
+            Ok(image("data:image/png;base64,AA==", ImageDetail::Original))
+        );
+        assert_eq!(
+            image_item(Some(block("original")), Some("low")),
+            Ok(image("data:image/png;base64,AA==", ImageDetail::Low))
+        );
+        assert_eq!(
+            image_item(Some(block("sharpest")), None),
+            Ok(image("data:image/png;base64,AA==", ImageDetail::High))
         );
     }
 

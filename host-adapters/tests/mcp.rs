@@ -90,14 +90,20 @@ async fn each_tool_resolves_with_what_its_declaration_says() {
         &session,
         r#"
         const declared = (name) => ALL_TOOLS.find((tool) => tool.name === name).declaration;
-        // add has an output schema: declared with its type, resolves with its structured content.
-        text(declared("test__add").includes("sum: number") && !declared("test__add").includes("McpResult"));
-        text(JSON.stringify(await tools.test__add({ a: 1, b: 2 })));
-        // pid has none: declared as McpResult, resolves with one.
-        text(declared("test__pid").includes("Promise<McpResult>"));
+        // add has an output schema: a CallToolResult whose structuredContent has its type.
+        text(declared("test__add").includes("Promise<CallToolResult<{"));
+        text(declared("test__add").includes("sum: number"));
+        const sum = await tools.test__add({ a: 1, b: 2 });
+        text(JSON.stringify(Object.keys(sum).sort()));
+        text(JSON.stringify(sum.structuredContent));
+        // pid has none: a CallToolResult with the default structured type.
+        text(declared("test__pid").includes("Promise<CallToolResult>"));
         const pid = await tools.test__pid();
-        text(JSON.stringify(Object.keys(pid)));
-        text(pid.text === pid.content[0].text && pid.content[0].type === "text");
+        text(pid.content[0].type === "text" && String(Number(pid.content[0].text)) === pid.content[0].text);
+        // A failure the tool reports resolves, with isError.
+        const failed = await tools.test__fail({ message: "on purpose" });
+        text(JSON.stringify(Object.keys(failed).sort()));
+        text(failed.isError === true && failed.content[0].text === "on purpose");
     "#,
     )
     .await;
@@ -106,16 +112,21 @@ async fn each_tool_resolves_with_what_its_declaration_says() {
         items,
         [
             OutputItem::text("true"),
+            OutputItem::text("true"),
+            OutputItem::text(r#"["content","isError","structuredContent"]"#),
             OutputItem::text(r#"{"sum":3}"#),
             OutputItem::text("true"),
-            OutputItem::text(r#"["content","text"]"#),
+            OutputItem::text("true"),
+            OutputItem::text(r#"["content","isError"]"#),
             OutputItem::text("true"),
         ]
     );
-    // The exec description declares McpResult once, before the tools.
+    // The exec description declares the shared MCP types once, before the tools.
     let description = session.exec_description();
     assert_eq!(
-        description.matches("type McpResult = {").count(),
+        description
+            .matches("type CallToolResult<TStructured = { [key: string]: unknown }> = {")
+            .count(),
         1,
         "{description}"
     );
@@ -141,18 +152,18 @@ async fn an_image_from_the_server_is_forwarded_with_image() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_failing_tool_is_caught_with_the_servers_message() {
+async fn a_failing_tool_resolves_with_is_error_and_the_servers_message() {
     let session = session(stdio_server("test")).await;
     let (items, error) = run(
         &session,
         r#"
-        try { await tools.test__fail({ message: "quota exceeded" }); text("unreachable"); }
-        catch (error) { text(`caught: ${error.message}`); }
+        const result = await tools.test__fail({ message: "quota exceeded" });
+        if (result.isError === true) text(`failed: ${result.content[0].text}`);
     "#,
     )
     .await;
     assert_eq!(error, None);
-    assert_eq!(items, [OutputItem::text("caught: quota exceeded")]);
+    assert_eq!(items, [OutputItem::text("failed: quota exceeded")]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -181,7 +192,7 @@ async fn a_sleeping_tool_is_cancelled_when_its_cell_is_terminated_mid_call() {
     // The server is still usable.
     let (items, _) = run(
         &session,
-        r#"text((await tools.test__add({ a: 2, b: 2 })).sum);"#,
+        r#"text((await tools.test__add({ a: 2, b: 2 })).structuredContent.sum);"#,
     )
     .await;
     assert_eq!(items, [OutputItem::text("4")]);
@@ -217,7 +228,7 @@ async fn a_server_killed_between_two_calls_is_started_again_for_the_next() {
         &session,
         r#"
         const sum = await tools.test__add({ a: 20, b: 22 });
-        text(sum.sum);
+        text(sum.structuredContent.sum);
         text((await tools.test__pid()).content[0].text);
     "#,
     )
@@ -271,7 +282,7 @@ async fn a_server_over_streamable_http_serves_cells_too() {
     let session = session(tools).await;
     let (items, error) = run(
         &session,
-        r#"text((await tools.remote__add({ a: 1.5, b: 2 })).sum);"#,
+        r#"text((await tools.remote__add({ a: 1.5, b: 2 })).structuredContent.sum);"#,
     )
     .await;
     assert_eq!(error, None);
@@ -281,7 +292,7 @@ async fn a_server_over_streamable_http_serves_cells_too() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_composite_merges_providers_and_refuses_duplicate_names() {
+async fn a_composite_merges_providers_and_the_first_of_two_alike_names_wins() {
     let local = InProcessTools::new().function(
         "shout",
         "Upper-cases text.",
@@ -300,22 +311,44 @@ async fn a_composite_merges_providers_and_refuses_duplicate_names() {
         &session,
         r#"
         text(await tools.shout("hi"));
-        text((await tools.test__add({ a: 1, b: 1 })).sum);
+        text((await tools.test__add({ a: 1, b: 1 })).structuredContent.sum);
     "#,
     )
     .await;
     assert_eq!(error, None);
     assert_eq!(items, [OutputItem::text("HI"), OutputItem::text("2")]);
 
-    let duplicated = CompositeTools::new()
-        .with(stdio_server("same"))
-        .with(stdio_server("same"));
-    let error = within("list", duplicated.list_tools()).await.unwrap_err();
-    assert_eq!(
-        error.message,
-        "two tools would both be tools.same__add: \"add\" of \"same\" from provider 1 and \"add\" of \"same\" \
-         from provider 2; give one of their servers another namespace, or rename one of the tools"
+    // Two tools that would be the same global: the first keeps it, the other is left out, and
+    // calls reach the first.
+    let shadowing = InProcessTools::new().function(
+        "same__add",
+        "Not the server's add.",
+        json!({"type": "object"}),
+        |_| async move { Ok(json!("the in-process one")) },
     );
+    let shadowed = crate::session(
+        CompositeTools::new()
+            .with(stdio_server("same"))
+            .with(shadowing),
+    )
+    .await;
+    let names: Vec<String> = shadowed
+        .tools()
+        .iter()
+        .map(|tool| tool.global_name())
+        .collect();
+    assert_eq!(
+        names.iter().filter(|name| *name == "same__add").count(),
+        1,
+        "{names:?}"
+    );
+    let (items, error) = run(
+        &shadowed,
+        "text((await tools.same__add({ a: 2, b: 3 })).structuredContent.sum);",
+    )
+    .await;
+    assert_eq!(error, None);
+    assert_eq!(items, [OutputItem::text("5")]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -17,11 +17,13 @@ mod stored;
 mod tool;
 mod typescript;
 
-pub use output::{AudioItem, ImageDetail, ImageItem, OutputItem, ParseImageDetailError};
+pub use output::{
+    AudioItem, ImageDetail, ImageItem, MCP_IMAGE_DETAIL_META, OutputItem, ParseImageDetailError,
+};
 pub use pragma::{ExecInput, ExecInputError, MAX_SAFE_INTEGER, parse_exec_input};
 pub use request::{ExecuteRequest, WaitRequest};
 pub use stored::{StoredValue, StoredValues, stored_bytes, stored_entry_bytes, stored_values_from};
 pub use tool::{ResultType, ToolDefinition, ToolKind, ToolName, normalize_identifier};
 pub use typescript::{
-    MCP_RESULT_DECLARATION, namespace_groups, tool_declaration, tools_declaration,
+    MCP_TYPES_DECLARATION, namespace_groups, tool_declaration, tools_declaration,
 };

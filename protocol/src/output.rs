@@ -57,6 +57,11 @@ pub struct AudioItem {
     pub audio_url: String,
 }
 
+/// The key of an MCP image block's `_meta` that names the detail to show it at, as upstream code
+/// mode has it: read from a downstream server's image block (`"original"` for an image whose
+/// every pixel matters), and written on the image blocks `codemode mcp` answers with.
+pub const MCP_IMAGE_DETAIL_META: &str = "codex/imageDetail";
+
 /// How closely the model should look at an image. Parsed case-insensitively; `high` by default.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]

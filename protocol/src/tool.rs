@@ -77,8 +77,9 @@ pub struct ToolDefinition {
     /// The JSON Schema of the tool's result, when the tool publishes one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output_schema: Option<Value>,
-    /// The documented shape of the result of a tool without an output schema, when it has one
-    /// (an MCP tool's `McpResult`); `None` with no output schema: `unknown`.
+    /// The documented shape the tool's result is wrapped in, when it has one (an MCP tool's
+    /// `CallToolResult`, whose `structuredContent` has the output schema's type); `None`: the
+    /// result is the output schema's type, or `unknown` without one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub result_type: Option<ResultType>,
 }
@@ -88,16 +89,17 @@ pub struct ToolDefinition {
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum ResultType {
-    /// What an MCP tool without an output schema resolves with: see
-    /// [`MCP_RESULT_DECLARATION`](crate::MCP_RESULT_DECLARATION).
-    McpResult,
+    /// What an MCP tool resolves with, as upstream code mode declares it: see
+    /// [`MCP_TYPES_DECLARATION`](crate::MCP_TYPES_DECLARATION).
+    #[serde(alias = "mcp_result")]
+    CallToolResult,
 }
 
 impl ResultType {
     /// Its TypeScript name.
     pub fn name(self) -> &'static str {
         match self {
-            ResultType::McpResult => "McpResult",
+            ResultType::CallToolResult => "CallToolResult",
         }
     }
 }

@@ -31,35 +31,100 @@ pub fn namespace_groups(tools: &[ToolDefinition]) -> Vec<(Option<&str>, Vec<&Too
     groups
 }
 
-/// What an MCP tool without an output schema resolves with, declared once before `tools` when a
-/// tool uses it.
-pub const MCP_RESULT_DECLARATION: &str = r#"/** What an MCP tool without an output schema resolves with. */
-type McpResult = {
-  /** The result's content blocks, as the server sent them. */
-  content: Array<
-    | { type: "text"; text: string }
-    | { type: "image" | "audio"; data: string; mimeType: string }
-    | { type: "resource_link"; uri: string; name?: string; mimeType?: string }
-    | { type: "resource"; resource: { uri: string; mimeType?: string; text?: string; blob?: string } }
-  >;
-  /** The text blocks joined with newlines ("" when there are none). */
+/// The MCP types an MCP tool's result is declared with (`CallToolResult<T>`, its content blocks
+/// and their parts), as the MCP schema has them and upstream code mode declares them: once, before
+/// `tools`, when a tool uses them.
+pub const MCP_TYPES_DECLARATION: &str = r#"// Shared MCP types: what an MCP tool's promise resolves with.
+type Role = "user" | "assistant";
+type MetaObject = Record<string, unknown>;
+type Annotations = {
+  audience?: Role[];
+  priority?: number;
+  lastModified?: string;
+};
+type Icon = {
+  src: string;
+  mimeType?: string;
+  sizes?: string[];
+  theme?: "light" | "dark";
+};
+type TextResourceContents = {
+  uri: string;
+  mimeType?: string;
+  _meta?: MetaObject;
   text: string;
-  /** The structured result, when the server sent one. */
-  structuredContent?: unknown;
+};
+type BlobResourceContents = {
+  uri: string;
+  mimeType?: string;
+  _meta?: MetaObject;
+  blob: string;
+};
+type TextContent = {
+  type: "text";
+  text: string;
+  annotations?: Annotations;
+  _meta?: MetaObject;
+};
+type ImageContent = {
+  type: "image";
+  data: string;
+  mimeType: string;
+  annotations?: Annotations;
+  _meta?: MetaObject;
+};
+type AudioContent = {
+  type: "audio";
+  data: string;
+  mimeType: string;
+  annotations?: Annotations;
+  _meta?: MetaObject;
+};
+type ResourceLink = {
+  type: "resource_link";
+  uri: string;
+  name: string;
+  title?: string;
+  description?: string;
+  mimeType?: string;
+  size?: number;
+  icons?: Icon[];
+  annotations?: Annotations;
+  _meta?: MetaObject;
+};
+type EmbeddedResource = {
+  type: "resource";
+  resource: TextResourceContents | BlobResourceContents;
+  annotations?: Annotations;
+  _meta?: MetaObject;
+};
+type ContentBlock =
+  | TextContent
+  | ImageContent
+  | AudioContent
+  | ResourceLink
+  | EmbeddedResource;
+/** An MCP tool's result; `isError: true` is a failure the tool reported (the promise still resolves). */
+type CallToolResult<TStructured = { [key: string]: unknown }> = {
+  _meta?: MetaObject;
+  content: ContentBlock[];
+  isError?: boolean;
+  structuredContent?: TStructured;
+  [key: string]: unknown;
 };"#;
 
 /// The `declare const tools: {...};` block for `tools`: tools without a namespace first, then each
-/// namespace in order of first appearance; shared result shapes (`McpResult`) are declared
-/// before it, once.
+/// namespace in order of first appearance; the shared MCP types (`CallToolResult`) are declared
+/// before it, once, when a tool's result uses them.
 pub fn tools_declaration(tools: &[ToolDefinition]) -> String {
     let groups = namespace_groups(tools);
     let mut out = String::new();
     // Shared result shapes first, once each.
     if tools
         .iter()
-        .any(|tool| tool.output_schema.is_none() && tool.result_type == Some(ResultType::McpResult))
+        .any(|tool| tool.result_type == Some(ResultType::CallToolResult))
     {
-        out.push_str(MCP_RESULT_DECLARATION);
+        out.push_str(MCP_TYPES_DECLARATION);
         out.push_str("\n\n");
     }
     out.push_str("declare const tools: {\n");
@@ -81,8 +146,9 @@ pub fn tools_declaration(tools: &[ToolDefinition]) -> String {
 /// One tool's declaration, as a member of `tools`: its doc comment, then
 /// `name(args: {...}): Promise<...>;`.
 ///
-/// A tool with an output schema is declared with the schema's type (its promise resolves with the
-/// structured result); an MCP tool without one with `McpResult` ([`MCP_RESULT_DECLARATION`]).
+/// An MCP tool resolves with `CallToolResult<T>` ([`MCP_TYPES_DECLARATION`]), `T` the type of
+/// its output schema when it has one; another tool with an output schema resolves with the
+/// schema's type, and one without with `unknown`.
 pub fn tool_declaration(tool: &ToolDefinition) -> String {
     let mut out = String::new();
     write_tool(&mut out, tool);
@@ -94,12 +160,16 @@ pub fn tool_declaration(tool: &ToolDefinition) -> String {
 
 fn write_tool(out: &mut String, tool: &ToolDefinition) {
     write_doc(out, &tool.description, 1);
-    let result = tool
+    let structured = tool
         .output_schema
         .as_ref()
-        .map(|schema| ts_type(schema, 1, 0))
-        .or_else(|| tool.result_type.map(|shape| shape.name().to_owned()))
-        .unwrap_or_else(|| "unknown".to_owned());
+        .map(|schema| ts_type(schema, 1, 0));
+    let result = match (tool.result_type, structured) {
+        (Some(shape), Some(structured)) => format!("{}<{structured}>", shape.name()),
+        (Some(shape), None) => shape.name().to_owned(),
+        (None, Some(structured)) => structured,
+        (None, None) => "unknown".to_owned(),
+    };
     let parameter = match tool.kind {
         ToolKind::Freeform => "input: string".to_owned(),
         ToolKind::Function => match &tool.input_schema {

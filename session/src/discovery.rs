@@ -9,7 +9,9 @@
 use std::fmt::Write;
 
 use codemode_protocol::limits::BYTES_PER_TOKEN;
-use codemode_protocol::{ToolDefinition, namespace_groups, tools_declaration};
+use codemode_protocol::{
+    MCP_TYPES_DECLARATION, ResultType, ToolDefinition, namespace_groups, tools_declaration,
+};
 
 /// How the description shows the tools, richest first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,6 +57,16 @@ fn render(tools: &[ToolDefinition], form: ToolsShown) -> String {
                      `{ name, description, declaration }`: read the declarations you need with \
                      `text(search_tools(\"issue\").map((tool) => tool.declaration).join(\"\\n\\n\"))`, \
                      then call the tools in the next cell.";
+    // The leaner forms still declare the shared MCP types once, as upstream does: the
+    // declarations a cell reads from `ALL_TOOLS` name them.
+    let discovery = if tools
+        .iter()
+        .any(|tool| tool.result_type == Some(ResultType::CallToolResult))
+    {
+        format!("{discovery}\n\n```ts\n{MCP_TYPES_DECLARATION}\n```")
+    } else {
+        discovery.to_owned()
+    };
     match form {
         ToolsShown::Declarations => format!("```ts\n{}\n```", tools_declaration(tools)),
         ToolsShown::Summaries => {

@@ -146,7 +146,7 @@ Optionally start the source with a pragma line:
 - max_output_tokens: the output budget of the result (default {tokens}); longer output keeps its beginning and end.
 
 Globals:
-- tools.<name>(args): call a tool; returns a Promise of the type its declaration names; an MCP tool declared `Promise<McpResult>` resolves with {{ content: [MCP content blocks], text: its text blocks joined, structuredContent? }}. A failed tool rejects with an Error whose message is the failure. Calls run in parallel with Promise.all.
+- tools.<name>(args): call a tool; returns a Promise of the type its declaration names; an MCP tool declared `Promise<CallToolResult<T>>` resolves with the server's result {{ content: [MCP content blocks], structuredContent?: T, isError? }}, isError: true when the tool reported a failure. A call that cannot be made rejects with an Error whose message says why. Calls run in parallel with Promise.all.
 - ALL_TOOLS: [{{ name, description, declaration }}] of every tool; search_tools("words") returns the tools whose name or description has every word.
 - text(value): add text to the output; objects and arrays are JSON-encoded.
 - image(urlOrItem, detail?): add an image from a base64 data: URL, {{ image_url, detail }}, or an MCP image block {{ type: "image", data, mimeType }}. detail: "auto" | "low" | "high" (default) | "original". Remote URLs are not fetched.

@@ -25,9 +25,11 @@ fn tool(
     input: Option<Value>,
     output: Option<Value>,
 ) -> ToolDefinition {
-    // Namespaced tools stand for MCP tools: without an output schema they resolve with McpResult.
-    let result_type = (output.is_none() && name.namespace.is_some())
-        .then_some(codemode_protocol::ResultType::McpResult);
+    // Namespaced tools stand for MCP tools: they resolve with a CallToolResult.
+    let result_type = name
+        .namespace
+        .is_some()
+        .then_some(codemode_protocol::ResultType::CallToolResult);
     ToolDefinition {
         name,
         description: description.into(),
@@ -379,7 +381,10 @@ async fn five_tools_are_declared_in_full() {
     let description = description_for(5).await;
     // The shared result type first, then the tools.
     assert!(
-        description.contains("```ts\n/** What an MCP tool without an output schema resolves with. */\ntype McpResult = {")
+        description.contains(
+            "```ts\n// Shared MCP types: what an MCP tool's promise resolves with.\ntype Role ="
+        ) && description
+            .contains("type CallToolResult<TStructured = { [key: string]: unknown }> = {")
             && description.contains("};\n\ndeclare const tools: {"),
         "{description}"
     );

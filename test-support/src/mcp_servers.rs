@@ -25,7 +25,7 @@ pub const PYTHON_PACKAGES: [&str; 2] =
 /// The MCP ecosystem's tools, pinned, each with the folder under `tools/` it goes to: two
 /// releases of one package cannot share one `node_modules`. Node.js 22 comes from the npm
 /// registry's `node` package, as the conformance suite needs 22 or later.
-pub const ECOSYSTEM_TOOLS: [(&str, &str); 6] = [
+pub const ECOSYSTEM_TOOLS: [(&str, &str); 7] = [
     ("node22", "node@22.23.3"),
     (
         "conformance-0.1",
@@ -38,6 +38,9 @@ pub const ECOSYSTEM_TOOLS: [(&str, &str); 6] = [
     ("inspector-1", "@modelcontextprotocol/inspector@1.0.3"),
     ("inspector-2", "@modelcontextprotocol/inspector@2.12.0"),
     ("sdk", "@modelcontextprotocol/sdk@1.32.2"),
+    // The TypeScript compiler, which checks a tool's declaration against the values it resolves
+    // with.
+    ("typescript", "typescript@5.9.3"),
 ];
 
 /// Where they go.
@@ -78,6 +81,52 @@ impl McpServers {
     /// Node.js 22's `node` program.
     pub fn node22(&self) -> PathBuf {
         self.node22_bin().join("node")
+    }
+
+    /// Type-checks `values` against `declarations` (TypeScript source that declares `tools`, as
+    /// a cell's tools are declared to the model): each `(tool, value)` must be assignable to
+    /// what `tools.<tool>` resolves with (`value` as JSON text). `Err` holds the compiler's
+    /// complaints and the source it checked.
+    pub fn typecheck(&self, declarations: &str, values: &[(String, String)]) -> Result<(), String> {
+        let mut source = declarations.to_owned();
+        source.push_str("\n\n");
+        for (index, (tool, value)) in values.iter().enumerate() {
+            source.push_str(&format!(
+                "const value{index}: Awaited<ReturnType<typeof tools.{tool}>> = {value};\n"
+            ));
+        }
+        let folder = std::env::temp_dir().join(format!(
+            "codemode-typecheck-{}-{}",
+            std::process::id(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|elapsed| elapsed.as_nanos())
+                .unwrap_or_default()
+        ));
+        std::fs::create_dir_all(&folder).map_err(|error| error.to_string())?;
+        let file = folder.join("values.ts");
+        std::fs::write(&file, &source).map_err(|error| error.to_string())?;
+        let output = Command::new(self.node22())
+            .arg(
+                self.ecosystem_package("typescript", "typescript")
+                    .join("bin/tsc"),
+            )
+            .args([
+                "--noEmit", "--strict", "--target", "es2022", "--lib", "es2022",
+            ])
+            .arg(&file)
+            .output()
+            .map_err(|error| format!("cannot run tsc: {error}"))?;
+        let _ = std::fs::remove_dir_all(&folder);
+        if output.status.success() {
+            Ok(())
+        } else {
+            Err(format!(
+                "{}{}\n--- checked source ---\n{source}",
+                String::from_utf8_lossy(&output.stdout),
+                String::from_utf8_lossy(&output.stderr)
+            ))
+        }
     }
 
     /// The installed package `package` (such as `@modelcontextprotocol/conformance`) of the

@@ -138,7 +138,7 @@ impl CodemodeServer {
         let tools_before = session.tools();
         let result = session.exec_tool_with(&call_id, code, options).await;
         live.touch();
-        progress.stop();
+        progress.stop().await;
         // A downstream server's tools changed and the session listed them again for this cell:
         // `exec`'s description (which declares them) changed too, so tell the client.
         if !Arc::ptr_eq(&tools_before, &session.tools())
@@ -264,7 +264,7 @@ impl CodemodeServer {
         let progress = Progress::start(&context, session, Watched::Cell(request.cell_id.clone()));
         let result = session.wait_tool(request).await;
         live.touch();
-        progress.stop();
+        progress.stop().await;
         Ok(to_call_tool_result(result))
     }
 }
@@ -507,7 +507,15 @@ pub(super) fn to_call_tool_result(result: ToolResult) -> CallToolResult {
         .map(|item| match item {
             OutputItem::Text { text } => ContentBlock::text(text),
             OutputItem::Image(image) => match split_data_url(&image.image_url) {
-                Some((mime, data)) => ContentBlock::image(data, mime),
+                // The detail the cell gave travels with the block, as upstream's does.
+                Some((mime, data)) => {
+                    let mut meta = rmcp::model::MetaObject::new();
+                    meta.0.insert(
+                        codemode_protocol::MCP_IMAGE_DETAIL_META.to_owned(),
+                        Value::String(image.detail.as_str().to_owned()),
+                    );
+                    ContentBlock::Image(rmcp::model::ImageContent::new(data, mime).with_meta(meta))
+                }
                 None => ContentBlock::text(format!(
                     "[image that is not a base64 data URL: {} bytes]",
                     image.image_url.len()

@@ -1,5 +1,6 @@
-//! A provider that merges several providers into one tool set, refusing two tools with the same
-//! global name (they would be the same `tools.<name>` inside a cell).
+//! A provider that merges several providers into one tool set. Of two tools with the same global
+//! name (they would be the same `tools.<name>` inside a cell, as `foo-bar` and `foo_bar` of one
+//! server are), the first listed keeps it and the other is left out, with a warning in the log.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -54,16 +55,19 @@ impl ToolProvider for CompositeTools {
         for (index, provider) in self.providers.iter().enumerate() {
             for tool in provider.list_tools().await? {
                 let global_name = tool.global_name();
+                // As upstream code mode does: the first tool keeps the name, the other is left
+                // out (a cell could not tell them apart), and the log says so.
                 if let Some(first) = owners.get(&global_name) {
-                    return Err(ToolListError::new(format!(
-                        "two tools would both be tools.{global_name}: {} from provider {} and {} \
-                             from provider {}; give one of their servers another namespace, or \
-                             rename one of the tools",
+                    tracing::warn!(
+                        "two tools would both be tools.{global_name}: {} from provider {} keeps \
+                         the name and {} from provider {} is left out; give one of their servers \
+                         another namespace, or rename one of the tools",
                         describe(first),
                         routes[&global_name] + 1,
                         describe(&tool),
                         index + 1,
-                    )));
+                    );
+                    continue;
                 }
                 routes.insert(global_name.clone(), index);
                 owners.insert(global_name, tool.clone());

@@ -11,19 +11,13 @@
 //! first use and kept; a server that dies or drops the connection fails the calls in flight with
 //! a clear error, and the next call starts (or reconnects to) it again.
 //!
-//! What a cell receives from a call, always what the tool's declaration says:
-//! - a tool with an output schema: its `structuredContent`, checked against the schema (see
-//!   [`check_against_schema`]); a result without one, or one that does not match, rejects naming
-//!   the tool;
-//! - any other tool: an `McpResult` (`codemode_protocol::MCP_RESULT_DECLARATION`):
-//!   `{ content: [...MCP content blocks...], text, structuredContent?: <value> }`, the blocks in
-//!   their MCP JSON form (`{ type: "text", text }`, `{ type: "image", data, mimeType }`, …), so an
-//!   image block can go straight to `image(...)`; `text` the text blocks joined with newlines;
-//!   `structuredContent` only when the server sent it;
-//! - `isError: true`: the promise rejects with an `Error` whose message is the text of the
-//!   result's text blocks (or its structured content as JSON);
-//! - a protocol failure, a dead server or a call past its timeout: the promise rejects with an
-//!   error that says which.
+//! What a cell receives from a call, always what the tool's declaration says, as upstream code
+//! mode has it: the `CallToolResult` the server sent (`{ content, structuredContent?, isError?,
+//! _meta? }`, the content blocks in their MCP JSON form, so that an image block can go straight to
+//! `image(...)`), declared as `CallToolResult<T>` with `T` from the tool's output schema (see
+//! [`call_result_to_value`]). A result with `isError: true` resolves (the cell reads `isError`);
+//! a protocol failure, a dead server or a call past its timeout rejects with an error that says
+//! which.
 //!
 //! Tasks (long-running tools that answer with a task to poll instead of a result) are followed to
 //! their end, so a cell's `await` sees the final result either way:
@@ -884,6 +878,12 @@ async fn follow_task(
 impl ToolProvider for McpTools {
     async fn list_tools(&self) -> Result<Vec<ToolDefinition>, ToolListError> {
         let (peer, generation) = self.client().await.map_err(ToolListError::new)?;
+        // What the server says of using its tools (its `instructions`): part of each tool's
+        // description, as a cell reads it in `ALL_TOOLS`.
+        let instructions = peer
+            .peer_info()
+            .and_then(|info| info.instructions.clone())
+            .filter(|instructions| !instructions.trim().is_empty());
         let tools = match peer.list_all_tools().await {
             Ok(tools) => tools,
             Err(error) => {
@@ -908,17 +908,15 @@ impl ToolProvider for McpTools {
         Ok(tools
             .into_iter()
             .map(|tool| ToolDefinition {
-                result_type: tool
-                    .output_schema
-                    .is_none()
-                    .then_some(ResultType::McpResult),
+                result_type: Some(ResultType::CallToolResult),
                 name: ToolName::namespaced(&self.config.namespace, tool.name.as_ref()),
-                description: tool
-                    .description
-                    .as_deref()
-                    .or(tool.title.as_deref())
-                    .unwrap_or_default()
-                    .to_owned(),
+                description: with_instructions(
+                    tool.description
+                        .as_deref()
+                        .or(tool.title.as_deref())
+                        .unwrap_or_default(),
+                    instructions.as_deref(),
+                ),
                 kind: ToolKind::Function,
                 input_schema: Some(Value::Object((*tool.input_schema).clone())),
                 output_schema: tool
@@ -1015,11 +1013,8 @@ impl ToolProvider for McpTools {
                     .unwrap_or_else(|poisoned| poisoned.into_inner())
                     .get(&call.name.name)
                     .cloned();
-                match schema {
-                    Some(schema) => structured_result(result, &schema)
-                        .map_err(|why| format!("tools.{global_name}: {why}")),
-                    None => call_result_to_value(result),
-                }
+                call_result_to_value(result, schema.as_ref())
+                    .map_err(|why| format!("tools.{global_name}: {why}"))
             }
         }
     }
@@ -1074,46 +1069,6 @@ fn process_alive(pid: u32) -> bool {
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => false,
         Err(_) => true,
     }
-}
-
-/// The error text of a result with `isError`, if it is one.
-fn error_text(result: &CallToolResult) -> Option<String> {
-    if result.is_error != Some(true) {
-        return None;
-    }
-    let texts: Vec<String> = result
-        .content
-        .iter()
-        .filter_map(|block| match block {
-            ContentBlock::Text(text) => Some(text.text.clone()),
-            _ => None,
-        })
-        .collect();
-    Some(if !texts.is_empty() {
-        texts.join("\n")
-    } else if let Some(structured) = &result.structured_content {
-        structured.to_string()
-    } else {
-        "the tool reported an error without a message".to_owned()
-    })
-}
-
-/// What a cell receives for the result of a tool with an output schema: its structured content,
-/// checked against the schema.
-pub fn structured_result(result: CallToolResult, schema: &Value) -> Result<Value, String> {
-    if let Some(error) = error_text(&result) {
-        return Err(error);
-    }
-    let Some(structured) = result.structured_content else {
-        return Err(
-            "the tool declares an output schema, and its server sent no structuredContent"
-                .to_owned(),
-        );
-    };
-    check_against_schema(&structured, schema, "result").map_err(|why| {
-        format!("the server's structured result does not match the tool's output schema: {why}")
-    })?;
-    Ok(structured)
 }
 
 /// Checks `value` against the parts of a JSON Schema that a tool's TypeScript declaration shows
@@ -1229,26 +1184,40 @@ fn describe(value: &Value) -> &'static str {
     }
 }
 
-/// What a cell receives for the result of a tool without an output schema: an `McpResult` (see
-/// the module documentation), or the rejection of a result with `isError`.
-pub fn call_result_to_value(result: CallToolResult) -> Result<Value, String> {
-    if let Some(error) = error_text(&result) {
-        return Err(error);
+/// A tool's description with its server's instructions after it (the tool's own text first, so
+/// that a one-line summary still says what the tool does).
+fn with_instructions(description: &str, instructions: Option<&str>) -> String {
+    match instructions {
+        None => description.to_owned(),
+        Some(instructions) if description.trim().is_empty() => instructions.trim().to_owned(),
+        Some(instructions) => format!(
+            "{}\n\nFrom the server's instructions: {}",
+            description.trim_end(),
+            instructions.trim()
+        ),
     }
-    let content = serde_json::to_value(&result.content)
+}
+
+/// What a cell receives for a tool's result, as upstream code mode has it: the MCP
+/// `CallToolResult` as the server sent it (`content`, and `structuredContent`, `isError` and
+/// `_meta` when it sent them; a result with `isError: true` resolves too), declared as
+/// `CallToolResult<T>` (`codemode_protocol::MCP_TYPES_DECLARATION`). The protocol's
+/// `resultType` is not part of it. For a tool with an output schema, `structuredContent` (when
+/// present) is checked against the schema, so that `T` is true of what the cell gets; a value
+/// that does not match rejects, naming where.
+pub fn call_result_to_value(
+    result: CallToolResult,
+    output_schema: Option<&Value>,
+) -> Result<Value, String> {
+    if let (Some(schema), Some(structured)) = (output_schema, &result.structured_content) {
+        check_against_schema(structured, schema, "structuredContent").map_err(|why| {
+            format!("the server's structuredContent does not match the tool's output schema: {why}")
+        })?;
+    }
+    let mut value = serde_json::to_value(&result)
         .map_err(|error| format!("cannot read the tool's result: {error}"))?;
-    let text = result
-        .content
-        .iter()
-        .filter_map(|block| match block {
-            ContentBlock::Text(text) => Some(text.text.as_str()),
-            _ => None,
-        })
-        .collect::<Vec<_>>()
-        .join("\n");
-    let mut value = json!({ "content": content, "text": text });
-    if let Some(structured) = result.structured_content {
-        value["structuredContent"] = structured;
+    if let Value::Object(fields) = &mut value {
+        fields.remove("resultType");
     }
     Ok(value)
 }
@@ -1258,7 +1227,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_result_without_a_schema_is_an_mcp_result() {
+    fn a_result_is_the_call_tool_result_the_server_sent() {
         let mut result = CallToolResult::success(vec![
             ContentBlock::text("3"),
             ContentBlock::image("AA==", "image/png"),
@@ -1266,23 +1235,45 @@ mod tests {
         ]);
         result.structured_content = Some(json!({"sum": 3}));
         assert_eq!(
-            call_result_to_value(result).unwrap(),
+            call_result_to_value(result, None).unwrap(),
             json!({
                 "content": [
                     {"type": "text", "text": "3"},
                     {"type": "image", "data": "AA==", "mimeType": "image/png"},
                     {"type": "text", "text": "and more"}
                 ],
-                "text": "3\nand more",
-                "structuredContent": {"sum": 3}
+                "structuredContent": {"sum": 3},
+                "isError": false
             })
         );
-        let empty = call_result_to_value(CallToolResult::success(Vec::new())).unwrap();
-        assert_eq!(empty, json!({"content": [], "text": ""}));
+        let mut bare = CallToolResult::success(Vec::new());
+        bare.is_error = None;
+        assert_eq!(
+            call_result_to_value(bare, None).unwrap(),
+            json!({"content": []})
+        );
     }
 
     #[test]
-    fn a_result_with_a_schema_is_its_checked_structured_content() {
+    fn an_error_result_resolves_with_is_error() {
+        let result = CallToolResult::error(vec![
+            ContentBlock::text("no such file"),
+            ContentBlock::text("(at /x)"),
+        ]);
+        assert_eq!(
+            call_result_to_value(result, None).unwrap(),
+            json!({
+                "content": [
+                    {"type": "text", "text": "no such file"},
+                    {"type": "text", "text": "(at /x)"}
+                ],
+                "isError": true
+            })
+        );
+    }
+
+    #[test]
+    fn structured_content_is_checked_against_the_output_schema() {
         let schema = json!({
             "type": "object",
             "properties": {
@@ -1297,29 +1288,32 @@ mod tests {
         let with = |structured: Value| {
             let mut result = CallToolResult::success(vec![ContentBlock::text("…")]);
             result.structured_content = Some(structured);
-            structured_result(result, &schema)
+            call_result_to_value(result, Some(&schema))
         };
         let good = json!({"sum": 3.5, "unit": "m", "parts": [1, 2], "note": null});
-        assert_eq!(with(good.clone()), Ok(good));
+        assert_eq!(with(good.clone()).unwrap()["structuredContent"], good);
         for (bad, why) in [
-            (json!({"unit": "m"}), "result.sum is missing"),
+            (json!({"unit": "m"}), "structuredContent.sum is missing"),
             (
                 json!({"sum": "3"}),
-                "result.sum should be number, and is a string",
+                "structuredContent.sum should be number, and is a string",
             ),
             (
                 json!({"sum": 1, "unit": "h"}),
-                "result.unit is \"h\", not one of",
+                "structuredContent.unit is \"h\", not one of",
             ),
             (
                 json!({"sum": 1, "parts": [1, 2.5]}),
-                "result.parts[1] should be integer",
+                "structuredContent.parts[1] should be integer",
             ),
             (
                 json!({"sum": 1, "extra": true}),
-                "result.extra is not a property",
+                "structuredContent.extra is not a property",
             ),
-            (json!([1]), "result should be object, and is an array"),
+            (
+                json!([1]),
+                "structuredContent should be object, and is an array",
+            ),
         ] {
             let error = with(bad).unwrap_err();
             assert!(
@@ -1327,25 +1321,9 @@ mod tests {
                 "{error}"
             );
         }
-        let missing = structured_result(CallToolResult::success(Vec::new()), &schema).unwrap_err();
-        assert!(missing.contains("sent no structuredContent"), "{missing}");
-        let failed = CallToolResult::error(vec![ContentBlock::text("it broke")]);
-        assert_eq!(
-            structured_result(failed, &schema),
-            Err("it broke".to_owned())
-        );
-    }
-
-    #[test]
-    fn an_error_result_rejects_with_its_text() {
-        let result = CallToolResult::error(vec![
-            ContentBlock::text("no such file"),
-            ContentBlock::text("(at /x)"),
-        ]);
-        assert_eq!(
-            call_result_to_value(result),
-            Err("no such file\n(at /x)".to_owned())
-        );
+        // No structured content: the declaration's `structuredContent?` holds.
+        let without = call_result_to_value(CallToolResult::success(Vec::new()), Some(&schema));
+        assert_eq!(without.unwrap(), json!({"content": [], "isError": false}));
     }
 
     #[test]
