@@ -594,50 +594,109 @@ async fn replacing_the_binary_under_a_running_server_does_not_break_new_cells() 
     client.cancel().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_notify_just_before_the_end_reaches_the_client_before_the_result() {
-    use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
-    // JSON-RPC by hand, to see the order of the lines the server writes.
-    let mut child = tokio::process::Command::new(CODEMODE)
-        .args(["mcp", "--demo-tools"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut stdin = child.stdin.take().unwrap();
-    let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
-    let mut send = async |message: Value| {
-        stdin
+/// `codemode mcp --demo-tools` spoken to in JSON-RPC by hand, to see exactly which lines the
+/// server writes and in what order.
+struct RawClient {
+    _child: tokio::process::Child,
+    stdin: tokio::process::ChildStdin,
+    lines: tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>,
+}
+
+impl RawClient {
+    /// Started and initialised.
+    async fn start() -> Self {
+        let mut child = tokio::process::Command::new(CODEMODE)
+            .args(["mcp", "--demo-tools"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take().unwrap();
+        let lines = tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(
+            child.stdout.take().unwrap(),
+        ));
+        let mut client = RawClient {
+            _child: child,
+            stdin,
+            lines,
+        };
+        client
+            .send(
+                json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+                "protocolVersion": "2025-11-25", "capabilities": {},
+                "clientInfo": {"name": "raw", "version": "1"}}}),
+            )
+            .await;
+        client.response(0).await;
+        client
+            .send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+            .await;
+        client
+    }
+
+    async fn send(&mut self, message: Value) {
+        use tokio::io::AsyncWriteExt;
+        self.stdin
             .write_all(format!("{message}\n").as_bytes())
             .await
             .unwrap();
-    };
-    send(
-        json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-        "protocolVersion": "2025-11-25", "capabilities": {},
-        "clientInfo": {"name": "order", "version": "1"}}}),
-    )
-    .await;
-    let initialized = within("initialize", lines.next_line())
-        .await
-        .unwrap()
-        .unwrap();
-    assert!(initialized.contains("\"id\":0"), "{initialized}");
-    send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"})).await;
+    }
+
+    /// The next message the server writes.
+    async fn next(&mut self) -> Value {
+        let line = within("a line", self.lines.next_line())
+            .await
+            .unwrap()
+            .expect("the server is still writing");
+        serde_json::from_str(&line).unwrap()
+    }
+
+    /// Reads up to the response to request `id`, and returns it.
+    async fn response(&mut self, id: i64) -> Value {
+        loop {
+            let message = self.next().await;
+            if message["id"] == id {
+                return message;
+            }
+        }
+    }
+
+    /// Sends `tools/call` of `tool` with `arguments` as request `id`.
+    async fn call(&mut self, id: i64, tool: &str, arguments: Value, meta: Value) {
+        self.send(json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": tool, "arguments": arguments, "_meta": meta}}))
+            .await;
+    }
+}
+
+/// The text blocks of a raw `tools/call` response, one per line.
+fn raw_text(response: &Value) -> String {
+    response["result"]["content"]
+        .as_array()
+        .unwrap_or_else(|| panic!("not a tool result: {response}"))
+        .iter()
+        .filter_map(|block| block["text"].as_str())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_notify_just_before_the_end_reaches_the_client_before_the_result() {
+    let mut client = RawClient::start().await;
     // Many times over: the notification and the end of the cell are microseconds apart.
     for round in 1..=20 {
-        send(
-            json!({"jsonrpc": "2.0", "id": round, "method": "tools/call", "params": {
-            "name": "exec",
-            "arguments": {"code": format!("notify(\"last words {round}\"); text(\"done\");")},
-            "_meta": {"progressToken": format!("token-{round}")}}}),
-        )
-        .await;
+        client
+            .call(
+                round,
+                "exec",
+                json!({"code": format!("notify(\"last words {round}\"); text(\"done\");")}),
+                json!({"progressToken": format!("token-{round}")}),
+            )
+            .await;
         let mut notified = false;
         loop {
-            let line = within("a line", lines.next_line()).await.unwrap().unwrap();
-            let message: Value = serde_json::from_str(&line).unwrap();
+            let message = client.next().await;
             if message["method"] == "notifications/progress"
                 && message["params"]["message"] == format!("last words {round}")
             {
@@ -646,10 +705,58 @@ async fn a_notify_just_before_the_end_reaches_the_client_before_the_result() {
             if message["id"] == round {
                 assert!(
                     notified,
-                    "round {round}: the result came before the notification: {line}"
+                    "round {round}: the result came before the notification: {message}"
                 );
                 break;
             }
         }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_wait_releases_the_cell_and_the_next_wait_gets_everything() {
+    let mut client = RawClient::start().await;
+    client
+        .call(
+            1,
+            "exec",
+            json!({"code": "for (let i = 0; i < 3; i++) { await tools.sleep({ms: 300}); text(`tick ${i}`); }",
+                   "yield_time_ms": 0}),
+            json!({}),
+        )
+        .await;
+    let started = raw_text(&client.response(1).await);
+    let cell_id = running_cell_id(&started);
+    // A wait that would take 30 s, cancelled by the client after a moment, while the cell
+    // produces output.
+    client
+        .call(
+            2,
+            "wait",
+            json!({"cell_id": cell_id, "yield_time_ms": 30000}),
+            json!({}),
+        )
+        .await;
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    client
+        .send(
+            json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+            "params": {"requestId": 2, "reason": "the user moved on"}}),
+        )
+        .await;
+    // The next wait observes the cell at once (not "already being observed") and gets every
+    // item, those produced during the cancelled wait included.
+    client
+        .call(
+            3,
+            "wait",
+            json!({"cell_id": cell_id, "yield_time_ms": 30000}),
+            json!({}),
+        )
+        .await;
+    let collected = raw_text(&client.response(3).await);
+    assert!(collected.starts_with("Script completed"), "{collected}");
+    for tick in ["tick 0", "tick 1", "tick 2"] {
+        assert!(collected.contains(tick), "{tick} is missing: {collected}");
     }
 }

@@ -261,11 +261,24 @@ impl CodemodeServer {
         }
         let live = self.session(&context.extensions, &context.peer).await?;
         let session = &live.session;
+        let registration = live.start_wait(&request.cell_id, context.ct.clone()).await;
         let progress = Progress::start(&context, session, Watched::Cell(request.cell_id.clone()));
-        let result = session.wait_tool(request).await;
+        // A wait the client cancels (`notifications/cancelled`) stops observing at once: the
+        // cell is free for the next wait, which gets every item this one had not returned.
+        let result = tokio::select! {
+            result = session.wait_tool(request) => Some(result),
+            () = context.ct.cancelled() => None,
+        };
+        drop(registration);
         live.touch();
         progress.stop().await;
-        Ok(to_call_tool_result(result))
+        match result {
+            Some(result) => Ok(to_call_tool_result(result)),
+            None => Err(ErrorData::internal_error(
+                "the client cancelled this wait; the cell goes on, and the next wait picks it up",
+                None,
+            )),
+        }
     }
 }
 

@@ -84,7 +84,46 @@ pub(super) struct LiveSession {
     pub(super) tasks: TaskManager,
     /// The cluster this server is in, told when the session closes.
     pub(super) cluster: Option<Arc<Cluster>>,
+    /// The `wait` calls observing a cell now, by cell id.
+    pub(super) waits: std::sync::Mutex<HashMap<String, WaitInFlight>>,
 }
+
+/// A `wait` call observing a cell: whether its client cancelled it, and when it let go.
+#[derive(Clone)]
+pub(super) struct WaitInFlight {
+    /// The request's token, cancelled by the client's `notifications/cancelled`.
+    cancelled: CancellationToken,
+    /// Cancelled once the call stopped observing.
+    released: CancellationToken,
+}
+
+/// Holds a cell's [`WaitInFlight`] entry while a `wait` observes it; dropping it lets go.
+pub(super) struct WaitRegistration {
+    live: Arc<LiveSession>,
+    cell_id: String,
+    released: CancellationToken,
+}
+
+impl Drop for WaitRegistration {
+    fn drop(&mut self) {
+        self.released.cancel();
+        let mut waits = self
+            .live
+            .waits
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if waits
+            .get(&self.cell_id)
+            .is_some_and(|wait| wait.released.is_cancelled())
+        {
+            waits.remove(&self.cell_id);
+        }
+    }
+}
+
+/// The longest a `wait` waits for a cancelled one to let go of its cell (it lets go as soon as
+/// its task runs again).
+const CANCELLED_WAIT_RELEASE: Duration = Duration::from_secs(2);
 
 impl Drop for LiveSession {
     fn drop(&mut self) {
@@ -95,6 +134,52 @@ impl Drop for LiveSession {
 }
 
 impl LiveSession {
+    /// Registers a `wait` on `cell_id` whose request is cancelled by `cancelled`. A `wait` the
+    /// client cancelled that has not let go of the cell yet is given the moment it needs first,
+    /// so that the new one observes the cell instead of being told it is busy.
+    pub(super) async fn start_wait(
+        self: &Arc<Self>,
+        cell_id: &str,
+        cancelled: CancellationToken,
+    ) -> WaitRegistration {
+        let previous = self
+            .waits
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .get(cell_id)
+            .cloned();
+        if let Some(previous) = previous
+            && previous.cancelled.is_cancelled()
+        {
+            let _ =
+                tokio::time::timeout(CANCELLED_WAIT_RELEASE, previous.released.cancelled()).await;
+        }
+        let released = CancellationToken::new();
+        let mut waits = self
+            .waits
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        // A wait still holding the cell keeps its entry (this one will be told the cell is busy).
+        if waits
+            .get(cell_id)
+            .is_none_or(|holding| holding.released.is_cancelled())
+        {
+            waits.insert(
+                cell_id.to_owned(),
+                WaitInFlight {
+                    cancelled,
+                    released: released.clone(),
+                },
+            );
+        }
+        drop(waits);
+        WaitRegistration {
+            live: Arc::clone(self),
+            cell_id: cell_id.to_owned(),
+            released,
+        }
+    }
+
     pub(super) fn touch(&self) {
         *self
             .last_used
@@ -496,6 +581,7 @@ impl CodemodeServer {
             last_used: std::sync::Mutex::new(Instant::now()),
             tasks: TaskManager::new(),
             cluster: shared.cluster.clone(),
+            waits: std::sync::Mutex::new(HashMap::new()),
         });
         shared
             .live
