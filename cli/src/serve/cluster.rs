@@ -274,9 +274,10 @@ impl Cluster {
             Ok(Some(replica)) => replica,
             Ok(None) => return failed(format!("No cell with ID {cell_id}.")),
             Err(error) => {
+                tracing::warn!(cell_id, %error, "cannot look up the server that runs a cell");
                 return failed(format!(
-                    "Cell {cell_id} runs on another server of this cluster, which cannot be looked \
-                     up now: {error}. Try wait again in a moment."
+                    "Cell {cell_id} runs on another server of this cluster, which cannot be found \
+                     just now. Call wait with cell_id \"{cell_id}\" again in a few seconds."
                 ));
             }
         };
@@ -293,13 +294,21 @@ impl Cluster {
                         .collect::<Vec<_>>()
                         .join(", ")
                 ),
-                Err(error) => format!(" Its tool calls cannot be read now: {error}."),
+                Err(error) => {
+                    tracing::warn!(cell_id, %error, "cannot read the tool calls of a lost cell");
+                    " Which tool calls it had started cannot be read just now.".to_owned()
+                }
             };
+            tracing::info!(
+                cell_id,
+                server = %replica.address,
+                lease_expired_at = %replica.lease_expires_at,
+                "wait for a cell whose server has stopped"
+            );
             return failed(format!(
-                "Cell {cell_id} ran on another server ({}), which has stopped: its lease ran out \
-                 at {}. What the cell showed before is all there is, and its stored values were \
-                 not committed.{started} Run it again if you need its result.",
-                replica.address, replica.lease_expires_at
+                "Cell {cell_id} ran on another server of this cluster, which has stopped. What \
+                 the cell showed before is all there is, and its stored values were not \
+                 committed.{started} Run it again if you need its result."
             ));
         }
         let Some(name) = identity.session_name() else {
@@ -324,11 +333,14 @@ impl Cluster {
             .await;
         match forwarded {
             Ok(result) => result,
-            Err(error) => failed(format!(
-                "Cell {cell_id} runs on another server ({}), which did not answer: {error}. Try \
-                 wait again in a moment.",
-                replica.address
-            )),
+            Err(error) => {
+                tracing::warn!(cell_id, server = %replica.address, %error, "a forwarded wait got no answer");
+                failed(format!(
+                    "Cell {cell_id} runs on another server of this cluster, which did not answer. \
+                     If that server has stopped, this is known within its lease; call wait with \
+                     cell_id \"{cell_id}\" again in a few seconds."
+                ))
+            }
         }
     }
 
@@ -363,10 +375,11 @@ impl Cluster {
             Ok(Some(replica)) => replica,
             Ok(None) => return Err(unknown()),
             Err(error) => {
+                tracing::warn!(task_id, %error, "cannot look up the server that runs a task");
                 return Err(ErrorData::internal_error(
                     format!(
                         "task {task_id} runs on another server of this cluster, which cannot be \
-                         looked up now: {error}. Try again in a moment."
+                         found just now; ask again in a few seconds"
                     ),
                     None,
                 ));
@@ -375,10 +388,9 @@ impl Cluster {
         if !replica.alive {
             return Err(ErrorData::internal_error(
                 format!(
-                    "task {task_id} ran on another server ({}), which has stopped: its lease ran \
-                     out at {}. What its cell showed before is all there is, and its stored \
-                     values were not committed. Run it again if you need its result.",
-                    replica.address, replica.lease_expires_at
+                    "task {task_id} ran on another server of this cluster, which has stopped. \
+                     What its cell showed before is all there is, and its stored values were not \
+                     committed. Run it again if you need its result."
                 ),
                 None,
             ));
@@ -400,14 +412,16 @@ impl Cluster {
             Ok(answer) => Ok(answer),
             // The owner's own answer (an unknown task, say) is the answer.
             Err(Forwarded::Refused(error)) => Err(error),
-            Err(error) => Err(ErrorData::internal_error(
-                format!(
-                    "task {task_id} runs on another server ({}), which did not answer: {error}. \
-                     Try again in a moment.",
-                    replica.address
-                ),
-                None,
-            )),
+            Err(error) => {
+                tracing::warn!(task_id, server = %replica.address, %error, "a forwarded task request got no answer");
+                Err(ErrorData::internal_error(
+                    format!(
+                        "task {task_id} runs on another server of this cluster, which did not \
+                         answer; ask again in a few seconds"
+                    ),
+                    None,
+                ))
+            }
         }
     }
 
