@@ -1,7 +1,8 @@
 //! `codemode mcp` against the MCP ecosystem's own tools, as MCP developers first try a server:
 //! the official conformance suite (two releases: 0.1, and 0.2, which covers 2026-07-28), the MCP
-//! Inspector's CLI (v1, and v2 in its default mode) over stdio and HTTP, and the TypeScript SDK's
-//! client (`ecosystem/sdk_client.mjs`). All are installed from the npm registry at pinned versions
+//! Inspector's CLI (v1, and v2 in its default mode) over stdio and HTTP, and the TypeScript and
+//! Python SDKs' clients (`ecosystem/sdk_client.mjs`, `ecosystem/sdk_client.py`). All are
+//! installed from the npm registry and PyPI at pinned versions
 //! (`codemode_test_support::mcp_servers`), with the Node.js 22 they need.
 //!
 //! Every scenario of the suite, the server's and the client's (codemode calling a downstream
@@ -573,6 +574,37 @@ fn sdk_client(tools: &McpServers, arguments: &[&str]) {
         String::from_utf8_lossy(&output.stderr)
     );
     assert!(stdout.lines().count() >= 12, "{stdout}");
+}
+
+/// `ecosystem/sdk_client.py` with `arguments`, on the Python SDK; its checks all pass.
+fn python_sdk_client(tools: &McpServers, arguments: &[&str]) {
+    let mut command = Command::new(tools.python_program("python"));
+    command
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/ecosystem/sdk_client.py"))
+        .args(arguments);
+    let output = run(tools, command);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "the Python SDK client {arguments:?}:\n{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        stdout
+            .lines()
+            .filter(|line| line.starts_with("ok "))
+            .count()
+            >= 8,
+        "{stdout}"
+    );
+}
+
+#[test]
+fn the_python_sdk_client_works_over_stdio_and_http() {
+    let tools = tools();
+    python_sdk_client(&tools, &["stdio", CODEMODE]);
+    let server = http_server(&["--demo-tools"]);
+    python_sdk_client(&tools, &["http", server.url(), TOKEN]);
 }
 
 #[test]

@@ -18,9 +18,13 @@ pub const NPM_PACKAGES: [&str; 3] = [
     "@modelcontextprotocol/server-memory@2026.8.31",
 ];
 
-/// The PyPI packages, pinned.
-pub const PYTHON_PACKAGES: [&str; 2] =
-    ["mcp-server-git==2026.10.19", "mcp-server-time==2026.10.19"];
+/// The PyPI packages, pinned: two servers, and the official Python SDK, whose client the
+/// ecosystem tests drive (the servers depend on it too).
+pub const PYTHON_PACKAGES: [&str; 3] = [
+    "mcp-server-git==2026.10.19",
+    "mcp-server-time==2026.10.19",
+    "mcp==2.3.0",
+];
 
 /// The MCP ecosystem's tools, pinned, each with the folder under `tools/` it goes to: two
 /// releases of one package cannot share one `node_modules`. Node.js 22 comes from the npm
