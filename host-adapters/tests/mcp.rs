@@ -74,7 +74,12 @@ async fn server_tools_are_listed_under_its_namespace_with_their_schemas() {
         ]
     );
     let add = &listed[0];
-    assert_eq!(add.description, "Adds two numbers.");
+    // The server's instructions follow each of its tools' own description.
+    assert_eq!(
+        add.description,
+        "Adds two numbers.\n\nFrom the server's instructions: A test server: add, image, fail, \
+         sleep, note, pid."
+    );
     let schema = add.input_schema.as_ref().unwrap();
     assert_eq!(
         schema["properties"]["a"]["description"],
