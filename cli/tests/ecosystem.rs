@@ -86,6 +86,18 @@ fn run(tools: &McpServers, mut command: Command) -> Output {
     }
 }
 
+/// [`run`], which must succeed (`what` names it in the failure); its standard output.
+fn run_ok(tools: &McpServers, command: Command, what: &str) -> String {
+    let output = run(tools, command);
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(
+        output.status.success(),
+        "{what} failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    stdout
+}
+
 /// `codemode mcp --http` on a loopback port, with `extra` flags.
 fn http_server(extra: &[&str]) -> ListeningServer {
     let mut command = Command::new(CODEMODE);
@@ -257,17 +269,23 @@ fn suite(tools: &McpServers, release: &Release) -> Command {
     command
 }
 
-/// The server scenarios `release` offers.
-fn server_scenarios(tools: &McpServers, release: &Release) -> Vec<String> {
+/// Checks that every scenario `release` offers on `side` (`--server` or `--client`) is either
+/// applicable or excused by `not_applicable`, and that it still offers each applicable one.
+fn check_classified(
+    tools: &McpServers,
+    release: &Release,
+    side: &str,
+    not_applicable: fn(&str) -> Option<&'static str>,
+) {
     let mut command = suite(tools, release);
-    command.args(["list", "--server"]);
+    command.args(["list", side]);
     let output = run(tools, command);
     assert!(
         output.status.success(),
         "{}",
         String::from_utf8_lossy(&output.stderr)
     );
-    String::from_utf8_lossy(&output.stdout)
+    let offered: Vec<String> = String::from_utf8_lossy(&output.stdout)
         .lines()
         .filter_map(|line| line.trim().strip_prefix("- "))
         .map(|line| {
@@ -276,28 +294,8 @@ fn server_scenarios(tools: &McpServers, release: &Release) -> Vec<String> {
                 .unwrap_or_default()
                 .to_owned()
         })
-        .collect()
-}
-
-/// The checks one scenario recorded, from its `checks.json`.
-fn checks(results: &Path) -> Vec<Value> {
-    let folder = std::fs::read_dir(results)
-        .unwrap()
-        .map(|entry| entry.unwrap().path())
-        .find(|path| path.join("checks.json").exists())
-        .unwrap_or_else(|| panic!("no checks.json under {}", results.display()));
-    serde_json::from_str(&std::fs::read_to_string(folder.join("checks.json")).unwrap()).unwrap()
-}
-
-fn conformance_of_the_server(release: &Release) {
-    let tools = tools();
-    // The suite's server mode sends no credentials: a loopback server without them, as a
-    // developer runs it locally.
-    let mut command = Command::new(CODEMODE);
-    command.args(["mcp", "--http", "127.0.0.1:0", "--no-auth"]);
-    let server = ListeningServer::spawn(command);
-    let offered = server_scenarios(&tools, release);
-    assert!(offered.len() > 10, "the suite lists {offered:?}");
+        .collect();
+    assert!(offered.len() > 2, "{} lists {offered:?}", release.tool);
     let unclassified: Vec<&String> = offered
         .iter()
         .filter(|scenario| {
@@ -306,52 +304,98 @@ fn conformance_of_the_server(release: &Release) {
         .collect();
     assert!(
         unclassified.is_empty(),
-        "scenarios neither run nor listed as not applicable: {unclassified:?}"
+        "{} {side}: scenarios neither run nor listed as not applicable: {unclassified:?}",
+        release.tool
     );
-    let mut failures = Vec::new();
     for scenario in release.applicable {
         assert!(
             offered.iter().any(|name| name == scenario),
             "{} no longer offers {scenario}",
             release.tool
         );
-        let results = scratch(&format!("{}-{scenario}", release.tool));
-        let mut command = suite(&tools, release);
-        command
-            .args(["server", "--url", server.url(), "--scenario", scenario])
-            .args(release.run_any_revision)
-            .arg("-o")
-            .arg(&results);
-        let output = run(&tools, command);
-        let made = checks(&results);
-        if made.is_empty() {
-            failures.push(format!(
-                "{scenario}: no check was made\n{}",
-                String::from_utf8_lossy(&output.stdout)
-            ));
-        }
-        for check in &made {
-            let id = check["id"].as_str().unwrap_or_default();
-            let excused = release
+    }
+}
+
+/// Runs `scenario` of `release` (`arguments` say against what), and returns what failed: each
+/// check it failed that `release.partly` does not excuse, or that it made none. An excuse for a
+/// check the suite no longer makes fails the test: it is stale.
+fn failures_of(
+    tools: &McpServers,
+    release: &Release,
+    scenario: &str,
+    arguments: impl FnOnce(&mut Command),
+) -> Vec<String> {
+    let results = scratch(&format!("{}-{scenario}", release.tool));
+    let mut command = suite(tools, release);
+    arguments(&mut command);
+    command
+        .arg("--scenario")
+        .arg(scenario)
+        .arg("-o")
+        .arg(&results);
+    let output = run(tools, command);
+    let folder = std::fs::read_dir(&results)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .find(|path| path.join("checks.json").exists());
+    let made: Vec<Value> = folder
+        .map(|folder| {
+            serde_json::from_str(&std::fs::read_to_string(folder.join("checks.json")).unwrap())
+                .unwrap()
+        })
+        .unwrap_or_default();
+    let _ = std::fs::remove_dir_all(&results);
+    if made.is_empty() {
+        return vec![format!(
+            "{} {scenario}: no check was made\n{}",
+            release.tool,
+            String::from_utf8_lossy(&output.stdout)
+        )];
+    }
+    for (_, check_id, _) in release.partly.iter().filter(|(name, ..)| *name == scenario) {
+        assert!(
+            made.iter().any(|check| check["id"] == *check_id),
+            "{scenario} no longer makes the check {check_id}: drop its excuse"
+        );
+    }
+    made.iter()
+        .filter(|check| check["status"] == "FAILURE")
+        .filter(|check| {
+            !release
                 .partly
                 .iter()
-                .any(|(name, check_id, _)| name == scenario && *check_id == id);
-            if check["status"] == "FAILURE" && !excused {
-                failures.push(format!(
-                    "{scenario} / {id}: {}",
-                    check["errorMessage"].as_str().unwrap_or_default()
-                ));
-            }
-        }
-        // Each excused check must still be one the suite makes, or the excuse is stale.
-        for (_, check_id, _) in release.partly.iter().filter(|(name, ..)| name == scenario) {
-            assert!(
-                made.iter().any(|check| check["id"] == *check_id),
-                "{scenario} no longer makes the check {check_id}: drop its excuse"
-            );
-        }
-        let _ = std::fs::remove_dir_all(&results);
-    }
+                .any(|(name, check_id, _)| *name == scenario && check["id"] == *check_id)
+        })
+        .map(|check| {
+            format!(
+                "{} {scenario} / {}: {}",
+                release.tool,
+                check["id"].as_str().unwrap_or_default(),
+                check["errorMessage"].as_str().unwrap_or_default()
+            )
+        })
+        .collect()
+}
+
+fn conformance_of_the_server(release: &Release) {
+    let tools = tools();
+    check_classified(&tools, release, "--server", not_applicable);
+    // The suite's server mode sends no credentials: a loopback server without them, as a
+    // developer runs it locally.
+    let mut command = Command::new(CODEMODE);
+    command.args(["mcp", "--http", "127.0.0.1:0", "--no-auth"]);
+    let server = ListeningServer::spawn(command);
+    let failures: Vec<String> = release
+        .applicable
+        .iter()
+        .flat_map(|scenario| {
+            failures_of(&tools, release, scenario, |command| {
+                command
+                    .args(["server", "--url", server.url()])
+                    .args(release.run_any_revision);
+            })
+        })
+        .collect();
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
@@ -429,55 +473,15 @@ fn codemode_as_a_client_passes_the_conformance_suites() {
             partly: &[],
             run_any_revision: &[],
         };
-        let mut command = suite(&tools, &release);
-        command.args(["list", "--client"]);
-        let output = run(&tools, command);
-        let offered: Vec<String> = String::from_utf8_lossy(&output.stdout)
-            .lines()
-            .filter_map(|line| line.trim().strip_prefix("- "))
-            .map(|line| {
-                line.split_whitespace()
-                    .next()
-                    .unwrap_or_default()
-                    .to_owned()
-            })
-            .collect();
-        let unclassified: Vec<&String> = offered
-            .iter()
-            .filter(|scenario| {
-                !applicable.contains(&scenario.as_str())
-                    && client_not_applicable(scenario).is_none()
-            })
-            .collect();
-        assert!(
-            unclassified.is_empty(),
-            "{tool}: client scenarios neither run nor listed as not applicable: {unclassified:?}"
-        );
+        check_classified(&tools, &release, "--client", client_not_applicable);
         for scenario in applicable {
-            let results = scratch(&format!("client-{tool}-{scenario}"));
-            let mut command = suite(&tools, &release);
-            command
-                .args(["client", "--scenario", scenario, "--command"])
-                .arg(&driver)
-                .arg("-o")
-                .arg(&results)
-                .env("CODEMODE_PROGRAM", CODEMODE);
-            let output = run(&tools, command);
-            let made = checks(&results);
-            if made.is_empty() || !output.status.success() {
-                failures.push(format!(
-                    "{tool} {scenario}: the suite said\n{}",
-                    String::from_utf8_lossy(&output.stdout)
-                ));
-            }
-            for check in made.iter().filter(|check| check["status"] == "FAILURE") {
-                failures.push(format!(
-                    "{tool} {scenario} / {}: {}",
-                    check["id"].as_str().unwrap_or_default(),
-                    check["errorMessage"].as_str().unwrap_or_default()
-                ));
-            }
-            let _ = std::fs::remove_dir_all(&results);
+            failures.extend(failures_of(&tools, &release, scenario, |command| {
+                command
+                    .arg("client")
+                    .arg("--command")
+                    .arg(&driver)
+                    .env("CODEMODE_PROGRAM", CODEMODE);
+            }));
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
@@ -498,13 +502,7 @@ fn inspector(tools: &McpServers, tool: &str, arguments: &[&str]) -> Value {
         )
         .arg("--cli")
         .args(arguments);
-    let output = run(tools, command);
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "{tool} {arguments:?} failed:\n{stdout}\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    let stdout = run_ok(tools, command, &format!("{tool} {arguments:?}"));
     // v1 prints a deprecation banner before the JSON.
     let json = &stdout[stdout
         .find('{')
@@ -566,12 +564,10 @@ fn sdk_client(tools: &McpServers, arguments: &[&str]) {
         .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/ecosystem/sdk_client.mjs"))
         .arg(tools.ecosystem_package("sdk", "@modelcontextprotocol/sdk"))
         .args(arguments);
-    let output = run(tools, command);
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "the TypeScript SDK client {arguments:?}:\n{stdout}\n{}",
-        String::from_utf8_lossy(&output.stderr)
+    let stdout = run_ok(
+        tools,
+        command,
+        &format!("the TypeScript SDK client {arguments:?}"),
     );
     assert!(stdout.lines().count() >= 12, "{stdout}");
 }
@@ -582,12 +578,10 @@ fn python_sdk_client(tools: &McpServers, arguments: &[&str]) {
     command
         .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/ecosystem/sdk_client.py"))
         .args(arguments);
-    let output = run(tools, command);
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "the Python SDK client {arguments:?}:\n{stdout}\n{}",
-        String::from_utf8_lossy(&output.stderr)
+    let stdout = run_ok(
+        tools,
+        command,
+        &format!("the Python SDK client {arguments:?}"),
     );
     assert!(
         stdout

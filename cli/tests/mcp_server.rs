@@ -729,14 +729,8 @@ async fn a_cancelled_wait_releases_the_cell_and_the_next_wait_gets_everything() 
     let cell_id = running_cell_id(&started);
     // A wait that would take 30 s, cancelled by the client after a moment, while the cell
     // produces output.
-    client
-        .call(
-            2,
-            "wait",
-            json!({"cell_id": cell_id, "yield_time_ms": 30000}),
-            json!({}),
-        )
-        .await;
+    let long_wait = json!({"cell_id": cell_id, "yield_time_ms": 30000});
+    client.call(2, "wait", long_wait.clone(), json!({})).await;
     tokio::time::sleep(Duration::from_millis(400)).await;
     client
         .send(
@@ -746,14 +740,7 @@ async fn a_cancelled_wait_releases_the_cell_and_the_next_wait_gets_everything() 
         .await;
     // The next wait observes the cell at once (not "already being observed") and gets every
     // item, those produced during the cancelled wait included.
-    client
-        .call(
-            3,
-            "wait",
-            json!({"cell_id": cell_id, "yield_time_ms": 30000}),
-            json!({}),
-        )
-        .await;
+    client.call(3, "wait", long_wait, json!({})).await;
     let collected = raw_text(&client.response(3).await);
     assert!(collected.starts_with("Script completed"), "{collected}");
     for tick in ["tick 0", "tick 1", "tick 2"] {

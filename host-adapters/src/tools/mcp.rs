@@ -453,19 +453,9 @@ impl McpTools {
                     tokio::spawn(log_stderr(namespace.clone(), stderr));
                 }
                 let pid = transport.id();
-                let client = self
-                    .watcher()
-                    .serve_with_lifecycle(transport, lifecycle)
-                    .await
-                    .map_err(|error| {
-                        StartError::of(
-                            error,
-                            format!(
-                                "the MCP server \"{namespace}\" ({program}) failed to initialise"
-                            ),
-                        )
-                    })?;
-                Ok((client, pid))
+                let failed =
+                    format!("the MCP server \"{namespace}\" ({program}) failed to initialise");
+                Ok((self.handshake(transport, lifecycle, failed).await?, pid))
             }
             McpTransport::Http { url, headers } => {
                 let mut config =
@@ -484,19 +474,27 @@ impl McpTools {
                     config.custom_headers.insert(name, value);
                 }
                 let transport = StreamableHttpClientTransport::from_config(config);
-                let client = self
-                    .watcher()
-                    .serve_with_lifecycle(transport, lifecycle)
-                    .await
-                    .map_err(|error| {
-                        StartError::of(
-                            error,
-                            format!("cannot connect to the MCP server \"{namespace}\" at {url}"),
-                        )
-                    })?;
-                Ok((client, None))
+                let failed = format!("cannot connect to the MCP server \"{namespace}\" at {url}");
+                Ok((self.handshake(transport, lifecycle, failed).await?, None))
             }
         }
+    }
+
+    /// Starts the MCP lifecycle over `transport`; `failed` says what failed, for the error.
+    async fn handshake<T, E, A>(
+        &self,
+        transport: T,
+        lifecycle: rmcp::service::ClientLifecycleMode,
+        failed: String,
+    ) -> Result<Client, StartError>
+    where
+        T: rmcp::transport::IntoTransport<RoleClient, E, A>,
+        E: std::error::Error + Send + Sync + 'static,
+    {
+        self.watcher()
+            .serve_with_lifecycle(transport, lifecycle)
+            .await
+            .map_err(|error| StartError::of(error, failed))
     }
 
     /// Ends the connection, if any: a stdio server has its standard input closed, gets 3 s to
