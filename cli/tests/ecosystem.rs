@@ -10,7 +10,7 @@
 //! here as not applicable with why: a new release's new scenario fails the test until it is
 //! classified.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -31,15 +31,6 @@ const HANG_GUARD: Duration = Duration::from_secs(180);
 fn tools() -> McpServers {
     mcp_servers::install(&mcp_servers::workspace_root())
         .unwrap_or_else(|error| panic!("cannot install the MCP ecosystem's tools: {error}"))
-}
-
-/// A fresh folder for one test's files.
-fn scratch(name: &str) -> PathBuf {
-    let folder =
-        std::env::temp_dir().join(format!("codemode-ecosystem-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&folder);
-    std::fs::create_dir_all(&folder).unwrap();
-    folder
 }
 
 /// Runs `command` (with Node.js 22 first on its `PATH`) to its end, or kills it past the hang
@@ -325,7 +316,8 @@ fn failures_of(
     scenario: &str,
     arguments: impl FnOnce(&mut Command),
 ) -> Vec<String> {
-    let results = scratch(&format!("{}-{scenario}", release.tool));
+    let results =
+        codemode_test_support::scratch_folder(&format!("ecosystem-{}-{scenario}", release.tool));
     let mut command = suite(tools, release);
     arguments(&mut command);
     command
