@@ -461,6 +461,148 @@ async fn another_tenants_session_id_gets_404_for_every_method_and_changes_nothin
     assert_eq!(status, 404);
 }
 
+/// How one of many concurrent `exec` calls was answered.
+#[derive(Debug, PartialEq, Eq, Hash)]
+enum Admission {
+    /// Its cell started (and still runs).
+    Started,
+    /// Its session opened, but the cell limit refused the cell.
+    CellRefused,
+    /// The session limit refused its session.
+    SessionRefused,
+}
+
+/// Forty clients at once, each opening an MCP session of its own and starting a cell that runs
+/// past the round: the limits hold whatever the interleaving (a slot is reserved before anything
+/// is awaited), and every slot comes back when its clients leave. Four rounds on one server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn session_and_cell_limits_hold_when_forty_clients_arrive_at_once() {
+    const CLIENTS: usize = 40;
+    let folder = scratch("concurrent-limits");
+    let server = server(
+        &folder,
+        &[
+            "--max-sessions",
+            "5",
+            "--max-sessions-per-tenant",
+            "5",
+            "--max-cells",
+            "3",
+            "--max-cells-per-tenant",
+            "3",
+            "--demo-tools",
+        ],
+    );
+    let url = server.url().to_owned();
+    for round in 0..4 {
+        let calls = (0..CLIENTS).map(|_| {
+            let url = url.clone();
+            tokio::spawn(async move {
+                let client = client(&url, ALPHA, None).await;
+                let answer = exec(
+                    &client,
+                    "// @exec: {\"yield_time_ms\": 0}\nawait tools.sleep({ms: 60000});",
+                )
+                .await;
+                let admission = match answer {
+                    Ok(result) => {
+                        let text = text_of(&result);
+                        assert!(text.starts_with("Script running"), "{text}");
+                        Admission::Started
+                    }
+                    Err(error) => {
+                        let error = error.to_string();
+                        if error.contains("--max-cells limit of 3") {
+                            Admission::CellRefused
+                        } else if error.contains("--max-sessions limit of 5") {
+                            Admission::SessionRefused
+                        } else {
+                            panic!("an answer that is neither a cell nor a limit: {error}")
+                        }
+                    }
+                };
+                (admission, client)
+            })
+        });
+        let mut answered = Vec::new();
+        for call in calls.collect::<Vec<_>>() {
+            answered.push(within("a concurrent exec", call).await.unwrap());
+        }
+        let count = |admission: Admission| {
+            answered
+                .iter()
+                .filter(|(answer, _)| *answer == admission)
+                .count()
+        };
+        let started = count(Admission::Started);
+        let opened = started + count(Admission::CellRefused);
+        assert!(
+            (1..=3).contains(&started),
+            "round {round}: {started} cells started under --max-cells 3"
+        );
+        assert!(
+            (started..=5).contains(&opened),
+            "round {round}: {opened} sessions opened under --max-sessions 5"
+        );
+        assert_eq!(count(Admission::SessionRefused), CLIENTS - opened);
+        // Every client leaves: its session closes and its cell ends, and their slots come back
+        // (a new client is served once they have).
+        for (_, client) in answered {
+            client.cancel().await.unwrap();
+        }
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        loop {
+            let probe = client(&url, ALPHA, None).await;
+            let answer = exec(&probe, "text(1)").await;
+            probe.cancel().await.unwrap();
+            if answer.is_ok() {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "round {round}: the slots never came back: {answer:?}"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+    }
+}
+
+/// Twenty requests naming one session at once, under a limit of one session per tenant: it is
+/// opened once (single-flight per name), so every request is served by that one session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn requests_naming_one_session_at_once_open_it_once() {
+    let folder = scratch("single-flight");
+    let server = server(
+        &folder,
+        &["--max-sessions", "4", "--max-sessions-per-tenant", "1"],
+    );
+    let url = server.url().to_owned();
+    let calls = (0..20).map(|index| {
+        let url = url.clone();
+        tokio::spawn(async move {
+            let client = client(&url, ALPHA, Some("shared")).await;
+            let line = last_line(
+                &client,
+                &format!("store(\"k{index}\", {index}); text(\"ok\")"),
+            )
+            .await;
+            client.cancel().await.unwrap();
+            line
+        })
+    });
+    for call in calls.collect::<Vec<_>>() {
+        assert_eq!(within("a named exec", call).await.unwrap(), "ok");
+    }
+    let client = client(&url, ALPHA, Some("shared")).await;
+    let keys = last_line(
+        &client,
+        "let n = 0; for (let i = 0; i < 20; i++) if (load(`k${i}`) === i) n++; text(n)",
+    )
+    .await;
+    assert_eq!(keys, "20");
+    client.cancel().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_tenant_cannot_take_every_session_or_cell() {
     let folder = scratch("tenant-limits");

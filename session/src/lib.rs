@@ -43,7 +43,7 @@ pub use codemode_protocol::tools_declaration;
 pub use config::{CellActivity, CellActivityHook, SessionConfig};
 pub use discovery::{ToolsShown, tools_section};
 pub use hints::error_hints;
-pub use model::{ExecOptions, ToolResult};
+pub use model::{CellTicket, ExecOptions, ToolResult};
 pub use ports::{Store, StoreError, StoreErrorKind, ToolListError, ToolProgress, ToolProvider};
 pub use render::{render_report, render_text, truncate};
 pub use session::{CellReport, Session, SessionError, SessionEvent, WaitOutcome};

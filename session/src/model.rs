@@ -58,13 +58,15 @@ impl ToolResult {
 }
 
 /// What an `exec` call may set beside its source: each wins over the source's pragma line.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Default)]
 #[non_exhaustive]
 pub struct ExecOptions {
     /// How long to observe the new cell.
     pub yield_time_ms: Option<u64>,
     /// The output budget of the rendering.
     pub max_output_tokens: Option<u64>,
+    /// Held by the new cell while it is registered (see [`CellTicket`]).
+    pub ticket: Option<CellTicket>,
 }
 
 impl ExecOptions {
@@ -78,6 +80,32 @@ impl ExecOptions {
     pub fn with_max_output_tokens(mut self, max_output_tokens: Option<u64>) -> Self {
         self.max_output_tokens = max_output_tokens;
         self
+    }
+
+    /// These options with a ticket the new cell holds while it is registered.
+    pub fn with_ticket(mut self, ticket: CellTicket) -> Self {
+        self.ticket = Some(ticket);
+        self
+    }
+}
+
+/// Something an embedder hands a new cell to hold for as long as the cell is registered in its
+/// session (running, or ended but not yet observed), dropped when it leaves the registry, or at
+/// once when the cell does not start. A server's slot in a limit that several sessions share is
+/// one: it is reserved before the `exec` call awaits anything, so that concurrent calls cannot
+/// all pass one check, and it is given back exactly when the session stops counting the cell.
+pub struct CellTicket(#[allow(dead_code)] Box<dyn std::any::Any + Send + Sync>);
+
+impl CellTicket {
+    /// A ticket holding `held` (its `Drop` runs when the cell leaves the registry).
+    pub fn new(held: impl std::any::Any + Send + Sync) -> Self {
+        CellTicket(Box::new(held))
+    }
+}
+
+impl std::fmt::Debug for CellTicket {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CellTicket")
     }
 }
 
@@ -109,7 +137,9 @@ impl Session {
             yield_time_ms,
             max_output_tokens: requested_tokens,
         };
-        match self.execute(request).await {
+        let yield_time = self.config().exec_yield(request.yield_time_ms);
+        let observation = codemode_cell_actor::Observation::yield_after(yield_time);
+        match self.start(request, observation, options.ticket).await {
             Ok(report) => ToolResult::observed(&report, max_output_tokens),
             Err(error) => ToolResult::error(error.to_string()),
         }

@@ -28,6 +28,7 @@ use tracing::Instrument;
 use crate::config::SessionConfig;
 use crate::hints::error_hints;
 use crate::ids::CellIds;
+use crate::model::CellTicket;
 use crate::ports::{Store, StoreError, ToolListError, ToolProgress, ToolProvider};
 use crate::strip::{StrippedSource, strip_types};
 
@@ -185,6 +186,8 @@ struct CellEntry {
     handle: CellHandle,
     /// The source as the engine ran it, for error hints.
     source: Arc<str>,
+    /// What the embedder gave the cell to hold while it is registered.
+    _ticket: Option<CellTicket>,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -304,7 +307,7 @@ impl Session {
     /// Starts a cell and observes it until its yield time (the yield defaults and grace apply).
     pub async fn execute(&self, request: ExecuteRequest) -> Result<CellReport, SessionError> {
         let yield_time = self.shared.config.exec_yield(request.yield_time_ms);
-        self.start(request, Observation::yield_after(yield_time))
+        self.start(request, Observation::yield_after(yield_time), None)
             .await
     }
 
@@ -313,7 +316,8 @@ impl Session {
         &self,
         request: ExecuteRequest,
     ) -> Result<CellReport, SessionError> {
-        self.start(request, Observation::pending_frontier()).await
+        self.start(request, Observation::pending_frontier(), None)
+            .await
     }
 
     /// Observes a running cell again until its yield time, or terminates it.
@@ -376,10 +380,13 @@ impl Session {
             .map(|entry| (entry.handle.clone(), Arc::clone(&entry.source)))
     }
 
-    async fn start(
+    /// Starts a cell, which holds `ticket` while it is registered (dropped at once if it does not
+    /// start).
+    pub(crate) async fn start(
         &self,
         request: ExecuteRequest,
         observation: Observation,
+        ticket: Option<CellTicket>,
     ) -> Result<CellReport, SessionError> {
         let shared = &self.shared;
         let began = Instant::now();
@@ -486,6 +493,7 @@ impl Session {
                 CellEntry {
                     handle,
                     source: Arc::clone(&source),
+                    _ticket: ticket,
                 },
             );
             // Under the registry's lock, which the cell's close takes too: heard before it.

@@ -711,3 +711,66 @@ async fn the_activity_hook_hears_each_cell_started_its_tool_calls_and_its_close(
         }
     );
 }
+
+/// Counts the live tickets it made: each ticket decrements the count when dropped.
+#[derive(Clone, Default)]
+struct TicketCount(Arc<std::sync::atomic::AtomicUsize>);
+
+struct CountedTicket(TicketCount);
+
+impl Drop for CountedTicket {
+    fn drop(&mut self) {
+        (self.0).0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl TicketCount {
+    fn ticket(&self) -> codemode_session::CellTicket {
+        self.0.fetch_add(1, Ordering::SeqCst);
+        codemode_session::CellTicket::new(CountedTicket(self.clone()))
+    }
+
+    fn live(&self) -> usize {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cells_ticket_is_held_while_the_session_counts_it_and_dropped_when_it_leaves() {
+    use codemode_session::ExecOptions;
+    let store = Arc::new(MemoryStore::default());
+    let (session, _) = open("tickets", &store, SessionConfig::default()).await;
+    let tickets = TicketCount::default();
+    // A cell that ends within its yield time leaves the registry as it is observed.
+    let done = session
+        .exec_tool_with(
+            "a",
+            "text(1)",
+            ExecOptions::default().with_ticket(tickets.ticket()),
+        )
+        .await;
+    assert!(!done.is_error, "{done:?}");
+    assert_eq!((tickets.live(), session.active_cells()), (0, 0));
+    // A running cell holds its ticket until it is terminated.
+    let running = session
+        .exec_tool_with(
+            "b",
+            "// @exec: {\"yield_time_ms\": 0}\nawait new Promise(() => {});",
+            ExecOptions::default().with_ticket(tickets.ticket()),
+        )
+        .await;
+    let cell_id = running.running_cell_id.clone().expect("the cell runs on");
+    assert_eq!((tickets.live(), session.active_cells()), (1, 1));
+    terminate(&session, "terminate", &cell_id).await;
+    assert_eq!((tickets.live(), session.active_cells()), (0, 0));
+    // A cell that never starts gives its ticket back at once.
+    let refused = session
+        .exec_tool_with(
+            "c",
+            &"x".repeat(codemode_protocol::limits::MAX_SOURCE_BYTES + 1),
+            ExecOptions::default().with_ticket(tickets.ticket()),
+        )
+        .await;
+    assert!(refused.is_error, "{refused:?}");
+    assert_eq!(tickets.live(), 0);
+}

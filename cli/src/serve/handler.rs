@@ -131,11 +131,13 @@ impl CodemodeServer {
             .client_capabilities()
             .is_some_and(|capabilities| capabilities.supports_tasks());
         let live = self.session(&context.extensions, &context.peer).await?;
-        self.check_cell_limit(&live.tenant).await?;
+        let slot = self.reserve_cell(&live.tenant).await?;
         let session = &live.session;
         let call_id = format!("mcp-{}", request_id_text(&context));
         let progress = Progress::start(&context, session, Watched::Call(call_id.clone()));
         let tools_before = session.tools();
+        let max_tokens = options.max_output_tokens;
+        let options = options.with_ticket(CellTicket::new(slot));
         let result = session.exec_tool_with(&call_id, code, options).await;
         live.touch();
         progress.stop().await;
@@ -147,7 +149,6 @@ impl CodemodeServer {
             tracing::debug!(%error, "cannot tell the client that the tools changed");
         }
         if as_task && let Some(cell_id) = result.running_cell_id.clone() {
-            let max_tokens = options.max_output_tokens;
             let options = TaskOptions::new()
                 .with_ttl_ms(duration_ms(EXEC_TASK_TTL))
                 .with_poll_interval_ms(duration_ms(EXEC_TASK_POLL_INTERVAL))

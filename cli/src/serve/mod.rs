@@ -32,7 +32,8 @@ use std::time::{Duration, Instant};
 use clap::Args;
 use codemode_protocol::{OutputItem, WaitRequest};
 use codemode_session::{
-    ExecOptions, OutputMode, Session, SessionEvent, Store, StoredBytesBudget, ToolResult,
+    CellTicket, ExecOptions, OutputMode, Session, SessionEvent, Store, StoredBytesBudget,
+    ToolResult,
 };
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams, ContentBlock,
@@ -244,9 +245,11 @@ pub async fn serve(args: McpArgs) -> ExitCode {
             limits.max_stored_bytes_total,
         ),
         stored_per_tenant: std::sync::Mutex::new(HashMap::new()),
+        session_slots: Slots::new(limits.max_sessions, limits.max_sessions_per_tenant),
+        cell_slots: Slots::new(limits.max_cells, limits.max_cells_per_tenant),
         live: std::sync::Mutex::new(Vec::new()),
         named: std::sync::Mutex::new(HashMap::new()),
-        opening_named: tokio::sync::Mutex::new(()),
+        opening_named: std::sync::Mutex::new(HashMap::new()),
         cluster,
         shutting_down: CancellationToken::new(),
     });

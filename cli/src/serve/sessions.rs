@@ -19,15 +19,18 @@ pub(super) struct Shared {
     /// What all open sessions' stored values may hold, and each tenant's share of it.
     pub(super) stored_total: Arc<StoredBytesBudget>,
     pub(super) stored_per_tenant: std::sync::Mutex<HashMap<String, Arc<StoredBytesBudget>>>,
-    /// The codemode sessions open now (for --max-cells and shutdown).
+    /// The slots of open sessions, and of running cells, under the server's limits.
+    pub(super) session_slots: Arc<Slots>,
+    pub(super) cell_slots: Arc<Slots>,
+    /// The codemode sessions open now (for shutdown, and the cluster's count).
     pub(super) live: std::sync::Mutex<Vec<std::sync::Weak<LiveSession>>>,
     /// The sessions clients named (X-Codemode-Session), by store key: whichever request or MCP
     /// session names one finds it here, so that cells outlive the request or MCP session that
     /// started them. Each leaves when it idles out.
     pub(super) named: std::sync::Mutex<HashMap<String, Arc<LiveSession>>>,
-    /// Held while a named session is looked up and opened, so that two requests naming it at
-    /// once open it once.
-    pub(super) opening_named: tokio::sync::Mutex<()>,
+    /// One lock per named session being looked up and opened (by store key), so that two
+    /// requests naming it at once open it once, while other sessions open meanwhile.
+    pub(super) opening_named: std::sync::Mutex<HashMap<String, std::sync::Weak<OpeningLock>>>,
     /// This server's place in a cluster (`--advertise`), if it is in one.
     pub(super) cluster: Option<Arc<Cluster>>,
     /// Cancelled on SIGTERM or SIGINT.
@@ -58,6 +61,22 @@ impl Shared {
             .cloned()
     }
 
+    /// The lock held while the named session `store_key` is looked up, opened or closed: one
+    /// per key (single-flight), dropped from the map once nobody holds it.
+    pub(super) fn opening_lock(&self, store_key: &str) -> Arc<OpeningLock> {
+        let mut locks = self
+            .opening_named
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(lock) = locks.get(store_key).and_then(std::sync::Weak::upgrade) {
+            return lock;
+        }
+        locks.retain(|_, lock| lock.strong_count() > 0);
+        let lock = Arc::new(OpeningLock::default());
+        locks.insert(store_key.to_owned(), Arc::downgrade(&lock));
+        lock
+    }
+
     pub(super) fn live_sessions(&self) -> Vec<Arc<LiveSession>> {
         let mut live = self
             .live
@@ -75,9 +94,14 @@ impl Shared {
     }
 }
 
+/// Held while one named session is looked up and opened, or closed.
+pub(super) type OpeningLock = tokio::sync::Mutex<()>;
+
 /// One open codemode session, whose tenant it is, when it was last used, and its `exec` tasks
 /// (another session's task ids find nothing here).
 pub(super) struct LiveSession {
+    /// Its place under the session limits, given back when it closes.
+    _slot: Slot,
     pub(super) session: Session,
     pub(super) tenant: String,
     pub(super) last_used: std::sync::Mutex<Instant>,
@@ -348,8 +372,9 @@ pub(super) async fn close_when_idle(
                 let Some(shared) = shared.upgrade() else {
                     return;
                 };
-                // Under the opening lock: a request that names it now opens a new one after.
-                let _opening = shared.opening_named.lock().await;
+                // Under its opening lock: a request that names it now opens a new one after.
+                let opening = shared.opening_lock(store_key);
+                let _opening = opening.lock().await;
                 let mut named = shared
                     .named
                     .lock()
@@ -438,7 +463,8 @@ impl CodemodeServer {
                 live.touch();
                 return Ok(live);
             }
-            let _opening = shared.opening_named.lock().await;
+            let opening = shared.opening_lock(&identity.store_key);
+            let _opening = opening.lock().await;
             if let Some(live) = shared.named_session(&identity.store_key) {
                 live.touch();
                 return Ok(live);
@@ -500,48 +526,54 @@ impl CodemodeServer {
         peer: &Peer<RoleServer>,
     ) -> Result<Arc<LiveSession>, ErrorData> {
         let shared = &self.shared;
-        let live = shared.live_sessions();
-        let open = live.len();
-        if open >= shared.limits.max_sessions {
-            return Err(ErrorData::internal_error(
-                format!(
-                    "the server already serves {open} sessions, its --max-sessions limit of {}; \
-                     close one, or try again later",
-                    shared.limits.max_sessions
-                ),
-                None,
-            ));
-        }
-        let mut yours: std::collections::HashSet<String> = live
-            .iter()
-            .filter(|live| live.tenant == identity.tenant)
-            .map(|live| live.session.id().to_owned())
-            .collect();
-        drop(live);
+        let limits = &shared.limits;
+        // The slot is reserved before anything is awaited, and given back if the open fails.
+        let slot = shared
+            .session_slots
+            .reserve(&identity.tenant)
+            .map_err(|full| {
+                ErrorData::internal_error(
+                    match full {
+                        SlotsFull::Server { held } => format!(
+                            "the server already serves {held} sessions, its --max-sessions limit \
+                             of {}; close one, or try again later",
+                            limits.max_sessions
+                        ),
+                        SlotsFull::Tenant { held } => sessions_per_tenant_refusal(held, "", limits),
+                    },
+                    None,
+                )
+            })?;
         // In a cluster, the tenant's sessions on every server count (one named session open on
         // several servers is one session).
-        let mut where_ = "";
         if let Some(cluster) = &shared.cluster {
             match cluster.sessions_elsewhere(&identity.tenant).await {
                 Ok(elsewhere) => {
-                    yours.extend(elsewhere);
-                    where_ = " across the cluster";
+                    let here: std::collections::HashSet<String> = shared
+                        .live_sessions()
+                        .iter()
+                        .filter(|live| live.tenant == identity.tenant)
+                        .map(|live| live.session.id().to_owned())
+                        .collect();
+                    // This server's count (the new session's slot aside) is exact; a session
+                    // open here and elsewhere, or the one being opened, is not another one.
+                    let yours = shared
+                        .session_slots
+                        .held_by(&identity.tenant)
+                        .saturating_sub(1)
+                        + elsewhere
+                            .iter()
+                            .filter(|key| !here.contains(*key) && **key != identity.store_key)
+                            .count();
+                    if yours >= limits.max_sessions_per_tenant {
+                        return Err(ErrorData::internal_error(
+                            sessions_per_tenant_refusal(yours, " across the cluster", limits),
+                            None,
+                        ));
+                    }
                 }
                 Err(error) => tracing::warn!(%error, "cannot count the cluster's sessions"),
             }
-        }
-        // The session being opened may be open elsewhere already: it is not another one.
-        yours.remove(&identity.store_key);
-        let yours = yours.len();
-        if yours >= shared.limits.max_sessions_per_tenant {
-            return Err(ErrorData::internal_error(
-                format!(
-                    "your tenant already has {yours} sessions{where_}, the \
-                     --max-sessions-per-tenant limit of {}; close one, or try again later",
-                    shared.limits.max_sessions_per_tenant
-                ),
-                None,
-            ));
         }
         let mut config = shared.args.config();
         // A long-running server bounds what it buffers per cell (server output mode).
@@ -576,6 +608,7 @@ impl CodemodeServer {
             cluster.session_opened(&identity.store_key, &identity.tenant);
         }
         let live = Arc::new(LiveSession {
+            _slot: slot,
             session,
             tenant: identity.tenant.clone(),
             last_used: std::sync::Mutex::new(Instant::now()),
@@ -595,4 +628,12 @@ impl CodemodeServer {
         }
         Ok(live)
     }
+}
+
+fn sessions_per_tenant_refusal(yours: usize, where_: &str, limits: &ServerLimits) -> String {
+    format!(
+        "your tenant already has {yours} sessions{where_}, the --max-sessions-per-tenant limit of \
+         {}; close one, or try again later",
+        limits.max_sessions_per_tenant
+    )
 }
