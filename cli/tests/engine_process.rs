@@ -358,8 +358,10 @@ fn a_program_that_is_not_an_engine_host_is_a_clear_error() {
     );
     let error = engine.check().unwrap_err().to_string();
     assert!(error.contains("ended before it was ready"), "{error}");
-    let (sender, _events) = event_channel(None);
-    assert!(engine.start(cell("text(1)"), sender).is_err());
+    // A start does not wait for the process: its failure ends the cell, as an event.
+    let ended = start(&engine, cell("text(1)")).finish();
+    let error = error_of(&ended);
+    assert!(error.contains("ended before it was ready"), "{error}");
 }
 
 #[test]
@@ -698,4 +700,125 @@ fn engine_processes_run_as_the_engine_user() {
         "Groups:",
         "no supplementary groups: {groups}"
     );
+}
+
+/// `config`, with each process held before it runs the engine host while the file `hold`
+/// exists: a process started then cannot be ready until the test lets it.
+fn held_while_exists(
+    mut config: ProcessEngineConfig,
+    hold: &std::path::Path,
+) -> ProcessEngineConfig {
+    let mut args: Vec<std::ffi::OsString> = vec![
+        "-c".into(),
+        "while [ -e \"$0\" ]; do /bin/sleep 0.01; done; exec \"$@\"".into(),
+        hold.into(),
+        config.program.clone().into(),
+    ];
+    args.extend(config.args.iter().cloned());
+    config.program = "/bin/sh".into();
+    config.args = args;
+    config
+}
+
+/// Sixty-four cells start at once with no spare process and no process able to become ready:
+/// every start returns at once (the cells wait for their processes), so the one async worker of
+/// the runtime goes on serving another session, whose cell runs on its own idle process while
+/// the sixty-four wait. Once the processes may start, every waiting cell runs.
+#[test]
+fn starts_waiting_for_processes_hold_up_no_async_worker() {
+    use codemode_host_adapters::{CompositeTools, MemoryStore};
+    use codemode_session::{Session, SessionConfig};
+    use std::sync::Arc;
+    const BURST: usize = 64;
+    let folder = codemode_test_support::scratch_folder("engine-process-held-starts");
+    let hold = folder.join("hold");
+    let engine = ProcessEngine::new(
+        held_while_exists(config_for("quickjs"), &hold)
+            .with_spare_processes(0)
+            .with_cells_per_process(8),
+    );
+    let (done, outcome) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async move {
+            let engine: Arc<dyn Engine> = Arc::new(engine);
+            let store = Arc::new(MemoryStore::new());
+            let tools = Arc::new(CompositeTools::new());
+            let open = |name: &'static str, cells: usize| {
+                let config = SessionConfig::default()
+                    .with_tenant(name)
+                    .with_max_active_cells(cells);
+                Session::open(
+                    name,
+                    Arc::clone(&engine),
+                    store.clone(),
+                    tools.clone(),
+                    config,
+                )
+            };
+            // The other session's tenant has a process, idle once its first cell is done.
+            let other = open("other", 4).await.unwrap();
+            let first = other.exec_tool("o-1", "text('ready')").await;
+            assert!(format!("{first:?}").contains("ready"), "{first:?}");
+            std::fs::write(&hold, "").unwrap();
+            let burst = Arc::new(open("burst", BURST).await.unwrap());
+            let waiting: Vec<_> = (0..BURST)
+                .map(|index| {
+                    let burst = Arc::clone(&burst);
+                    tokio::spawn(async move {
+                        burst
+                            .exec_tool(&format!("b-{index}"), &format!("text('cell {index}')"))
+                            .await
+                    })
+                })
+                .collect();
+            // Let every one of them begin its start.
+            for _ in 0..4 {
+                tokio::task::yield_now().await;
+            }
+            let served = other.exec_tool("o-2", "text(6 * 7)").await;
+            assert!(format!("{served:?}").contains("42"), "{served:?}");
+            assert!(
+                waiting.iter().all(|cell| !cell.is_finished()),
+                "a cell ran while no process could be ready"
+            );
+            std::fs::remove_file(&hold).unwrap();
+            for (index, cell) in waiting.into_iter().enumerate() {
+                let result = cell.await.unwrap();
+                assert!(
+                    format!("{result:?}").contains(&format!("cell {index}")),
+                    "{result:?}"
+                );
+            }
+        });
+        let _ = done.send(());
+    });
+    outcome
+        .recv_timeout(HANG_GUARD * 2)
+        .expect("hung: an engine start held up the async worker");
+}
+
+/// A cell terminated while it waits for its process ends at once, without a result, and the
+/// process started for it stays in the pool for the next cell.
+#[test]
+fn a_cell_terminated_while_it_waits_for_a_process_ends_without_a_result() {
+    let folder = codemode_test_support::scratch_folder("engine-process-terminated-waiting");
+    let hold = folder.join("hold");
+    std::fs::write(&hold, "").unwrap();
+    let engine =
+        ProcessEngine::new(held_while_exists(config_for("quickjs"), &hold).with_spare_processes(0));
+    let waiting = start(&engine, cell("text('never')"));
+    waiting.handles.terminate.terminate();
+    let ended = waiting.finish();
+    assert_eq!(
+        (ended.texts.len(), ended.result.is_none()),
+        (0, true),
+        "{ended:?}"
+    );
+    std::fs::remove_file(&hold).unwrap();
+    let ended = start(&engine, cell("text('next')")).finish();
+    assert_eq!(ended.texts, ["next"]);
 }

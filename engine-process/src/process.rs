@@ -12,7 +12,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::SendError;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use codemode_engine::{
     CellStart, CommandSender, EngineError, EngineHandles, EventSender, RuntimeEvent, Terminate,
@@ -52,6 +52,7 @@ pub(crate) struct Pool {
     processes: Mutex<Processes>,
     next_cell: AtomicU64,
     engine: OnceLock<String>,
+    grace_kills: Arc<GraceKills>,
     /// Where the answer to a sandbox probe goes.
     #[cfg(feature = "test-hooks")]
     probe_answer: Mutex<Option<std::sync::mpsc::Sender<(bool, String)>>>,
@@ -68,6 +69,66 @@ struct Processes {
     spawning: usize,
     /// The process that took the most recent cell.
     latest: Option<Weak<EngineProcess>>,
+    /// Cells waiting for a process being started for them, oldest first.
+    queued: VecDeque<QueuedStart>,
+    /// Processes being started for queued cells, by tenant.
+    starting_for: HashMap<Tenant, usize>,
+}
+
+/// A cell that found no process with room: it waits for one being started for it.
+#[derive(Debug)]
+struct QueuedStart {
+    tenant: Tenant,
+    /// Its `Start` frame.
+    frame: Vec<u8>,
+    slot: Box<CellSlot>,
+    route: Arc<CellRoute>,
+}
+
+/// Where a cell's commands and control go: held while the cell waits for a process, then sent
+/// to the process it was placed in.
+#[derive(Debug)]
+struct CellRoute {
+    number: CellNumber,
+    state: Mutex<RouteState>,
+}
+
+#[derive(Debug)]
+enum RouteState {
+    /// Waiting for a process: what the cell's actor sent meanwhile, in order.
+    Queued(Vec<ToChild>),
+    /// In this process.
+    Placed(Weak<EngineProcess>),
+    /// Ended before it was placed (terminated, or no process could be started for it).
+    Gone,
+}
+
+impl CellRoute {
+    /// Sends `message` (made into a frame by `frame`) to the cell's process, or holds it until
+    /// the cell is placed; refused once the cell is gone.
+    fn forward<T>(
+        &self,
+        message: T,
+        frame: impl FnOnce(Option<&EngineProcess>, T) -> ToChild,
+    ) -> Result<(), SendError<T>> {
+        let mut route = lock(&self.state);
+        match &mut *route {
+            RouteState::Queued(early) => {
+                // Only what the actor sends before the cell starts waits here: a handful.
+                early.push(frame(None, message));
+                Ok(())
+            }
+            RouteState::Placed(process) => match process.upgrade() {
+                Some(process) if process.hosts(self.number) => {
+                    drop(route);
+                    let _ = process.send(&frame(Some(&process), message));
+                    Ok(())
+                }
+                _ => Err(SendError(message)),
+            },
+            RouteState::Gone => Err(SendError(message)),
+        }
+    }
 }
 
 impl Pool {
@@ -77,6 +138,7 @@ impl Pool {
             processes: Mutex::default(),
             next_cell: AtomicU64::new(1),
             engine: OnceLock::new(),
+            grace_kills: Arc::default(),
             #[cfg(feature = "test-hooks")]
             probe_answer: Mutex::new(None),
             myself: myself.clone(),
@@ -148,80 +210,97 @@ impl Pool {
                 "cannot send the cell to an engine process: {error}"
             ))
         })?;
-        // A process that died a moment ago may still look alive: its channel refuses the cell,
-        // and the next process takes it.
+        let route = Arc::new(CellRoute {
+            number,
+            state: Mutex::new(RouteState::Queued(Vec::new())),
+        });
+        let mut slot = Box::new(CellSlot {
+            events: events.clone(),
+            call_id,
+            heap_limit_bytes,
+            cpu_time_limit,
+            terminating: false,
+            tool_input_in_flight: HashMap::new(),
+            tool_input_in_flight_bytes: 0,
+            tool_calls: 0,
+            max_tool_calls,
+        });
+        // The cell goes to a process with room now, or waits for one being started for it: a
+        // start never waits for a process (the caller may be an async worker). A process that
+        // died a moment ago may still look alive: its channel refuses the cell, and the cell is
+        // placed again.
         let mut attempts = 0;
-        let process = loop {
+        loop {
             attempts += 1;
-            let process = self.place(&tenant)?;
-            lock(&process.state).cells.insert(
-                number,
-                CellSlot {
-                    events: events.clone(),
-                    call_id: call_id.clone(),
-                    heap_limit_bytes,
-                    cpu_time_limit,
-                    terminating: false,
-                    tool_input_in_flight: HashMap::new(),
-                    tool_input_in_flight_bytes: 0,
-                    tool_calls: 0,
-                    max_tool_calls,
-                },
-            );
-            match process.send_frame(frame.clone()) {
-                Ok(()) => break process,
-                Err(error) => {
-                    {
-                        let mut state = lock(&process.state);
-                        state.cells.remove(&number);
-                        state.retired = true;
+            let mut processes = lock(&self.processes);
+            match self.place_now(&mut processes, &tenant, number, slot) {
+                Ok((process, took_spare)) => {
+                    drop(processes);
+                    if took_spare {
+                        self.refill();
                     }
+                    *lock(&route.state) = RouteState::Placed(Arc::downgrade(&process));
+                    let Err(error) = process.send_frame(frame.clone()) else {
+                        break;
+                    };
+                    let taken = {
+                        let mut state = lock(&process.state);
+                        state.retired = true;
+                        state.cells.remove(&number)
+                    };
+                    // `None`: the process ended meanwhile, and the cell was failed with it.
+                    let Some(taken) = taken else { break };
                     if attempts >= 3 {
                         return Err(error);
                     }
+                    slot = Box::new(taken);
+                    *lock(&route.state) = RouteState::Queued(Vec::new());
+                }
+                Err(slot) => {
+                    processes.queued.push_back(QueuedStart {
+                        tenant: tenant.clone(),
+                        frame,
+                        slot,
+                        route: Arc::clone(&route),
+                    });
+                    let spawners = self.spawners_needed(&mut processes, &tenant);
+                    drop(processes);
+                    self.start_processes_for(&tenant, spawners);
+                    break;
                 }
             }
-        };
+        }
         let commands = {
-            let process = Arc::downgrade(&process);
+            let route = Arc::clone(&route);
             CommandSender::forward(move |command: codemode_engine::RuntimeCommand| {
-                match process.upgrade() {
-                    Some(process) if process.hosts(number) => {
-                        if let codemode_engine::RuntimeCommand::ToolResponse { id, .. }
-                        | codemode_engine::RuntimeCommand::ToolError { id, .. } = &command
-                            && let Some(slot) = lock(&process.state).cells.get_mut(&number)
-                            && let Some(bytes) = slot.tool_input_in_flight.remove(id)
-                        {
-                            slot.tool_input_in_flight_bytes -= bytes;
-                        }
-                        let _ = process.send(&ToChild::Command {
-                            cell: number,
-                            command,
-                        });
-                        Ok(())
+                route.forward(command, |process, command| {
+                    if let codemode_engine::RuntimeCommand::ToolResponse { id, .. }
+                    | codemode_engine::RuntimeCommand::ToolError { id, .. } = &command
+                        && let Some(process) = process
+                        && let Some(slot) = lock(&process.state).cells.get_mut(&number)
+                        && let Some(bytes) = slot.tool_input_in_flight.remove(id)
+                    {
+                        slot.tool_input_in_flight_bytes -= bytes;
                     }
-                    _ => Err(SendError(command)),
-                }
+                    ToChild::Command {
+                        cell: number,
+                        command,
+                    }
+                })
             })
         };
         let control = {
-            let process = Arc::downgrade(&process);
+            let route = Arc::clone(&route);
             CommandSender::forward(move |control: codemode_engine::RuntimeControl| {
-                match process.upgrade() {
-                    Some(process) if process.hosts(number) => {
-                        let _ = process.send(&ToChild::Control {
-                            cell: number,
-                            control,
-                        });
-                        Ok(())
-                    }
-                    _ => Err(SendError(control)),
-                }
+                route.forward(control, |_, control| ToChild::Control {
+                    cell: number,
+                    control,
+                })
             })
         };
         let terminate = TerminateHandle::new(Arc::new(CellTerminator {
-            process: Arc::downgrade(&process),
-            cell: number,
+            route,
+            pool: self.myself.clone(),
             grace: self.config.hard_stop_grace,
         }));
         Ok(EngineHandles {
@@ -231,44 +310,203 @@ impl Pool {
         })
     }
 
-    /// A process of `tenant` with room for one more cell, counted as placed: an active one, else
-    /// a spare (bound to the tenant from now on), else one started now. A process never holds
-    /// cells of two tenants: a cell that takes its process over reaches only its own tenant's.
-    fn place(&self, tenant: &Tenant) -> Result<Arc<EngineProcess>, EngineError> {
-        let mut processes = lock(&self.processes);
+    /// Places cell `number` of `tenant` (its `slot`) in a process with room for it now: an
+    /// active one of the tenant, else a spare (bound to the tenant from now on, and `true` to say
+    /// that one was taken). A process never holds cells of two tenants: a cell that takes its
+    /// process over reaches only its own tenant's. `Err` gives the slot back when no process has
+    /// room.
+    fn place_now(
+        &self,
+        processes: &mut Processes,
+        tenant: &Tenant,
+        number: CellNumber,
+        mut slot: Box<CellSlot>,
+    ) -> Result<(Arc<EngineProcess>, bool), Box<CellSlot>> {
         processes.active.retain(|process| process.alive());
         processes.spares.retain(|process| process.alive());
-        let found = processes
-            .active
-            .iter()
-            .find(|process| process.take_place(&self.config, tenant))
-            .cloned();
-        let process = match found {
-            Some(process) => process,
-            None => match pop_usable_spare(&mut processes.spares, &self.config, tenant) {
-                Some(spare) => {
+        for process in &processes.active {
+            slot = match process.admit(&self.config, tenant, number, slot) {
+                Ok(()) => {
+                    processes.latest = Some(Arc::downgrade(process));
+                    return Ok((Arc::clone(process), false));
+                }
+                Err(back) => back,
+            };
+        }
+        // A spare that cannot take it (it ended meanwhile) is dropped.
+        while let Some(spare) = processes.spares.pop() {
+            slot = match spare.admit(&self.config, tenant, number, slot) {
+                Ok(()) => {
+                    processes.latest = Some(Arc::downgrade(&spare));
                     processes.active.push(Arc::clone(&spare));
-                    drop(processes);
-                    self.refill();
-                    processes = lock(&self.processes);
-                    spare
+                    return Ok((spare, true));
                 }
-                None => {
-                    drop(processes);
-                    // A burst outran the spares: this start pays for a process.
-                    let process = self.spawn()?;
-                    process.take_place(&self.config, tenant);
-                    processes = lock(&self.processes);
-                    processes.active.push(Arc::clone(&process));
-                    drop(processes);
-                    self.refill();
-                    processes = lock(&self.processes);
-                    process
+                Err(back) => back,
+            };
+        }
+        Err(slot)
+    }
+
+    /// How many more processes to start for the queued cells of `tenant`, counted as starting.
+    fn spawners_needed(&self, processes: &mut Processes, tenant: &Tenant) -> usize {
+        let queued = processes
+            .queued
+            .iter()
+            .filter(|queued| &queued.tenant == tenant)
+            .count();
+        let starting = processes.starting_for.entry(tenant.clone()).or_default();
+        let needed = queued
+            .div_ceil(self.config.cells_per_process.max(1))
+            .saturating_sub(*starting);
+        *starting += needed;
+        needed
+    }
+
+    /// Starts `count` processes for the queued cells of `tenant`, each on a thread of its own.
+    fn start_processes_for(&self, tenant: &Tenant, count: usize) {
+        for _ in 0..count {
+            let (pool, for_tenant) = (self.myself.clone(), tenant.clone());
+            let started = std::thread::Builder::new()
+                .name("codemode-engine-spawn".into())
+                .spawn(move || {
+                    if let Some(pool) = pool.upgrade() {
+                        let spawned = pool.spawn();
+                        pool.process_started(spawned, Some(&for_tenant));
+                    }
+                });
+            if let Err(error) = started {
+                self.process_started(Err(EngineError::Thread(error)), Some(tenant));
+            }
+        }
+    }
+
+    /// A process started for the queued cells of `for_tenant` (or as a spare: `None`) is ready,
+    /// or could not start. A ready one takes queued cells (of its tenant first, else of the
+    /// longest waiting), or becomes a spare. A failure fails the queued cells of the tenant that
+    /// the processes still starting for it cannot take.
+    fn process_started(
+        &self,
+        spawned: Result<Arc<EngineProcess>, EngineError>,
+        for_tenant: Option<&Tenant>,
+    ) {
+        let mut failed = Vec::new();
+        {
+            let mut processes = lock(&self.processes);
+            if let Some(tenant) = for_tenant
+                && let Some(starting) = processes.starting_for.get_mut(tenant)
+            {
+                *starting = starting.saturating_sub(1);
+            }
+            match spawned {
+                Ok(process) => {
+                    let tenant = for_tenant
+                        .filter(|tenant| processes.queued.iter().any(|q| &q.tenant == *tenant))
+                        .cloned()
+                        .or_else(|| processes.queued.front().map(|q| q.tenant.clone()));
+                    let placed = match &tenant {
+                        Some(tenant) => self.place_queued(&mut processes, &process, tenant),
+                        None => 0,
+                    };
+                    if placed > 0 {
+                        processes.latest = Some(Arc::downgrade(&process));
+                        processes.active.push(process);
+                    } else {
+                        processes.spares.push(process);
+                    }
                 }
-            },
+                Err(error) => {
+                    let Some(tenant) = for_tenant else {
+                        tracing::error!(%error, "cannot start a spare engine process");
+                        return;
+                    };
+                    let starting = processes.starting_for.get(tenant).copied().unwrap_or(0);
+                    let covered = starting.saturating_mul(self.config.cells_per_process.max(1));
+                    let waiting = processes
+                        .queued
+                        .iter()
+                        .filter(|queued| &queued.tenant == tenant)
+                        .count();
+                    let mut to_fail = waiting.saturating_sub(covered);
+                    let mut kept = VecDeque::new();
+                    for queued in std::mem::take(&mut processes.queued) {
+                        if to_fail > 0 && &queued.tenant == tenant {
+                            to_fail -= 1;
+                            failed.push(queued);
+                        } else {
+                            kept.push_back(queued);
+                        }
+                    }
+                    processes.queued = kept;
+                    tracing::error!(%error, cells = failed.len(), "cannot start an engine process for waiting cells");
+                    let error = error.to_string();
+                    for queued in &failed {
+                        *lock(&queued.route.state) = RouteState::Gone;
+                    }
+                    drop(processes);
+                    for queued in failed.drain(..) {
+                        let _ = queued.slot.events.send_blocking(RuntimeEvent::Started);
+                        let _ = queued.slot.events.send_blocking(failure(error.clone()));
+                    }
+                    return;
+                }
+            }
+            processes.starting_for.retain(|_, starting| *starting > 0);
+        }
+    }
+
+    /// Places the queued cells of `tenant` in the new `process`, oldest first, as many as it has
+    /// room for; how many it took. Each cell's start, and what its actor sent while it waited,
+    /// are sent in order before its commands go to the process directly.
+    fn place_queued(
+        &self,
+        processes: &mut Processes,
+        process: &Arc<EngineProcess>,
+        tenant: &Tenant,
+    ) -> usize {
+        let mut placed = 0;
+        let mut kept = VecDeque::new();
+        for queued in std::mem::take(&mut processes.queued) {
+            if &queued.tenant != tenant {
+                kept.push_back(queued);
+                continue;
+            }
+            let mut route = lock(&queued.route.state);
+            let early = match &mut *route {
+                // Terminated while it waited: its slot (and events) are dropped here.
+                RouteState::Gone | RouteState::Placed(_) => continue,
+                RouteState::Queued(early) => std::mem::take(early),
+            };
+            let number = queued.route.number;
+            if let Err(slot) = process.admit(&self.config, tenant, number, queued.slot) {
+                *route = RouteState::Queued(early);
+                drop(route);
+                kept.push_back(QueuedStart { slot, ..queued });
+                continue;
+            }
+            *route = RouteState::Placed(Arc::downgrade(process));
+            // A process that refuses frames has ended: its end fails the cell.
+            let _ = process.send_frame(queued.frame);
+            for message in early {
+                let _ = process.send(&message);
+            }
+            placed += 1;
+        }
+        processes.queued = kept;
+        placed
+    }
+
+    /// Ends the wait of cell `number` for a process, when it is terminated before it was placed:
+    /// dropping its slot closes its events, which the actor reads as the end of a termination.
+    fn unqueue(&self, number: CellNumber) {
+        let removed = {
+            let mut processes = lock(&self.processes);
+            let position = processes
+                .queued
+                .iter()
+                .position(|queued| queued.route.number == number);
+            position.and_then(|position| processes.queued.remove(position))
         };
-        processes.latest = Some(Arc::downgrade(&process));
-        Ok(process)
+        drop(removed);
     }
 
     /// Starts spares in the background until there are as many as configured.
@@ -287,14 +525,8 @@ impl Pool {
                 .spawn(move || {
                     let Some(pool) = pool.upgrade() else { return };
                     let spawned = pool.spawn();
-                    let mut processes = lock(&pool.processes);
-                    processes.spawning -= 1;
-                    match spawned {
-                        Ok(process) => processes.spares.push(process),
-                        Err(error) => {
-                            tracing::error!(%error, "cannot start a spare engine process")
-                        }
-                    }
+                    lock(&pool.processes).spawning -= 1;
+                    pool.process_started(spawned, None);
                 });
             if started.is_err() {
                 lock(&self.processes).spawning -= 1;
@@ -472,7 +704,15 @@ impl Pool {
     /// pool has enough idle ones without it.
     fn idle(&self, process: &Arc<EngineProcess>) {
         let mut processes = lock(&self.processes);
-        let tenant = lock(&process.state).tenant.clone();
+        // Cells are placed under the pool's lock: one placed since the last cell ended keeps
+        // the process.
+        let tenant = {
+            let state = lock(&process.state);
+            if !state.cells.is_empty() {
+                return;
+            }
+            state.tenant.clone()
+        };
         let idle: Vec<Option<Tenant>> = processes
             .active
             .iter()
@@ -503,6 +743,7 @@ impl Pool {
 
 impl Drop for Pool {
     fn drop(&mut self) {
+        self.grace_kills.close();
         let processes = lock(&self.processes);
         for process in processes.active.iter().chain(&processes.spares) {
             process.close();
@@ -512,21 +753,6 @@ impl Drop for Pool {
 
 /// How many processes with no cells are kept (each bound to its tenant) besides the spares.
 const MAX_IDLE_PROCESSES: usize = 4;
-
-/// The newest spare that can take a cell of `tenant`, counted as placed; spares that cannot are
-/// dropped.
-fn pop_usable_spare(
-    spares: &mut Vec<Arc<EngineProcess>>,
-    config: &ProcessEngineConfig,
-    tenant: &Tenant,
-) -> Option<Arc<EngineProcess>> {
-    while let Some(spare) = spares.pop() {
-        if spare.take_place(config, tenant) {
-            return Some(spare);
-        }
-    }
-    None
-}
 
 /// One engine process.
 #[derive(Debug)]
@@ -609,15 +835,22 @@ impl EngineProcess {
         lock(&self.state).cells.contains_key(&cell)
     }
 
-    /// Counts one more cell of `tenant` placed here if there is room and the process is that
-    /// tenant's (or no one's yet).
-    fn take_place(&self, config: &ProcessEngineConfig, tenant: &Tenant) -> bool {
+    /// Places cell `number` of `tenant` here, its slot and all, if there is room and the process
+    /// is that tenant's (or no one's yet); otherwise gives the slot back. One critical section,
+    /// so that two starts at once never both take the last place.
+    fn admit(
+        &self,
+        config: &ProcessEngineConfig,
+        tenant: &Tenant,
+        number: CellNumber,
+        slot: Box<CellSlot>,
+    ) -> Result<(), Box<CellSlot>> {
         let mut state = lock(&self.state);
         if state.ended || state.retired || state.cells.len() >= config.cells_per_process {
-            return false;
+            return Err(slot);
         }
         match &state.tenant {
-            Some(owner) if owner != tenant => return false,
+            Some(owner) if owner != tenant => return Err(slot),
             Some(_) => {}
             None => state.tenant = Some(tenant.clone()),
         }
@@ -625,7 +858,8 @@ impl EngineProcess {
         if state.hosted >= config.cells_per_process_lifetime {
             state.retired = true;
         }
-        true
+        state.cells.insert(number, *slot);
+        Ok(())
     }
 
     fn send(&self, message: &ToChild) -> Result<(), EngineError> {
@@ -1043,41 +1277,138 @@ fn describe_exit(status: std::process::ExitStatus) -> String {
 }
 
 /// Stops one cell of an engine process: asks the child, then kills the process if the cell has
-/// not ended within the grace period.
+/// not ended within the grace period. A cell still waiting for a process just stops waiting.
 struct CellTerminator {
-    process: Weak<EngineProcess>,
-    cell: CellNumber,
+    route: Arc<CellRoute>,
+    pool: Weak<Pool>,
     grace: Duration,
 }
 
 impl Terminate for CellTerminator {
     fn terminate(&self) {
-        let Some(process) = self.process.upgrade() else {
+        let placed = {
+            let mut route = lock(&self.route.state);
+            match &*route {
+                RouteState::Placed(process) => process.clone(),
+                RouteState::Gone => return,
+                RouteState::Queued(_) => {
+                    *route = RouteState::Gone;
+                    drop(route);
+                    if let Some(pool) = self.pool.upgrade() {
+                        pool.unqueue(self.route.number);
+                    }
+                    return;
+                }
+            }
+        };
+        let Some(process) = placed.upgrade() else {
             return;
         };
+        let cell = self.route.number;
         {
             let mut state = lock(&process.state);
-            match state.cells.get_mut(&self.cell) {
+            match state.cells.get_mut(&cell) {
                 Some(slot) if !slot.terminating => slot.terminating = true,
                 _ => return,
             }
         }
         // The grace kill is armed before the child is asked: a child that never reads the
         // request is still stopped in time.
-        let (watched_process, cell, grace) = (Arc::downgrade(&process), self.cell, self.grace);
-        let watched = std::thread::Builder::new()
-            .name("codemode-engine-grace".into())
-            .spawn(move || {
-                std::thread::sleep(grace);
-                if let Some(process) = watched_process.upgrade() {
-                    process.kill_for(cell);
-                }
-            });
-        if watched.is_err() {
+        let armed = self.pool.upgrade().is_some_and(|pool| {
+            pool.grace_kills
+                .arm(Instant::now() + self.grace, placed.clone(), cell)
+        });
+        if !armed {
             tracing::error!("cannot watch a termination's grace period; killing the process now");
-            process.kill_for(self.cell);
+            process.kill_for(cell);
             return;
         }
-        let _ = process.send(&ToChild::Terminate { cell: self.cell });
+        let _ = process.send(&ToChild::Terminate { cell });
+    }
+}
+
+/// The grace kills of one pool, on one thread: a cell asked to stop that has not ended by its
+/// deadline has its process killed. The thread starts with the first termination and ends with
+/// the pool.
+#[derive(Debug, Default)]
+struct GraceKills {
+    due: Mutex<DueKills>,
+    wake: Condvar,
+}
+
+#[derive(Debug, Default)]
+struct DueKills {
+    kills: Vec<(Instant, Weak<EngineProcess>, CellNumber)>,
+    watching: bool,
+    closed: bool,
+}
+
+impl GraceKills {
+    /// Kills `process` at `deadline` unless cell `cell` has ended by then; `false` if no thread
+    /// can watch the deadline.
+    fn arm(
+        self: &Arc<Self>,
+        deadline: Instant,
+        process: Weak<EngineProcess>,
+        cell: CellNumber,
+    ) -> bool {
+        let mut due = lock(&self.due);
+        due.kills.push((deadline, process, cell));
+        if !due.watching {
+            let kills = Arc::clone(self);
+            let started = std::thread::Builder::new()
+                .name("codemode-engine-grace".into())
+                .spawn(move || kills.watch());
+            if started.is_err() {
+                due.kills.pop();
+                return false;
+            }
+            due.watching = true;
+        }
+        drop(due);
+        self.wake.notify_one();
+        true
+    }
+
+    fn watch(&self) {
+        let mut due = lock(&self.due);
+        loop {
+            if due.closed {
+                return;
+            }
+            let now = Instant::now();
+            let (expired, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut due.kills)
+                .into_iter()
+                .partition(|(deadline, _, _)| *deadline <= now);
+            due.kills = waiting;
+            if !expired.is_empty() {
+                drop(due);
+                for (_, process, cell) in expired {
+                    if let Some(process) = process.upgrade() {
+                        process.kill_for(cell);
+                    }
+                }
+                due = lock(&self.due);
+                continue;
+            }
+            due = match due.kills.iter().map(|(deadline, _, _)| *deadline).min() {
+                Some(next) => {
+                    self.wake
+                        .wait_timeout(due, next.saturating_duration_since(now))
+                        .unwrap_or_else(|poisoned| poisoned.into_inner())
+                        .0
+                }
+                None => self
+                    .wake
+                    .wait(due)
+                    .unwrap_or_else(|poisoned| poisoned.into_inner()),
+            };
+        }
+    }
+
+    /// Ends the thread (the pool is gone, and its processes with it).
+    fn close(&self) {
+        lock(&self.due).closed = true;
+        self.wake.notify_one();
     }
 }

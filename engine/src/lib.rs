@@ -217,7 +217,15 @@ pub trait Engine: Send + Sync + 'static {
     /// A short human-readable name and version, such as `V8 10.2.154.26`.
     fn describe(&self) -> String;
 
-    /// Starts `cell` on a new OS thread. The thread sends [`RuntimeEvent::Started`] first and, unless
-    /// terminated, [`RuntimeEvent::Result`] last, then drops `events`.
+    /// Starts `cell` on a new OS thread (or in another process). The run sends
+    /// [`RuntimeEvent::Started`] first and, unless terminated, [`RuntimeEvent::Result`] last,
+    /// then drops `events`.
+    ///
+    /// Returns at once: callers start cells from async workers, so an engine never waits here
+    /// for anything slow (an engine process being started, a lock held across I/O). What the
+    /// cell needs is prepared after this returns; a failure found then arrives as events
+    /// (`Started`, then a `Result` carrying the error), and commands sent meanwhile are kept
+    /// in order until the cell runs. `Err` is for what is known at once (a limit the engine does
+    /// not accept, no thread to be had).
     fn start(&self, cell: CellStart, events: EventSender) -> Result<EngineHandles, EngineError>;
 }

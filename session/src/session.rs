@@ -190,6 +190,10 @@ struct CellEntry {
     _ticket: Option<CellTicket>,
 }
 
+/// Sources up to this size have their types stripped on the async worker that starts the cell (a
+/// few microseconds, less than a hop to a blocking thread); larger ones on a blocking thread.
+const STRIP_ON_WORKER_BYTES: usize = 16 * 1024;
+
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     // Critical sections here never panic; recover the data anyway rather than spread a panic.
     mutex
@@ -409,7 +413,15 @@ impl Session {
         }
         // TypeScript is erased before the engine sees the source (positions kept), outside any
         // lock. Hints read the source as the model wrote it.
-        let stripped = strip_types(&request.source);
+        let stripped = if request.source.len() <= STRIP_ON_WORKER_BYTES {
+            strip_types(&request.source)
+        } else {
+            // Parsing a large source takes milliseconds: not on an async worker.
+            let source = request.source.clone();
+            tokio::task::spawn_blocking(move || strip_types(&source))
+                .await
+                .unwrap_or(Ok(StrippedSource::AsWritten))
+        };
         let (cell_id, source, cell) = {
             let mut registry = lock(&shared.registry);
             if registry.shut_down {
