@@ -10,15 +10,23 @@
 //! A forwarded request is never forwarded again. A server stopped with SIGTERM ends its lease as it
 //! leaves.
 
-use std::time::Duration;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use codemode_host_adapters::{JournalBatch, PostgresStore};
 use codemode_session::CellActivity;
+use rmcp::model::{CallToolRequestParams, CallToolResult, ContentBlock};
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::{ErrorData, Peer, RoleServer};
+use serde_json::{Map, Value};
+use tokio_util::sync::CancellationToken;
 
-// The server's parts share its imports and one another's items.
-use super::*;
+use crate::http;
+
+use super::McpArgs;
+use super::sessions::{Identity, SESSION_HEADER};
 
 /// Default of `--lease-secs`.
 pub(super) const DEFAULT_LEASE_SECS: u64 = 10;

@@ -2,8 +2,25 @@
 //! MCP sessions), offering `exec` and `wait` (with their argument checks), `exec` tasks, and the
 //! conversion of a model-facing result into an MCP tool result.
 
-// The server's parts share its imports and one another's items.
-use super::*;
+use std::sync::Arc;
+use std::time::Duration;
+
+use codemode_protocol::{OutputItem, WaitRequest};
+use codemode_session::{CellTicket, ExecOptions, Session, ToolResult};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams, ContentBlock,
+    CreateTaskResult, GetTaskParams, GetTaskResult, ListToolsResult, PaginatedRequestParams,
+    ServerCapabilities, ServerConfig, Tool, UpdateTaskParams,
+};
+use rmcp::service::{NotificationContext, RequestContext};
+use rmcp::task_manager::{TaskManager, TaskOptions};
+use rmcp::{ErrorData, Peer, RoleServer, ServerHandler};
+use serde_json::{Map, Value, json};
+
+use super::cluster::{ProgressRelay, was_forwarded};
+use super::progress::{Progress, Watched, request_id_text};
+use super::sessions::{Identity, LiveSession, LogThreshold, Shared, push_completions};
+use super::tasks::{EXEC_TASK_POLL_INTERVAL, EXEC_TASK_TTL, duration_ms, follow_cell};
 
 /// The description of `exec` as this server offers it.
 pub(super) fn exec_tool_description(session: &Session) -> String {

@@ -1,8 +1,14 @@
 //! The server-wide limits (`--max-sessions`, `--max-cells`, their per-tenant shares, stored
 //! bytes, the idle timeout), and the check a new cell makes against them.
 
-// The server's parts share its imports and one another's items.
-use super::*;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rmcp::ErrorData;
+
+use super::McpArgs;
+use super::handler::CodemodeServer;
 
 /// The server-wide limits, and each tenant's share of them.
 #[derive(Debug, Clone, Copy)]
@@ -139,7 +145,7 @@ impl CodemodeServer {
     /// server's own. The new cell holds the slot while its session counts it.
     pub(super) async fn reserve_cell(&self, tenant: &str) -> Result<Slot, ErrorData> {
         let limits = &self.shared.limits;
-        let slot = self.shared.cell_slots.reserve(tenant).map_err(|full| {
+        let slot = self.shared.sessions.reserve_cell(tenant).map_err(|full| {
             ErrorData::internal_error(
                 match full {
                     SlotsFull::Server { held } => format!(
@@ -159,7 +165,8 @@ impl CodemodeServer {
             Ok((elsewhere, _)) => {
                 // This server's count (the new cell's slot aside) is exact; the others' as they
                 // last journaled it.
-                let yours = self.shared.cell_slots.held_by(tenant).saturating_sub(1) + elsewhere;
+                let yours =
+                    self.shared.sessions.cells_held_by(tenant).saturating_sub(1) + elsewhere;
                 if yours >= limits.max_cells_per_tenant {
                     return Err(ErrorData::internal_error(
                         cells_per_tenant_refusal(yours, " across the cluster", limits),

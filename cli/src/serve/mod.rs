@@ -17,33 +17,25 @@
 //! cell. A cell that ends within its yield time is answered at once, as for any client.
 //!
 //! Where each concern lives: this file has the flags, start-up (store, tools, the HTTP gate),
-//! the transports and shutdown; `sessions` the sessions and who a request is; `limits` the
-//! server-wide limits; `handler` the MCP tool surface (`exec`, `wait`, argument checks, results);
+//! the transports and shutdown; `sessions` the sessions and who a request is; `registry` the
+//! open sessions and what they hold under the limits (behind methods, each one critical section);
+//! `limits` the server-wide limits and the slots reserved under them; `handler` the MCP tool surface (`exec`, `wait`, argument checks, results);
 //! `tasks` `exec` as a task; `progress` the notifications of a waiting call; `cluster` routing
 //! between the servers of a cluster (forwarding `wait` to the server that runs the cell), which
-//! lives here in the server, not in the `session` crate.
+//! lives here in the server, not in the `session` crate. Each part imports what it uses by name.
 
-use std::collections::HashMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use clap::Args;
-use codemode_protocol::{OutputItem, WaitRequest};
-use codemode_session::{
-    CellTicket, ExecOptions, OutputMode, Session, SessionEvent, Store, StoredBytesBudget,
-    ToolResult,
-};
-use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams, ContentBlock,
-    CreateTaskResult, GetTaskParams, GetTaskResult, ListToolsResult, PaginatedRequestParams,
-    ProgressNotificationParam, ServerCapabilities, ServerConfig, Tool, UpdateTaskParams,
-};
-use rmcp::service::{NotificationContext, RequestContext};
-use rmcp::task_manager::{TaskContext, TaskExit, TaskManager, TaskOptions};
-use rmcp::{ErrorData, Peer, RoleServer, ServerHandler, ServiceExt};
-use serde_json::{Map, Value, json};
+use cluster::{Cluster, DEFAULT_LEASE_SECS};
+use handler::{CodemodeServer, exec_tool_description};
+use limits::ServerLimits;
+use registry::SessionRegistry;
+use rmcp::ServiceExt;
+use sessions::Shared;
 use tokio_util::sync::CancellationToken;
 
 use crate::setup::{DemoTools, SessionArgs, SetupError};
@@ -53,15 +45,9 @@ mod cluster;
 mod handler;
 mod limits;
 mod progress;
+mod registry;
 mod sessions;
 mod tasks;
-
-use cluster::*;
-use handler::*;
-use limits::*;
-use progress::*;
-use sessions::*;
-use tasks::*;
 
 #[derive(Debug, Clone, Args)]
 pub struct McpArgs {
@@ -240,16 +226,7 @@ pub async fn serve(args: McpArgs) -> ExitCode {
         store,
         tools,
         limits,
-        stored_total: StoredBytesBudget::new(
-            "the stored values of all open sessions (--max-stored-bytes-total)",
-            limits.max_stored_bytes_total,
-        ),
-        stored_per_tenant: std::sync::Mutex::new(HashMap::new()),
-        session_slots: Slots::new(limits.max_sessions, limits.max_sessions_per_tenant),
-        cell_slots: Slots::new(limits.max_cells, limits.max_cells_per_tenant),
-        live: std::sync::Mutex::new(Vec::new()),
-        named: std::sync::Mutex::new(HashMap::new()),
-        opening_named: std::sync::Mutex::new(HashMap::new()),
+        sessions: SessionRegistry::new(&limits),
         cluster,
         shutting_down: CancellationToken::new(),
     });

@@ -1,8 +1,14 @@
 //! Progress notifications for a call that waits on a cell: the cell's `notify` messages and its
 //! tools' progress, sent while the call waits.
 
-// The server's parts share its imports and one another's items.
-use super::*;
+use std::time::{Duration, Instant};
+
+use codemode_session::{Session, SessionEvent};
+use rmcp::RoleServer;
+use rmcp::model::ProgressNotificationParam;
+use rmcp::service::RequestContext;
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
 
 /// How often a waiting call reports progress.
 pub(super) const PROGRESS_INTERVAL: Duration = Duration::from_secs(1);

@@ -3,8 +3,23 @@
 //! by any request that names them) and unnamed ones (held by their MCP session), opening one within
 //! the limits, closing it when idle, and completion push.
 
-// The server's parts share its imports and one another's items.
-use super::*;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use codemode_session::{OutputMode, Session, SessionEvent, Store};
+use rmcp::task_manager::TaskManager;
+use rmcp::{ErrorData, Peer, RoleServer};
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+use crate::http;
+use crate::setup::SessionArgs;
+
+use super::cluster::Cluster;
+use super::handler::{CodemodeServer, ServerState};
+use super::limits::{ServerLimits, Slot, SlotsFull};
+use super::registry::SessionRegistry;
 
 /// The header an HTTP client names its session with, so its stored values persist across
 /// reconnects and restarts.
@@ -16,21 +31,8 @@ pub(super) struct Shared {
     pub(super) store: Arc<dyn Store>,
     pub(super) tools: Arc<codemode_host_adapters::CompositeTools>,
     pub(super) limits: ServerLimits,
-    /// What all open sessions' stored values may hold, and each tenant's share of it.
-    pub(super) stored_total: Arc<StoredBytesBudget>,
-    pub(super) stored_per_tenant: std::sync::Mutex<HashMap<String, Arc<StoredBytesBudget>>>,
-    /// The slots of open sessions, and of running cells, under the server's limits.
-    pub(super) session_slots: Arc<Slots>,
-    pub(super) cell_slots: Arc<Slots>,
-    /// The codemode sessions open now (for shutdown, and the cluster's count).
-    pub(super) live: std::sync::Mutex<Vec<std::sync::Weak<LiveSession>>>,
-    /// The sessions clients named (X-Codemode-Session), by store key: whichever request or MCP
-    /// session names one finds it here, so that cells outlive the request or MCP session that
-    /// started them. Each leaves when it idles out.
-    pub(super) named: std::sync::Mutex<HashMap<String, Arc<LiveSession>>>,
-    /// One lock per named session being looked up and opened (by store key), so that two
-    /// requests naming it at once open it once, while other sessions open meanwhile.
-    pub(super) opening_named: std::sync::Mutex<HashMap<String, std::sync::Weak<OpeningLock>>>,
+    /// The sessions open now, and what they hold under the limits.
+    pub(super) sessions: SessionRegistry,
     /// This server's place in a cluster (`--advertise`), if it is in one.
     pub(super) cluster: Option<Arc<Cluster>>,
     /// Cancelled on SIGTERM or SIGINT.
@@ -38,64 +40,13 @@ pub(super) struct Shared {
 }
 
 impl Shared {
-    /// The budget all sessions of `tenant` draw their stored values from.
-    pub(super) fn tenant_stored_budget(&self, tenant: &str) -> Arc<StoredBytesBudget> {
-        let mut budgets = self
-            .stored_per_tenant
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        Arc::clone(budgets.entry(tenant.to_owned()).or_insert_with(|| {
-            StoredBytesBudget::new(
-                "the stored values of your tenant's open sessions (--max-stored-bytes-per-tenant)",
-                self.limits.max_stored_bytes_per_tenant,
-            )
-        }))
-    }
-
-    /// The named session with this store key, if open.
-    pub(super) fn named_session(&self, store_key: &str) -> Option<Arc<LiveSession>> {
-        self.named
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .get(store_key)
-            .cloned()
-    }
-
-    /// The lock held while the named session `store_key` is looked up, opened or closed: one
-    /// per key (single-flight), dropped from the map once nobody holds it.
-    pub(super) fn opening_lock(&self, store_key: &str) -> Arc<OpeningLock> {
-        let mut locks = self
-            .opening_named
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        if let Some(lock) = locks.get(store_key).and_then(std::sync::Weak::upgrade) {
-            return lock;
-        }
-        locks.retain(|_, lock| lock.strong_count() > 0);
-        let lock = Arc::new(OpeningLock::default());
-        locks.insert(store_key.to_owned(), Arc::downgrade(&lock));
-        lock
-    }
-
-    pub(super) fn live_sessions(&self) -> Vec<Arc<LiveSession>> {
-        let mut live = self
-            .live
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        live.retain(|session| session.strong_count() > 0);
-        live.iter().filter_map(std::sync::Weak::upgrade).collect()
-    }
-
     /// Terminates every cell of every session and waits for them (stores finish their commits).
     pub(super) async fn shut_down_sessions(&self) {
-        for live in self.live_sessions() {
+        for live in self.sessions.live_sessions() {
             live.session.shutdown().await;
         }
     }
 }
-
-/// Held while one named session is looked up and opened, or closed.
-pub(super) type OpeningLock = tokio::sync::Mutex<()>;
 
 /// One open codemode session, whose tenant it is, when it was last used, and its `exec` tasks
 /// (another session's task ids find nothing here).
@@ -373,19 +324,9 @@ pub(super) async fn close_when_idle(
                     return;
                 };
                 // Under its opening lock: a request that names it now opens a new one after.
-                let opening = shared.opening_lock(store_key);
+                let opening = shared.sessions.opening_lock(store_key);
                 let _opening = opening.lock().await;
-                let mut named = shared
-                    .named
-                    .lock()
-                    .unwrap_or_else(|poisoned| poisoned.into_inner());
-                let current = named
-                    .get(store_key)
-                    .is_some_and(|current| Arc::ptr_eq(current, &session));
-                if current {
-                    named.remove(store_key);
-                }
-                current
+                shared.sessions.remove_named(store_key, &session)
             }
         };
         if !released {
@@ -459,22 +400,18 @@ impl CodemodeServer {
         if identity.named {
             drop(state);
             // An open session is found without waiting behind another one being opened.
-            if let Some(live) = shared.named_session(&identity.store_key) {
+            if let Some(live) = shared.sessions.named_session(&identity.store_key) {
                 live.touch();
                 return Ok(live);
             }
-            let opening = shared.opening_lock(&identity.store_key);
+            let opening = shared.sessions.opening_lock(&identity.store_key);
             let _opening = opening.lock().await;
-            if let Some(live) = shared.named_session(&identity.store_key) {
+            if let Some(live) = shared.sessions.named_session(&identity.store_key) {
                 live.touch();
                 return Ok(live);
             }
             let live = self.open(&identity, peer).await?;
-            shared
-                .named
-                .lock()
-                .unwrap_or_else(|poisoned| poisoned.into_inner())
-                .insert(identity.store_key.clone(), Arc::clone(&live));
+            shared.sessions.add_named(&identity.store_key, &live);
             tokio::spawn(close_when_idle(
                 Owner::Server(Arc::downgrade(shared), identity.store_key.clone()),
                 Arc::downgrade(&live),
@@ -529,8 +466,8 @@ impl CodemodeServer {
         let limits = &shared.limits;
         // The slot is reserved before anything is awaited, and given back if the open fails.
         let slot = shared
-            .session_slots
-            .reserve(&identity.tenant)
+            .sessions
+            .reserve_session(&identity.tenant)
             .map_err(|full| {
                 ErrorData::internal_error(
                     match full {
@@ -550,6 +487,7 @@ impl CodemodeServer {
             match cluster.sessions_elsewhere(&identity.tenant).await {
                 Ok(elsewhere) => {
                     let here: std::collections::HashSet<String> = shared
+                        .sessions
                         .live_sessions()
                         .iter()
                         .filter(|live| live.tenant == identity.tenant)
@@ -558,8 +496,8 @@ impl CodemodeServer {
                     // This server's count (the new session's slot aside) is exact; a session
                     // open here and elsewhere, or the one being opened, is not another one.
                     let yours = shared
-                        .session_slots
-                        .held_by(&identity.tenant)
+                        .sessions
+                        .sessions_held_by(&identity.tenant)
                         .saturating_sub(1)
                         + elsewhere
                             .iter()
@@ -582,11 +520,11 @@ impl CodemodeServer {
         config.tenant = Some(identity.tenant.clone());
         // What this server holds in memory is bounded in all. A tenant's values are bounded here
         // too, unless a database holds them: it counts them across every server, as it commits.
-        config.stored_bytes_budgets = vec![Arc::clone(&shared.stored_total)];
+        config.stored_bytes_budgets = vec![shared.sessions.stored_total()];
         if shared.args.database_url().is_none() {
             config
                 .stored_bytes_budgets
-                .push(shared.tenant_stored_budget(&identity.tenant));
+                .push(shared.sessions.tenant_stored_budget(&identity.tenant));
         }
         // In a cluster, a cell's id names the server that runs it.
         config.cell_id_prefix = shared.cluster.as_ref().map(|cluster| cluster.id.clone());
@@ -616,11 +554,7 @@ impl CodemodeServer {
             cluster: shared.cluster.clone(),
             waits: std::sync::Mutex::new(HashMap::new()),
         });
-        shared
-            .live
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .push(Arc::downgrade(&live));
+        shared.sessions.add_live(&live);
         // An unnamed session has one MCP session: it is told. A named one may have many, or
         // none (requests that stand alone): each MCP session subscribes when it starts.
         if !identity.named {

@@ -1,8 +1,16 @@
 //! `exec` as a task (the MCP tasks extension): following a cell to its end for `tasks/get`, and
 //! terminating it when the task is cancelled or dropped.
 
-// The server's parts share its imports and one another's items.
-use super::*;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use codemode_protocol::WaitRequest;
+use codemode_session::ToolResult;
+use rmcp::model::CallToolResult;
+use rmcp::task_manager::{TaskContext, TaskExit};
+
+use super::handler::to_call_tool_result;
+use super::sessions::LiveSession;
 
 /// How long an `exec` task lives: a cell still running then is terminated and the task fails;
 /// an ended task stays readable as long again.
