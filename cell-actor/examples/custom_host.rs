@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use codemode_cell_actor::{
     CellConfig, CellEvent, CellHost, CompletionClaim, CompletionCommit, Observation, StartedCell,
-    ToolInvocation, start_cell,
+    ToolError, ToolInvocation, start_cell,
 };
 use codemode_engine::{
     CellStart, Engine, EngineError, EngineHandles, EventSender, PendingMode, RuntimeCommand,
@@ -35,7 +35,7 @@ impl CellHost for MapHost {
         &self,
         invocation: ToolInvocation,
         _cancellation: CancellationToken,
-    ) -> Result<Value, String> {
+    ) -> Result<Value, ToolError> {
         eprintln!("[host] tool {} called", invocation.name.global_name());
         match invocation.name.name.as_str() {
             "double" => Ok(json!(
@@ -44,7 +44,7 @@ impl CellHost for MapHost {
                     .unwrap_or(0)
                     * 2
             )),
-            other => Err(format!("no tool {other}")),
+            other => Err(ToolError::not_found(format!("no tool {other}"))),
         }
     }
 

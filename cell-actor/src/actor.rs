@@ -26,7 +26,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::event::{CellError, CellEvent, Observation, ObserveMode, ToolCallFate, ToolCallRecord};
 use crate::handle::{CellHandle, Command};
-use crate::host::{CellHost, ToolInvocation};
+use crate::host::{CellHost, ToolError, ToolInvocation};
 use crate::output::{OutputCollector, OutputMode};
 use crate::state::{CellState, CompletionDelivery, ObservationRoute, Responder};
 
@@ -246,7 +246,7 @@ impl ToolLedger {
 
 /// How a tool task ended.
 enum ToolTaskEnd {
-    Finished(Result<Value, String>),
+    Finished(Result<Value, ToolError>),
     Cancelled,
 }
 
@@ -549,9 +549,9 @@ impl<H: CellHost> CellActor<H> {
                 id: call_id.clone(),
                 result,
             },
-            Ok(ToolTaskEnd::Finished(Err(error_text))) => RuntimeCommand::ToolError {
+            Ok(ToolTaskEnd::Finished(Err(error))) => RuntimeCommand::ToolError {
                 id: call_id.clone(),
-                error_text,
+                error_text: error.message,
             },
             Ok(ToolTaskEnd::Cancelled) => {
                 self.ledger.settle(&call_id, CallState::Cancelled);

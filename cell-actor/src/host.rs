@@ -21,17 +21,94 @@ pub struct ToolInvocation {
     pub input: Option<Value>,
 }
 
+/// Why a tool call failed: its message rejects the cell's promise (as an `Error` whose message it
+/// is), and its kind says what failed, for logs, for the rendering and for an MCP `isError`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+#[non_exhaustive]
+pub struct ToolError {
+    /// What failed.
+    pub kind: ToolErrorKind,
+    /// What the cell is told: what failed and, where it helps, what to do about it.
+    pub message: String,
+}
+
+/// What kind of failure a [`ToolError`] is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ToolErrorKind {
+    /// No tool has the name that was called.
+    NotFound,
+    /// The argument is not what the tool takes (refused before the tool ran).
+    InvalidArguments,
+    /// The tool ran and failed, or its server answered the call with an error.
+    Failed,
+    /// The tool's server could not be reached, or did not answer in time.
+    Unavailable,
+    /// The call was cancelled: the cell completed or was terminated.
+    Cancelled,
+}
+
+impl ToolError {
+    /// An error of `kind` with this message.
+    pub fn new(kind: ToolErrorKind, message: impl Into<String>) -> Self {
+        ToolError {
+            kind,
+            message: message.into(),
+        }
+    }
+
+    /// The tool ran and failed.
+    pub fn failed(message: impl Into<String>) -> Self {
+        ToolError::new(ToolErrorKind::Failed, message)
+    }
+
+    /// No tool has this name.
+    pub fn not_found(message: impl Into<String>) -> Self {
+        ToolError::new(ToolErrorKind::NotFound, message)
+    }
+
+    /// The argument is not what the tool takes.
+    pub fn invalid_arguments(message: impl Into<String>) -> Self {
+        ToolError::new(ToolErrorKind::InvalidArguments, message)
+    }
+
+    /// The tool's server could not be reached, or did not answer in time.
+    pub fn unavailable(message: impl Into<String>) -> Self {
+        ToolError::new(ToolErrorKind::Unavailable, message)
+    }
+
+    /// The call was cancelled.
+    pub fn cancelled(message: impl Into<String>) -> Self {
+        ToolError::new(ToolErrorKind::Cancelled, message)
+    }
+}
+
+/// A tool's own failure, in words (what a handler returns with `Err("...".into())`).
+impl From<String> for ToolError {
+    fn from(message: String) -> Self {
+        ToolError::failed(message)
+    }
+}
+
+/// A tool's own failure, in words.
+impl From<&str> for ToolError {
+    fn from(message: &str) -> Self {
+        ToolError::failed(message)
+    }
+}
+
 /// What the cell actor needs from its owner. Every method may be called concurrently.
 pub trait CellHost: Send + Sync + 'static {
     /// Runs a tool. `Ok` resolves the cell's promise with the value; `Err` rejects it with the
-    /// text. The token is cancelled when the cell completes or is terminated; the actor also stops
+    /// error's message. The token is cancelled when the cell completes or is terminated; the actor also stops
     /// waiting then, so a tool that ignores it only wastes its own work. A panic here rejects the
     /// promise; it never takes down the cell.
     fn invoke_tool(
         &self,
         invocation: ToolInvocation,
         cancellation: CancellationToken,
-    ) -> impl Future<Output = Result<Value, String>> + Send;
+    ) -> impl Future<Output = Result<Value, ToolError>> + Send;
 
     /// Delivers a `notify(...)` from the cell. On completion pending notifications are awaited;
     /// on termination they are cancelled.

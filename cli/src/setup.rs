@@ -336,10 +336,12 @@ pub fn demo_tools() -> InProcessTools {
                     .as_ref()
                     .and_then(|input| input.get("ms"))
                     .and_then(Value::as_u64)
-                    .ok_or("sleep expects { ms: <non-negative integer> }")?;
+                    .ok_or(codemode_session::ToolError::invalid_arguments(
+                        "sleep expects { ms: <non-negative integer> }",
+                    ))?;
                 tokio::select! {
                     _ = tokio::time::sleep(Duration::from_millis(ms)) => Ok(Value::Null),
-                    _ = cancellation.cancelled() => Err("cancelled".to_owned()),
+                    _ = cancellation.cancelled() => Err(codemode_session::ToolError::cancelled("cancelled")),
                 }
             },
         )

@@ -7,12 +7,14 @@ use std::time::Duration;
 use codemode_host_adapters::{
     CompositeTools, InProcessTools, McpServerConfig, McpTools, McpTransport, MemoryStore,
 };
-use codemode_protocol::{ExecuteRequest, ImageDetail, ImageItem, OutputItem};
+use codemode_protocol::{ExecuteRequest, ImageDetail, ImageItem, OutputItem, ToolKind, ToolName};
 use codemode_runtime_v8::V8Engine;
 use codemode_session::{
-    CellEvent, Session, SessionConfig, ToolCallFate, ToolProvider, WaitOutcome,
+    CellEvent, Session, SessionConfig, ToolCallContext, ToolCallFate, ToolErrorKind,
+    ToolInvocation, ToolListErrorKind, ToolProvider, WaitOutcome,
 };
 use serde_json::json;
+use tokio_util::sync::CancellationToken;
 
 const SERVER: &str = env!("CARGO_BIN_EXE_codemode-test-mcp-server");
 use codemode_test_support::{ListeningServer, within};
@@ -363,6 +365,7 @@ async fn a_server_that_cannot_start_is_a_clear_error() {
         McpTransport::stdio("/nonexistent/mcp-server", Vec::new()),
     ));
     let error = within("list", tools.list_tools()).await.unwrap_err();
+    assert_eq!(error.kind, ToolListErrorKind::Unavailable);
     assert!(
         error
             .message
@@ -396,4 +399,97 @@ async fn a_servers_tool_list_changed_notification_moves_the_tools_version() {
     })
     .await;
     tools.shutdown().await;
+}
+
+/// A call of `name` (namespaced as the server's tools are) with `input`.
+fn invocation(namespace: &str, name: &str, input: serde_json::Value) -> ToolInvocation {
+    ToolInvocation {
+        id: "tool-1".into(),
+        name: match namespace {
+            "" => ToolName::plain(name),
+            namespace => ToolName::namespaced(namespace, name),
+        },
+        kind: ToolKind::Function,
+        input: Some(input),
+    }
+}
+
+/// Each way a call fails says which kind of failure it is, through the composite as directly:
+/// an unknown name, an argument the tool cannot take, the tool's own failure, a server that
+/// cannot be reached, and a cancelled call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_call_says_what_kind_of_failure_it_was() {
+    let in_process = InProcessTools::new().function("broken", "Fails.", json!({}), |_| async {
+        Err("the tool broke".into())
+    });
+    let tools = CompositeTools::new()
+        .with(stdio_server("test"))
+        .with(in_process);
+    within("list", tools.list_tools()).await.unwrap();
+    let call = |namespace: &'static str, name: &'static str, input: serde_json::Value| {
+        let tools = &tools;
+        async move {
+            within(
+                "call",
+                tools.call_tool(
+                    invocation(namespace, name, input),
+                    ToolCallContext::new(CancellationToken::new()),
+                ),
+            )
+            .await
+            .unwrap_err()
+        }
+    };
+    let unknown = call("test", "nothing_here", json!({})).await;
+    assert_eq!(unknown.kind, ToolErrorKind::NotFound, "{unknown}");
+    let not_an_object = call("test", "add", json!([1, 2])).await;
+    assert_eq!(
+        not_an_object.kind,
+        ToolErrorKind::InvalidArguments,
+        "{not_an_object}"
+    );
+    let broken = call("", "broken", json!({})).await;
+    assert_eq!(
+        (broken.kind, broken.message.as_str()),
+        (ToolErrorKind::Failed, "the tool broke")
+    );
+    // A server that cannot be started, called directly.
+    let missing = McpTools::new(McpServerConfig::new(
+        "missing",
+        McpTransport::stdio("/nonexistent/mcp-server", Vec::new()),
+    ));
+    let unreachable = within(
+        "call",
+        missing.call_tool(
+            invocation("missing", "anything", json!({})),
+            ToolCallContext::new(CancellationToken::new()),
+        ),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(
+        unreachable.kind,
+        ToolErrorKind::Unavailable,
+        "{unreachable}"
+    );
+    let cancellation = CancellationToken::new();
+    let sleeping = tools.call_tool(
+        invocation("test", "sleep", json!({"ms": 60000})),
+        ToolCallContext::new(cancellation.clone()),
+    );
+    cancellation.cancel();
+    let cancelled = within("cancelled call", sleeping).await.unwrap_err();
+    assert_eq!(cancelled.kind, ToolErrorKind::Cancelled, "{cancelled}");
+}
+
+/// Two in-process tools with one name cannot both be offered: the listing says so, as a
+/// conflict the configuration must resolve.
+#[tokio::test]
+async fn two_in_process_tools_with_one_name_are_a_conflict() {
+    let tools = InProcessTools::new()
+        .function("twin", "One.", json!({}), |_| async { Ok(json!(1)) })
+        .function("twin", "Two.", json!({}), |_| async { Ok(json!(2)) });
+    let error = tools.list_tools().await.unwrap_err();
+    assert_eq!(error.kind, ToolListErrorKind::Conflict);
+    assert!(error.message.contains("tools.twin"), "{error}");
 }

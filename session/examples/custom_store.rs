@@ -15,11 +15,10 @@ use async_trait::async_trait;
 use codemode_protocol::ToolDefinition;
 use codemode_runtime_v8::V8Engine;
 use codemode_session::{
-    Session, SessionConfig, Store, StoreError, ToolInvocation, ToolListError, ToolProvider,
-    render_text,
+    Session, SessionConfig, Store, StoreError, ToolCallContext, ToolError, ToolInvocation,
+    ToolListError, ToolProvider, render_text,
 };
 use serde_json::Value;
-use tokio_util::sync::CancellationToken;
 
 /// Stored values per session, in a map; every commit is printed.
 #[derive(Default)]
@@ -65,9 +64,12 @@ impl ToolProvider for NoTools {
     async fn call_tool(
         &self,
         call: ToolInvocation,
-        _cancellation: CancellationToken,
-    ) -> Result<Value, String> {
-        Err(format!("no tool is named {}", call.name.global_name()))
+        _context: ToolCallContext,
+    ) -> Result<Value, ToolError> {
+        Err(ToolError::not_found(format!(
+            "no tool is named {}",
+            call.name.global_name()
+        )))
     }
 }
 

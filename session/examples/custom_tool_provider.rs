@@ -16,11 +16,10 @@ use async_trait::async_trait;
 use codemode_protocol::{ToolDefinition, ToolName};
 use codemode_runtime_v8::V8Engine;
 use codemode_session::{
-    Session, SessionConfig, Store, StoreError, ToolInvocation, ToolListError, ToolProvider,
-    render_text,
+    Session, SessionConfig, Store, StoreError, ToolCallContext, ToolError, ToolInvocation,
+    ToolListError, ToolProvider, render_text,
 };
 use serde_json::{Value, json};
-use tokio_util::sync::CancellationToken;
 
 /// Two weather tools, answered in process.
 struct WeatherTools;
@@ -52,27 +51,31 @@ impl ToolProvider for WeatherTools {
     async fn call_tool(
         &self,
         call: ToolInvocation,
-        cancellation: CancellationToken,
-    ) -> Result<Value, String> {
+        context: ToolCallContext,
+    ) -> Result<Value, ToolError> {
         let input = call.input.unwrap_or(Value::Null);
         let answer = async {
             match call.name.name.as_str() {
                 "today" => {
-                    let city = input["city"].as_str().ok_or("city must be a string")?;
+                    let city = input["city"]
+                        .as_str()
+                        .ok_or(ToolError::invalid_arguments("city must be a string"))?;
                     Ok(json!({"city": city, "celsius": 15 + city.len() as i64, "sky": "clear"}))
                 }
                 "to_fahrenheit" => {
                     let celsius = input["celsius"]
                         .as_f64()
-                        .ok_or("celsius must be a number")?;
+                        .ok_or(ToolError::invalid_arguments("celsius must be a number"))?;
                     Ok(json!(celsius * 9.0 / 5.0 + 32.0))
                 }
-                other => Err(format!("no weather tool is named {other}")),
+                other => Err(ToolError::not_found(format!(
+                    "no weather tool is named {other}"
+                ))),
             }
         };
         tokio::select! {
             answer = answer => answer,
-            _ = cancellation.cancelled() => Err("cancelled".to_owned()),
+            _ = context.cancellation.cancelled() => Err(ToolError::cancelled("cancelled")),
         }
     }
 }

@@ -37,14 +37,18 @@ mod strip;
 mod throw_sites;
 
 pub use codemode_cell_actor::{
-    CellError, CellEvent, CollectedOutput, OutputMode, ToolCallFate, ToolCallRecord, ToolInvocation,
+    CellError, CellEvent, CollectedOutput, OutputMode, ToolCallFate, ToolCallRecord, ToolError,
+    ToolErrorKind, ToolInvocation,
 };
 pub use codemode_protocol::tools_declaration;
 pub use config::{CellActivity, CellActivityHook, SessionConfig};
 pub use discovery::{ToolsShown, tools_section};
 pub use hints::error_hints;
 pub use model::{CellTicket, ExecOptions, ToolResult};
-pub use ports::{Store, StoreError, StoreErrorKind, ToolListError, ToolProgress, ToolProvider};
+pub use ports::{
+    Store, StoreError, StoreErrorKind, ToolCallContext, ToolListError, ToolListErrorKind,
+    ToolProgress, ToolProvider,
+};
 pub use render::{render_report, render_text, truncate};
 pub use session::{CellReport, Session, SessionError, SessionEvent, WaitOutcome};
 pub use stored::StoredBytesBudget;

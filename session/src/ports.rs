@@ -7,7 +7,7 @@
 use codemode_protocol::StoredValues;
 
 use async_trait::async_trait;
-use codemode_cell_actor::ToolInvocation;
+use codemode_cell_actor::{ToolError, ToolInvocation};
 use codemode_protocol::ToolDefinition;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
@@ -104,20 +104,46 @@ pub trait Store: Send + Sync + 'static {
     async fn commit(&self, session: &str, writes: &StoredValues) -> Result<(), StoreError>;
 }
 
-/// Listing the tools failed.
+/// Listing the tools failed: what kind of failure, and a message that says what to do.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{message}")]
+#[non_exhaustive]
 pub struct ToolListError {
+    /// What kind of failure it is.
+    pub kind: ToolListErrorKind,
     /// What failed and what to do about it.
     pub message: String,
 }
 
+/// What kind of failure a [`ToolListError`] is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ToolListErrorKind {
+    /// A tool server could not be reached or started, or its listing failed: trying again
+    /// later may work.
+    Unavailable,
+    /// The tools as configured cannot be offered (two with one name): the configuration must
+    /// change.
+    Conflict,
+}
+
 impl ToolListError {
-    /// A listing error with this message.
-    pub fn new(message: impl Into<String>) -> Self {
+    /// A listing error of `kind` with this message.
+    pub fn new(kind: ToolListErrorKind, message: impl Into<String>) -> Self {
         ToolListError {
+            kind,
             message: message.into(),
         }
+    }
+
+    /// A tool server could not be reached, or its listing failed.
+    pub fn unavailable(message: impl Into<String>) -> Self {
+        ToolListError::new(ToolListErrorKind::Unavailable, message)
+    }
+
+    /// The tools as configured cannot be offered.
+    pub fn conflict(message: impl Into<String>) -> Self {
+        ToolListError::new(ToolListErrorKind::Conflict, message)
     }
 }
 
@@ -129,25 +155,14 @@ pub trait ToolProvider: Send + Sync + 'static {
     async fn list_tools(&self) -> Result<Vec<ToolDefinition>, ToolListError>;
 
     /// Calls a tool. `Ok` resolves the cell's promise with the value, `Err` rejects it with the
-    /// text. Stop when `cancellation` fires: the cell completed or was terminated.
+    /// error's message. Stop when `context.cancellation` fires (the cell completed or was
+    /// terminated); report the tool's progress while it runs (a downstream MCP server's progress
+    /// notifications) to `context.progress`. A provider that wraps others hands the context on.
     async fn call_tool(
         &self,
         call: ToolInvocation,
-        cancellation: CancellationToken,
-    ) -> Result<Value, String>;
-
-    /// [`ToolProvider::call_tool`], with somewhere to report the tool's progress while it runs
-    /// (a downstream MCP server's progress notifications). The session calls this one; the default
-    /// leaves `progress` unused and calls `call_tool`. A provider that wraps others forwards it.
-    async fn call_tool_with_progress(
-        &self,
-        call: ToolInvocation,
-        cancellation: CancellationToken,
-        progress: ToolProgress,
-    ) -> Result<Value, String> {
-        let _ = progress;
-        self.call_tool(call, cancellation).await
-    }
+        context: ToolCallContext,
+    ) -> Result<Value, ToolError>;
 
     /// A number that changes whenever the provider's tool list may have changed (a downstream
     /// server said so, or was started again): a session lists the tools again before its next
@@ -159,6 +174,32 @@ pub trait ToolProvider: Send + Sync + 'static {
     /// Ends what the provider started (downstream servers) cleanly; its owner calls it once,
     /// when it stops serving. A later call may start them again. The default does nothing.
     async fn shutdown(&self) {}
+}
+
+/// What a tool call gets beside its invocation: when to stop, and where its progress goes.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct ToolCallContext {
+    /// Cancelled when the cell completed or was terminated: the call's answer is not needed.
+    pub cancellation: CancellationToken,
+    /// Where the tool's progress messages go.
+    pub progress: ToolProgress,
+}
+
+impl ToolCallContext {
+    /// A call stopped by `cancellation`, whose progress nobody hears.
+    pub fn new(cancellation: CancellationToken) -> Self {
+        ToolCallContext {
+            cancellation,
+            progress: ToolProgress::ignored(),
+        }
+    }
+
+    /// This context, with progress going to `progress`.
+    pub fn with_progress(mut self, progress: ToolProgress) -> Self {
+        self.progress = progress;
+        self
+    }
 }
 
 /// Where a running tool's progress messages go: to whoever watches its cell, as the cell's own

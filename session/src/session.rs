@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use codemode_cell_actor::{
     CellConfig, CellError, CellEvent, CellHandle, CellHost, CompletionClaim, CompletionCommit,
-    Observation, StartedCell, ToolInvocation, start_cell,
+    Observation, StartedCell, ToolError, ToolErrorKind, ToolInvocation, start_cell,
 };
 use codemode_engine::{CellLimits, CellStart, Engine, EngineError, PendingMode};
 use codemode_protocol::limits::MAX_SOURCE_BYTES;
@@ -29,7 +29,7 @@ use crate::config::SessionConfig;
 use crate::hints::error_hints;
 use crate::ids::CellIds;
 use crate::model::CellTicket;
-use crate::ports::{Store, StoreError, ToolListError, ToolProgress, ToolProvider};
+use crate::ports::{Store, StoreError, ToolCallContext, ToolListError, ToolProgress, ToolProvider};
 use crate::strip::{StrippedSource, strip_types};
 
 /// How many session events a slow subscriber may fall behind before it misses some.
@@ -661,7 +661,7 @@ impl CellHost for SessionCellHost {
         &self,
         invocation: ToolInvocation,
         cancellation: CancellationToken,
-    ) -> Result<Value, String> {
+    ) -> Result<Value, ToolError> {
         let tool = invocation.name.global_name();
         if let Some(hook) = &self.shared.config.on_cell_activity {
             hook(crate::CellActivity::ToolCallStarted {
@@ -687,17 +687,23 @@ impl CellHost for SessionCellHost {
             let result = self
                 .shared
                 .provider
-                .call_tool_with_progress(
+                .call_tool(
                     invocation,
-                    cancellation.clone(),
-                    self.tool_progress.clone(),
+                    ToolCallContext::new(cancellation.clone())
+                        .with_progress(self.tool_progress.clone()),
                 )
                 .await;
             let duration_ms = began.elapsed().as_millis() as u64;
             let outcome = match (&result, cancellation.is_cancelled()) {
                 (_, true) => "cancelled",
                 (Ok(_), false) => "ok",
-                (Err(_), false) => "error",
+                (Err(error), false) => match error.kind {
+                    ToolErrorKind::NotFound => "not found",
+                    ToolErrorKind::InvalidArguments => "invalid arguments",
+                    ToolErrorKind::Unavailable => "unavailable",
+                    ToolErrorKind::Cancelled => "cancelled",
+                    _ => "failed",
+                },
             };
             tracing::info!(duration_ms, outcome, "tool call finished");
             if log_content {

@@ -9,12 +9,11 @@ use std::time::Duration;
 use codemode_protocol::{ToolDefinition, ToolKind, ToolName, WaitRequest};
 use codemode_runtime_v8::V8Engine;
 use codemode_session::{
-    CellReport, Session, SessionConfig, ToolInvocation, ToolListError, ToolProvider, render_report,
-    render_text,
+    CellReport, Session, SessionConfig, ToolCallContext, ToolError, ToolInvocation, ToolListError,
+    ToolProvider, render_report, render_text,
 };
 use common::{MemoryStore, execute, observed, open, request, within};
 use serde_json::{Value, json};
-use tokio_util::sync::CancellationToken;
 
 /// A realistic tool set: plain tools and two namespaces, with varied schemas.
 struct RealisticTools;
@@ -177,8 +176,8 @@ impl ToolProvider for RealisticTools {
     async fn call_tool(
         &self,
         call: ToolInvocation,
-        _cancellation: CancellationToken,
-    ) -> Result<Value, String> {
+        _context: ToolCallContext,
+    ) -> Result<Value, ToolError> {
         Ok(json!({"called": call.name.global_name()}))
     }
 }
@@ -357,8 +356,8 @@ impl ToolProvider for GeneratedTools {
     async fn call_tool(
         &self,
         call: ToolInvocation,
-        _cancellation: CancellationToken,
-    ) -> Result<Value, String> {
+        _context: ToolCallContext,
+    ) -> Result<Value, ToolError> {
         Ok(json!({"called": call.name.global_name()}))
     }
 }

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use codemode_cell_actor::{
-    CellConfig, CellHost, CompletionClaim, CompletionCommit, Observation, StartedCell,
+    CellConfig, CellHost, CompletionClaim, CompletionCommit, Observation, StartedCell, ToolError,
     ToolInvocation, start_cell,
 };
 use codemode_engine::{
@@ -138,7 +138,7 @@ impl CellHost for TestHost {
         &self,
         invocation: ToolInvocation,
         cancellation: CancellationToken,
-    ) -> Result<Value, String> {
+    ) -> Result<Value, ToolError> {
         self.tool_calls.lock().unwrap().push(invocation.clone());
         self.tool_tokens.lock().unwrap().push(cancellation.clone());
         match invocation.name.name.as_str() {

@@ -7,9 +7,8 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use codemode_protocol::ToolDefinition;
-use codemode_session::{ToolInvocation, ToolListError, ToolProgress, ToolProvider};
+use codemode_session::{ToolCallContext, ToolError, ToolInvocation, ToolListError, ToolProvider};
 use serde_json::Value;
-use tokio_util::sync::CancellationToken;
 
 /// Several providers as one. Calls are routed by the tool's global name.
 #[derive(Default)]
@@ -84,18 +83,8 @@ impl ToolProvider for CompositeTools {
     async fn call_tool(
         &self,
         call: ToolInvocation,
-        cancellation: CancellationToken,
-    ) -> Result<Value, String> {
-        self.call_tool_with_progress(call, cancellation, ToolProgress::ignored())
-            .await
-    }
-
-    async fn call_tool_with_progress(
-        &self,
-        call: ToolInvocation,
-        cancellation: CancellationToken,
-        progress: ToolProgress,
-    ) -> Result<Value, String> {
+        context: ToolCallContext,
+    ) -> Result<Value, ToolError> {
         let global_name = call.name.global_name();
         let route = self
             .routes
@@ -105,10 +94,8 @@ impl ToolProvider for CompositeTools {
             .copied();
         let provider = route
             .and_then(|index| self.providers.get(index))
-            .ok_or_else(|| format!("no tool is named tools.{global_name}"))?;
-        provider
-            .call_tool_with_progress(call, cancellation, progress)
-            .await
+            .ok_or_else(|| ToolError::not_found(format!("no tool is named tools.{global_name}")))?;
+        provider.call_tool(call, context).await
     }
 
     fn tools_version(&self) -> u64 {

@@ -24,7 +24,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 
 use codemode_protocol::{ToolDefinition, ToolName};
-use codemode_session::{ToolInvocation, ToolListError, ToolProvider};
+use codemode_session::{ToolCallContext, ToolError, ToolInvocation, ToolListError, ToolProvider};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
@@ -33,7 +33,7 @@ type Handler = Arc<
     dyn Fn(
             Option<Value>,
             CancellationToken,
-        ) -> Pin<Box<dyn Future<Output = Result<Value, String>> + Send>>
+        ) -> Pin<Box<dyn Future<Output = Result<Value, ToolError>> + Send>>
         + Send
         + Sync,
 >;
@@ -64,11 +64,12 @@ impl InProcessTools {
 
     /// Adds a tool with its full definition. The handler gets the JSON argument (`None` when
     /// called without one) and a token cancelled when the cell no longer needs the answer; `Err`
-    /// rejects the cell's promise with the text.
+    /// rejects the cell's promise with the error's message (`Err("what failed".into())` for a
+    /// tool's own failure).
     pub fn add<F, Fut>(mut self, definition: ToolDefinition, handler: F) -> Self
     where
         F: Fn(Option<Value>, CancellationToken) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = Result<Value, String>> + Send + 'static,
+        Fut: Future<Output = Result<Value, ToolError>> + Send + 'static,
     {
         let handler: Handler =
             Arc::new(move |input, cancellation| Box::pin(handler(input, cancellation)));
@@ -87,7 +88,7 @@ impl InProcessTools {
     ) -> Self
     where
         F: Fn(Option<Value>) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = Result<Value, String>> + Send + 'static,
+        Fut: Future<Output = Result<Value, ToolError>> + Send + 'static,
     {
         let mut definition = ToolDefinition::function(ToolName::plain(name), description);
         definition.input_schema = Some(input_schema);
@@ -102,7 +103,7 @@ impl ToolProvider for InProcessTools {
         for (definition, _) in &self.tools {
             let global_name = definition.global_name();
             if !seen.insert(global_name.clone()) {
-                return Err(ToolListError::new(format!(
+                return Err(ToolListError::conflict(format!(
                     "two in-process tools are both named tools.{global_name}; rename one of them"
                 )));
             }
@@ -117,15 +118,17 @@ impl ToolProvider for InProcessTools {
     async fn call_tool(
         &self,
         call: ToolInvocation,
-        cancellation: CancellationToken,
-    ) -> Result<Value, String> {
+        context: ToolCallContext,
+    ) -> Result<Value, ToolError> {
         let global_name = call.name.global_name();
         let handler = self
             .tools
             .iter()
             .find(|(definition, _)| definition.name == call.name)
             .map(|(_, handler)| Arc::clone(handler))
-            .ok_or_else(|| format!("no in-process tool is named tools.{global_name}"))?;
-        handler(call.input, cancellation).await
+            .ok_or_else(|| {
+                ToolError::not_found(format!("no in-process tool is named tools.{global_name}"))
+            })?;
+        handler(call.input, context.cancellation).await
     }
 }

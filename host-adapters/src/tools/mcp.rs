@@ -36,7 +36,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use codemode_protocol::{ResultType, ToolDefinition, ToolKind, ToolName};
-use codemode_session::{ToolInvocation, ToolListError, ToolProgress, ToolProvider};
+use codemode_session::{
+    ToolCallContext, ToolError, ToolInvocation, ToolListError, ToolProgress, ToolProvider,
+};
 use rmcp::ServiceError;
 use rmcp::model::{
     CallToolRequestParams, CallToolResult, CancelTaskParams, ClientCapabilities, ClientConfig,
@@ -48,7 +50,6 @@ use rmcp::service::{RoleClient, RunningService};
 use rmcp::transport::{ConfigureCommandExt, StreamableHttpClientTransport, TokioChildProcess};
 use serde_json::{Map, Value, json};
 use tokio::sync::Mutex;
-use tokio_util::sync::CancellationToken;
 
 /// How the server is reached.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -875,7 +876,7 @@ async fn follow_task(
 #[async_trait::async_trait]
 impl ToolProvider for McpTools {
     async fn list_tools(&self) -> Result<Vec<ToolDefinition>, ToolListError> {
-        let (peer, generation) = self.client().await.map_err(ToolListError::new)?;
+        let (peer, generation) = self.client().await.map_err(ToolListError::unavailable)?;
         // What the server says of using its tools (its `instructions`): part of each tool's
         // description, as a cell reads it in `ALL_TOOLS`.
         let instructions = peer
@@ -886,7 +887,7 @@ impl ToolProvider for McpTools {
             Ok(tools) => tools,
             Err(error) => {
                 self.forget(generation).await;
-                return Err(ToolListError::new(format!(
+                return Err(ToolListError::unavailable(format!(
                     "cannot list the tools of the MCP server \"{}\": {error}",
                     self.config.namespace
                 )));
@@ -927,27 +928,22 @@ impl ToolProvider for McpTools {
     async fn call_tool(
         &self,
         call: ToolInvocation,
-        cancellation: CancellationToken,
-    ) -> Result<Value, String> {
-        self.call_tool_with_progress(call, cancellation, ToolProgress::ignored())
-            .await
-    }
-
-    async fn call_tool_with_progress(
-        &self,
-        call: ToolInvocation,
-        cancellation: CancellationToken,
-        progress: ToolProgress,
-    ) -> Result<Value, String> {
+        context: ToolCallContext,
+    ) -> Result<Value, ToolError> {
+        let ToolCallContext {
+            cancellation,
+            progress,
+            ..
+        } = context;
         let global_name = call.name.global_name();
         let arguments: Option<Map<String, Value>> = match call.input {
             None | Some(Value::Null) => None,
             Some(Value::Object(arguments)) => Some(arguments),
             Some(other) => {
-                return Err(format!(
+                return Err(ToolError::invalid_arguments(format!(
                     "tools.{global_name} takes an object argument (MCP tool arguments are named), \
                      got {other}"
-                ));
+                )));
             }
         };
         let mut params = CallToolRequestParams::new(call.name.name.clone());
@@ -965,11 +961,11 @@ impl ToolProvider for McpTools {
         let mut attempts_left = 2;
         let answer = loop {
             attempts_left -= 1;
-            let (peer, generation) = self.client().await?;
+            let (peer, generation) = self.client().await.map_err(ToolError::unavailable)?;
             // Dropping the request (on cancellation or timeout) tells the server to cancel it.
             let answer = tokio::select! {
                 answer = tokio::time::timeout(self.config.call_timeout, self.call_once(&peer, &params, &progress)) => answer,
-                _ = cancellation.cancelled() => return Err(format!("tools.{global_name} was cancelled")),
+                _ = cancellation.cancelled() => return Err(ToolError::cancelled(format!("tools.{global_name} was cancelled"))),
             };
             match answer {
                 Ok(Err(CallFailure::Service(ServiceError::TransportSend(_))))
@@ -982,12 +978,14 @@ impl ToolProvider for McpTools {
         };
         let (answer, generation) = answer;
         match answer {
-            Err(_) => Err(format!(
+            Err(_) => Err(ToolError::unavailable(format!(
                 "tools.{global_name} timed out: the MCP server \"{}\" did not answer within {:.1} s",
                 self.config.namespace,
                 self.config.call_timeout.as_secs_f64()
-            )),
-            Ok(Err(CallFailure::Refused(why))) => Err(format!("tools.{global_name} failed: {why}")),
+            ))),
+            Ok(Err(CallFailure::Refused(why))) => Err(ToolError::failed(format!(
+                "tools.{global_name} failed: {why}"
+            ))),
             Ok(Err(CallFailure::Service(error))) => {
                 let dead = matches!(
                     error,
@@ -995,13 +993,15 @@ impl ToolProvider for McpTools {
                 );
                 if dead {
                     self.forget(generation).await;
-                    Err(format!(
+                    Err(ToolError::unavailable(format!(
                         "tools.{global_name} failed: the MCP server \"{}\" is not running (it exited \
                          or closed the connection); the next call starts it again",
                         self.config.namespace
-                    ))
+                    )))
                 } else {
-                    Err(format!("tools.{global_name} failed: {error}"))
+                    Err(ToolError::failed(format!(
+                        "tools.{global_name} failed: {error}"
+                    )))
                 }
             }
             Ok(Ok(result)) => {
@@ -1012,7 +1012,7 @@ impl ToolProvider for McpTools {
                     .get(&call.name.name)
                     .cloned();
                 call_result_to_value(result, schema.as_ref())
-                    .map_err(|why| format!("tools.{global_name}: {why}"))
+                    .map_err(|why| ToolError::failed(format!("tools.{global_name}: {why}")))
             }
         }
     }

@@ -10,8 +10,8 @@ use std::sync::{Arc, Mutex};
 use codemode_protocol::{ExecuteRequest, ToolDefinition, ToolName};
 use codemode_runtime_v8::V8Engine;
 use codemode_session::{
-    CellReport, Session, SessionConfig, Store, StoreError, ToolInvocation, ToolListError,
-    ToolProvider, WaitOutcome,
+    CellReport, Session, SessionConfig, Store, StoreError, ToolCallContext, ToolError,
+    ToolInvocation, ToolListError, ToolProvider, WaitOutcome,
 };
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
@@ -131,8 +131,9 @@ impl ToolProvider for TestTools {
     async fn call_tool(
         &self,
         call: ToolInvocation,
-        cancellation: CancellationToken,
-    ) -> Result<Value, String> {
+        context: ToolCallContext,
+    ) -> Result<Value, ToolError> {
+        let cancellation = context.cancellation;
         self.calls.lock().unwrap().push(call.clone());
         self.tokens.lock().unwrap().push(cancellation.clone());
         match call.name.name.as_str() {
