@@ -91,7 +91,12 @@ pub async fn run(args: RunArgs) -> ExitCode {
         let tools = args.session.tools(demo)?;
         let session = args
             .session
-            .open(&args.session.session, store, Arc::clone(&tools), config)
+            .open(
+                args.session.session.as_str().into(),
+                store,
+                Arc::clone(&tools),
+                config,
+            )
             .await?;
         Ok((session, tools))
     };

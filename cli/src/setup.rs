@@ -14,7 +14,7 @@ use codemode_protocol::normalize_identifier;
 use codemode_runtime_quickjs::QuickJsEngine;
 #[cfg(feature = "v8")]
 use codemode_runtime_v8::V8Engine;
-use codemode_session::{Session, SessionConfig, Store};
+use codemode_session::{Session, SessionConfig, SessionKey, Store};
 use serde_json::{Value, json};
 
 /// Limits, store and tools.
@@ -255,13 +255,13 @@ impl SessionArgs {
 
     pub async fn open(
         &self,
-        session_id: &str,
+        key: SessionKey,
         store: Arc<dyn Store>,
         tools: Arc<CompositeTools>,
         config: SessionConfig,
     ) -> Result<Session, SetupError> {
         let engine = self.engine(&config)?;
-        Session::open(session_id, engine, store, tools, config)
+        Session::open(key, engine, store, tools, config)
             .await
             .map_err(|error| SetupError {
                 message: error.to_string(),

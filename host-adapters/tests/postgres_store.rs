@@ -8,9 +8,17 @@ use std::sync::Arc;
 
 use codemode_host_adapters::{JournalBatch, PostgresStore, SCHEMA_VERSION};
 use codemode_protocol::{StoredValue, StoredValues};
-use codemode_session::{Store, StoreErrorKind};
+use codemode_session::{SessionKey, Store, StoreErrorKind};
 use codemode_test_support::postgres::TestPostgres;
 use serde_json::json;
+
+/// Session `name` of tenant `tenant` written as `tenant/name`, or a name alone.
+fn key(text: &str) -> SessionKey {
+    match text.split_once('/') {
+        Some((tenant, name)) => SessionKey::of_tenant(tenant, name),
+        None => SessionKey::new(text),
+    }
+}
 
 fn writes(entries: &[(&str, serde_json::Value)]) -> StoredValues {
     entries
@@ -35,7 +43,7 @@ async fn values_round_trip_exactly_and_commits_merge_by_key() {
     let store = PostgresStore::connect(&database.url())
         .await
         .expect("connects");
-    assert!(store.load("s").await.unwrap().is_empty());
+    assert!(store.load(&key("s")).await.unwrap().is_empty());
     // Key order inside an object, unicode, and escapes survive as written; a key may hold a NUL.
     let first = StoredValues::from([
         ("nul\u{0}key".to_owned(), StoredValue::from_value(&json!(0))),
@@ -45,12 +53,15 @@ async fn values_round_trip_exactly_and_commits_merge_by_key() {
         ),
         ("count".to_owned(), StoredValue::from_value(&json!(1))),
     ]);
-    store.commit("s", &first).await.unwrap();
+    store.commit(&key("s"), &first).await.unwrap();
     store
-        .commit("s", &writes(&[("count", json!(2)), ("new", json!("x"))]))
+        .commit(
+            &key("s"),
+            &writes(&[("count", json!(2)), ("new", json!("x"))]),
+        )
         .await
         .unwrap();
-    let loaded = store.load("s").await.unwrap();
+    let loaded = store.load(&key("s")).await.unwrap();
     assert_eq!(
         texts(&loaded),
         BTreeMap::from([
@@ -64,7 +75,7 @@ async fn values_round_trip_exactly_and_commits_merge_by_key() {
         ])
     );
     assert!(
-        store.load("other").await.unwrap().is_empty(),
+        store.load(&key("other")).await.unwrap().is_empty(),
         "sessions are apart"
     );
     assert!(store.shared_between_processes());
@@ -87,7 +98,7 @@ async fn the_schema_is_created_once_and_a_newer_one_is_refused_untouched() {
     let store = PostgresStore::connect(&url).await.unwrap();
     assert_eq!(store.schema_version().await.unwrap(), SCHEMA_VERSION);
     store
-        .commit("s", &writes(&[("kept", json!(1))]))
+        .commit(&key("s"), &writes(&[("kept", json!(1))]))
         .await
         .unwrap();
 
@@ -140,13 +151,13 @@ async fn concurrent_commits_from_two_servers_lose_no_write() {
                 ("shared-c", json!(cell)),
             ]);
             values.insert(format!("z-{cell}"), StoredValue::from_value(&json!([cell])));
-            store.commit("crowd", &values).await
+            store.commit(&key("crowd"), &values).await
         })
     });
     for commit in commits {
         commit.await.unwrap().expect("every commit lands");
     }
-    let loaded = servers[0].load("crowd").await.unwrap();
+    let loaded = servers[0].load(&key("crowd")).await.unwrap();
     for cell in 0..200 {
         assert_eq!(loaded[&format!("cell-{cell}")].json(), cell.to_string());
         assert_eq!(loaded[&format!("z-{cell}")].json(), format!("[{cell}]"));
@@ -177,12 +188,12 @@ async fn a_tenant_limit_holds_across_servers_and_refuses_a_commit_whole() {
         .unwrap()
         .limit_bytes_per_tenant(100);
     let sixty = json!("x".repeat(55)); // 57 bytes of JSON, 60 with its key `big`
-    one.commit("alpha/first", &writes(&[("big", sixty.clone())]))
+    one.commit(&key("alpha/first"), &writes(&[("big", sixty.clone())]))
         .await
         .expect("60 of 100 bytes");
     let refused = two
         .commit(
-            "alpha/second",
+            &key("alpha/second"),
             &writes(&[("big", sixty.clone()), ("small", json!(1))]),
         )
         .await
@@ -196,20 +207,20 @@ async fn a_tenant_limit_holds_across_servers_and_refuses_a_commit_whole() {
         "{refused}"
     );
     assert!(
-        two.load("alpha/second").await.unwrap().is_empty(),
+        two.load(&key("alpha/second")).await.unwrap().is_empty(),
         "nothing of the refused commit landed"
     );
     assert_eq!(two.tenant_bytes("alpha").await.unwrap(), 60);
     // Another tenant has its own 100 bytes.
-    two.commit("beta/first", &writes(&[("big", sixty.clone())]))
+    two.commit(&key("beta/first"), &writes(&[("big", sixty.clone())]))
         .await
         .expect("beta's own bytes");
     // A commit that does not grow the total is taken, and shrinking makes room.
-    two.commit("alpha/first", &writes(&[("big", json!(0))]))
+    two.commit(&key("alpha/first"), &writes(&[("big", json!(0))]))
         .await
         .expect("overwritten smaller");
     assert_eq!(one.tenant_bytes("alpha").await.unwrap(), 4);
-    one.commit("alpha/second", &writes(&[("big", sixty)]))
+    one.commit(&key("alpha/second"), &writes(&[("big", sixty)]))
         .await
         .expect("room again");
     assert_eq!(one.tenant_bytes("alpha").await.unwrap(), 64);
@@ -222,7 +233,7 @@ async fn a_commit_is_all_or_none() {
     };
     let store = PostgresStore::connect(&database.url()).await.unwrap();
     store
-        .commit("s", &writes(&[("before", json!(0))]))
+        .commit(&key("s"), &writes(&[("before", json!(0))]))
         .await
         .unwrap();
     // The database refuses one row of the commit (a trigger, as a constraint would): none of
@@ -238,7 +249,7 @@ async fn a_commit_is_all_or_none() {
     );
     let error = store
         .commit(
-            "s",
+            &key("s"),
             &writes(&[
                 ("after", json!(1)),
                 ("before", json!(1)),
@@ -255,7 +266,7 @@ async fn a_commit_is_all_or_none() {
     );
     assert!(error.message.contains("poisoned"), "{error}");
     assert_eq!(
-        texts(&store.load("s").await.unwrap()),
+        texts(&store.load(&key("s")).await.unwrap()),
         BTreeMap::from([("before".to_owned(), "0".to_owned())]),
         "nothing of the failed commit landed"
     );
@@ -272,7 +283,7 @@ async fn a_corrupt_row_is_named_and_left_alone() {
          VALUES ('s', convert_to('broken', 'UTF8'), '{not json')",
     );
     let error = store
-        .load("s")
+        .load(&key("s"))
         .await
         .expect_err("a corrupt row fails the load");
     assert_eq!(error.kind, StoreErrorKind::Corrupt);
@@ -297,13 +308,13 @@ async fn a_restarted_database_fails_the_calls_it_hits_and_the_store_recovers() {
     };
     let store = PostgresStore::connect(&database.url()).await.unwrap();
     store
-        .commit("s", &writes(&[("before", json!(1))]))
+        .commit(&key("s"), &writes(&[("before", json!(1))]))
         .await
         .unwrap();
 
     database.stop();
     let error = store
-        .commit("s", &writes(&[("during", json!(2))]))
+        .commit(&key("s"), &writes(&[("during", json!(2))]))
         .await
         .expect_err("no database, no commit");
     assert_eq!(error.kind, StoreErrorKind::Unavailable, "{error}");
@@ -313,16 +324,19 @@ async fn a_restarted_database_fails_the_calls_it_hits_and_the_store_recovers() {
             .contains("the database at codemode@127.0.0.1:"),
         "the message names the database: {error}"
     );
-    let error = store.load("s").await.expect_err("no database, no load");
+    let error = store
+        .load(&key("s"))
+        .await
+        .expect_err("no database, no load");
     assert_eq!(error.kind, StoreErrorKind::Unavailable, "{error}");
 
     database.start_server();
     store
-        .commit("s", &writes(&[("after", json!(3))]))
+        .commit(&key("s"), &writes(&[("after", json!(3))]))
         .await
         .expect("the store recovers without a restart");
     assert_eq!(
-        texts(&store.load("s").await.unwrap()),
+        texts(&store.load(&key("s")).await.unwrap()),
         BTreeMap::from([
             ("after".to_owned(), "3".to_owned()),
             ("before".to_owned(), "1".to_owned()),
@@ -364,15 +378,15 @@ async fn a_database_of_the_first_schema_is_upgraded_and_keeps_its_values() {
     };
     let store = PostgresStore::connect(&database.url()).await.unwrap();
     store
-        .commit("s", &writes(&[("kept", json!("from version 1"))]))
+        .commit(&key("s"), &writes(&[("kept", json!("from version 1"))]))
         .await
         .unwrap();
     store
-        .commit("alpha/one", &writes(&[("a", json!(1))]))
+        .commit(&key("alpha/one"), &writes(&[("a", json!(1))]))
         .await
         .unwrap();
     store
-        .commit("alpha/two", &writes(&[("bb", json!([2]))]))
+        .commit(&key("alpha/two"), &writes(&[("bb", json!([2]))]))
         .await
         .unwrap();
     // As a server of schema version 1 left it.
@@ -384,7 +398,7 @@ async fn a_database_of_the_first_schema_is_upgraded_and_keeps_its_values() {
     let upgraded = PostgresStore::connect(&database.url()).await.unwrap();
     assert_eq!(upgraded.schema_version().await.unwrap(), SCHEMA_VERSION);
     assert_eq!(
-        texts(&upgraded.load("s").await.unwrap()),
+        texts(&upgraded.load(&key("s")).await.unwrap()),
         BTreeMap::from([("kept".to_owned(), "\"from version 1\"".to_owned())])
     );
     // The tenants' totals are counted from the values already there.

@@ -9,6 +9,7 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+mod cell_id;
 pub mod limits;
 mod output;
 mod pragma;
@@ -17,6 +18,7 @@ mod stored;
 mod tool;
 mod typescript;
 
+pub use cell_id::CellId;
 pub use output::{
     AudioItem, ImageDetail, ImageItem, MCP_IMAGE_DETAIL_META, OutputItem, ParseImageDetailError,
 };

@@ -15,8 +15,8 @@ use async_trait::async_trait;
 use codemode_protocol::ToolDefinition;
 use codemode_runtime_v8::V8Engine;
 use codemode_session::{
-    Session, SessionConfig, Store, StoreError, ToolCallContext, ToolError, ToolInvocation,
-    ToolListError, ToolProvider, render_text,
+    Session, SessionConfig, SessionKey, Store, StoreError, ToolCallContext, ToolError,
+    ToolInvocation, ToolListError, ToolProvider, render_text,
 };
 use serde_json::Value;
 
@@ -28,21 +28,27 @@ struct AuditedStore {
 
 #[async_trait]
 impl Store for AuditedStore {
-    async fn load(&self, session: &str) -> Result<codemode_protocol::StoredValues, StoreError> {
+    async fn load(
+        &self,
+        session: &SessionKey,
+    ) -> Result<codemode_protocol::StoredValues, StoreError> {
         let sessions = self.sessions.lock().expect("not poisoned");
-        Ok(sessions.get(session).cloned().unwrap_or_default())
+        Ok(sessions
+            .get(&session.to_string())
+            .cloned()
+            .unwrap_or_default())
     }
 
     async fn commit(
         &self,
-        session: &str,
+        session: &SessionKey,
         writes: &codemode_protocol::StoredValues,
     ) -> Result<(), StoreError> {
         let mut keys: Vec<&String> = writes.keys().collect();
         keys.sort();
         eprintln!("[store] session {session} commits {keys:?}");
         let mut sessions = self.sessions.lock().expect("not poisoned");
-        let values = sessions.entry(session.to_owned()).or_default();
+        let values = sessions.entry(session.to_string()).or_default();
         values.extend(
             writes
                 .iter()

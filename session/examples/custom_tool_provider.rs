@@ -16,8 +16,8 @@ use async_trait::async_trait;
 use codemode_protocol::{ToolDefinition, ToolName};
 use codemode_runtime_v8::V8Engine;
 use codemode_session::{
-    Session, SessionConfig, Store, StoreError, ToolCallContext, ToolError, ToolInvocation,
-    ToolListError, ToolProvider, render_text,
+    Session, SessionConfig, SessionKey, Store, StoreError, ToolCallContext, ToolError,
+    ToolInvocation, ToolListError, ToolProvider, render_text,
 };
 use serde_json::{Value, json};
 
@@ -85,13 +85,16 @@ struct NoStore;
 
 #[async_trait]
 impl Store for NoStore {
-    async fn load(&self, _session: &str) -> Result<codemode_protocol::StoredValues, StoreError> {
+    async fn load(
+        &self,
+        _session: &SessionKey,
+    ) -> Result<codemode_protocol::StoredValues, StoreError> {
         Ok(HashMap::new())
     }
 
     async fn commit(
         &self,
-        _session: &str,
+        _session: &SessionKey,
         _writes: &codemode_protocol::StoredValues,
     ) -> Result<(), StoreError> {
         Err(StoreError::new("this recipe keeps no stored values"))

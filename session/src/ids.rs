@@ -1,6 +1,8 @@
 //! Cell ids: `"1"`, `"2"`, … per session (or `"<prefix>-1"`, … with a prefix), allocated without
 //! ever wrapping (sessions).
 
+use codemode_protocol::CellId;
+
 /// The next cell id of a session.
 #[derive(Debug)]
 pub(crate) struct CellIds {
@@ -32,10 +34,11 @@ impl CellIds {
     pub(crate) fn allocate(&mut self) -> Option<String> {
         let id = self.next?;
         self.next = id.checked_add(1);
-        Some(match &self.prefix {
-            Some(prefix) => format!("{prefix}-{id}"),
-            None => id.to_string(),
-        })
+        let id = match &self.prefix {
+            Some(server) => CellId::on_server(server.clone(), id),
+            None => CellId::new(id),
+        };
+        Some(id.to_string())
     }
 }
 

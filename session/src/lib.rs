@@ -46,8 +46,8 @@ pub use discovery::{ToolsShown, tools_section};
 pub use hints::error_hints;
 pub use model::{CellTicket, ExecOptions, ToolResult};
 pub use ports::{
-    Store, StoreError, StoreErrorKind, ToolCallContext, ToolListError, ToolListErrorKind,
-    ToolProgress, ToolProvider,
+    SessionKey, Store, StoreError, StoreErrorKind, ToolCallContext, ToolListError,
+    ToolListErrorKind, ToolProgress, ToolProvider,
 };
 pub use render::{render_report, render_text, truncate};
 pub use session::{CellReport, Session, SessionError, SessionEvent, WaitOutcome};

@@ -12,20 +12,78 @@ use codemode_protocol::ToolDefinition;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
+/// Which session's stored values: whose (its tenant, when the embedder has several) and its
+/// name. Stores key their data by it (the text form is `tenant/name`, or the name alone), and
+/// count a tenant's bytes by its tenant, never by parsing the text.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
+pub struct SessionKey {
+    /// Whose session it is; `None` for an embedder with one user.
+    pub tenant: Option<String>,
+    /// The session's name, unique within its tenant.
+    pub name: String,
+}
+
+impl SessionKey {
+    /// Session `name` of no tenant.
+    pub fn new(name: impl Into<String>) -> Self {
+        SessionKey {
+            tenant: None,
+            name: name.into(),
+        }
+    }
+
+    /// Session `name` of `tenant`.
+    pub fn of_tenant(tenant: impl Into<String>, name: impl Into<String>) -> Self {
+        SessionKey {
+            tenant: Some(tenant.into()),
+            name: name.into(),
+        }
+    }
+
+    /// Whose bytes the session's values count towards: its tenant, or (with none) itself.
+    pub fn owner(&self) -> &str {
+        self.tenant.as_deref().unwrap_or(&self.name)
+    }
+}
+
+/// `tenant/name`, or the name alone: the text form stores and logs use.
+impl std::fmt::Display for SessionKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.tenant {
+            Some(tenant) => write!(f, "{tenant}/{}", self.name),
+            None => f.write_str(&self.name),
+        }
+    }
+}
+
+impl From<&str> for SessionKey {
+    fn from(name: &str) -> Self {
+        SessionKey::new(name)
+    }
+}
+
+impl From<String> for SessionKey {
+    fn from(name: String) -> Self {
+        SessionKey::new(name)
+    }
+}
+
 /// A store failed: which kind of failure ([`StoreErrorKind`], so a caller can retry or report
-/// the right thing), a message that says what and where, and the failure underneath, if any.
+/// the right thing), a message that says what and where (the cause included), and the failure
+/// underneath, if any, for callers that look closer.
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("{message}")]
 pub struct StoreError {
     /// What kind of failure it is.
     pub kind: StoreErrorKind,
-    /// What failed, and where (a path, a key, a database): shown to the model and in logs as it
-    /// is.
+    /// What failed, and where (a path, a key, a database), with its cause: shown to the model and
+    /// in logs as it is.
     pub message: String,
-    /// What failed underneath (an I/O or database error), kept for logs and for callers that look
-    /// closer.
-    #[source]
-    pub source: Option<std::sync::Arc<dyn std::error::Error + Send + Sync>>,
+    /// What failed underneath (an I/O or database error), for a caller that inspects it (a
+    /// downcast). The message says it already, so it is not the error's `source()`: an error
+    /// chain printed whole names each cause once.
+    pub cause: Option<std::sync::Arc<dyn std::error::Error + Send + Sync>>,
 }
 
 /// The kinds of store failure.
@@ -57,18 +115,18 @@ impl StoreError {
         StoreError {
             kind,
             message: message.into(),
-            source: None,
+            cause: None,
         }
     }
 
-    /// The same error, with `source` as the failure underneath.
-    pub fn with_source(mut self, source: impl std::error::Error + Send + Sync + 'static) -> Self {
-        self.source = Some(std::sync::Arc::new(source));
+    /// The same error, with `cause` as the failure underneath (its message says it already).
+    pub fn with_cause(mut self, cause: impl std::error::Error + Send + Sync + 'static) -> Self {
+        self.cause = Some(std::sync::Arc::new(cause));
         self
     }
 }
 
-/// Equal when kind and message are: the source is detail.
+/// Equal when kind and message are: the cause is detail.
 impl PartialEq for StoreError {
     fn eq(&self, other: &Self) -> bool {
         self.kind == other.kind && self.message == other.message
@@ -86,7 +144,7 @@ impl Eq for StoreError {}
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
     /// The stored values of `session`; a session never seen has none.
-    async fn load(&self, session: &str) -> Result<StoredValues, StoreError>;
+    async fn load(&self, session: &SessionKey) -> Result<StoredValues, StoreError>;
 
     /// Whether other processes may commit to this store's sessions (a database several servers
     /// share): a session then loads its values again before each cell starts, so that the cell
@@ -101,7 +159,7 @@ pub trait Store: Send + Sync + 'static {
     /// Called once per completed cell, after the cell has claimed its outcome (a terminated cell
     /// never gets here), and never concurrently for one session. On `Err`, the cell still
     /// completes, and its error text says that its stored values were not saved.
-    async fn commit(&self, session: &str, writes: &StoredValues) -> Result<(), StoreError>;
+    async fn commit(&self, session: &SessionKey, writes: &StoredValues) -> Result<(), StoreError>;
 }
 
 /// Listing the tools failed: what kind of failure, and a message that says what to do.

@@ -29,7 +29,9 @@ use crate::config::SessionConfig;
 use crate::hints::error_hints;
 use crate::ids::CellIds;
 use crate::model::CellTicket;
-use crate::ports::{Store, StoreError, ToolCallContext, ToolListError, ToolProgress, ToolProvider};
+use crate::ports::{
+    SessionKey, Store, StoreError, ToolCallContext, ToolListError, ToolProgress, ToolProvider,
+};
 use crate::strip::{StrippedSource, strip_types};
 
 /// How many session events a slow subscriber may fall behind before it misses some.
@@ -133,6 +135,8 @@ pub enum SessionError {
 
 /// Everything a session and its cells' hosts share.
 struct Shared {
+    key: SessionKey,
+    /// The key's text form, for logs and events.
     id: String,
     engine: Arc<dyn Engine>,
     store: Arc<dyn Store>,
@@ -218,16 +222,18 @@ impl std::fmt::Debug for Session {
 }
 
 impl Session {
-    /// Opens session `id`: loads its stored values and lists its tools.
+    /// Opens session `key` (a name alone, or a [`SessionKey`] with its tenant): loads its stored
+    /// values and lists its tools.
     pub async fn open(
-        id: impl Into<String>,
+        key: impl Into<SessionKey>,
         engine: Arc<dyn Engine>,
         store: Arc<dyn Store>,
         provider: Arc<dyn ToolProvider>,
         config: SessionConfig,
     ) -> Result<Self, SessionError> {
-        let id = id.into();
-        let values = store.load(&id).await.map_err(SessionError::Store)?;
+        let key = key.into();
+        let id = key.to_string();
+        let values = store.load(&key).await.map_err(SessionError::Store)?;
         let values = HeldValues::new(values, config.stored_bytes_budgets.clone());
         let version = provider.tools_version();
         let tools = provider.list_tools().await.map_err(SessionError::Tools)?;
@@ -238,6 +244,7 @@ impl Session {
         };
         Ok(Session {
             shared: Arc::new(Shared {
+                key,
                 id,
                 engine,
                 store,
@@ -253,7 +260,12 @@ impl Session {
         })
     }
 
-    /// The session's id, under which its values are stored.
+    /// The session's key, under which its values are stored.
+    pub fn key(&self) -> &SessionKey {
+        &self.shared.key
+    }
+
+    /// The text form of its key (`tenant/name`, or the name alone), as logs and events name it.
     pub fn id(&self) -> &str {
         &self.shared.id
     }
@@ -406,7 +418,7 @@ impl Session {
         if shared.store.shared_between_processes() {
             let latest = shared
                 .store
-                .load(&shared.id)
+                .load(&shared.key)
                 .await
                 .map_err(SessionError::Store)?;
             lock(&shared.values).refresh(latest);
@@ -751,7 +763,7 @@ impl CellHost for SessionCellHost {
                 "{why}; store less (overwrite keys with smaller values), or keep large data \
                  outside stored values"
             )),
-            Ok(charge) => match shared.store.commit(&shared.id, &writes).await {
+            Ok(charge) => match shared.store.commit(&shared.key, &writes).await {
                 Ok(()) => Ok((charge, writes)),
                 Err(error) => {
                     tracing::error!(session = %shared.id, cell_id = %self.cell_id, %error, "failed to commit stored values");

@@ -141,7 +141,7 @@ async fn commits(store: &Arc<dyn Store>, keys: usize, runs: usize) -> Stats {
             .collect();
         let started = Instant::now();
         store
-            .commit("bench", &writes)
+            .commit(&"bench".into(), &writes)
             .await
             .expect("the commit lands");
         if run >= 2 {

@@ -15,6 +15,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use codemode_host_adapters::{JournalBatch, PostgresStore};
+use codemode_protocol::CellId;
 use codemode_session::CellActivity;
 use rmcp::model::{CallToolRequestParams, CallToolResult, ContentBlock};
 use rmcp::transport::StreamableHttpClientTransport;
@@ -258,10 +259,21 @@ impl Cluster {
             .map_err(|error| error.to_string())
     }
 
-    /// The id of the server that runs `cell_id` (or the cell of a task: both ids start with
-    /// their server's id and a dash), when that is another server.
-    pub(super) fn owner_elsewhere<'a>(&self, cell_id: &'a str) -> Option<&'a str> {
-        let (server, _) = cell_id.split_once('-')?;
+    /// The id of the server that runs cell `cell_id`, when that is another server.
+    pub(super) fn owner_of_cell(&self, cell_id: &str) -> Option<String> {
+        let server = CellId::parse(cell_id)?.server()?.to_owned();
+        self.another_server(server)
+    }
+
+    /// The id of the server whose task `task_id` is (this server's id, a dash, and rmcp's id
+    /// of the task: see [`Cluster::public_task_id`]), when that is another server.
+    pub(super) fn owner_of_task(&self, task_id: &str) -> Option<String> {
+        let (server, _) = task_id.split_once('-')?;
+        self.another_server(server.to_owned())
+    }
+
+    /// `server`, if it is a server id and not this server's.
+    fn another_server(&self, server: String) -> Option<String> {
         (server != self.id && server.len() == 12 && server.bytes().all(|b| b.is_ascii_hexdigit()))
             .then_some(server)
     }
@@ -290,7 +302,11 @@ impl Cluster {
             }
         };
         if !replica.alive {
-            let started = match self.store.tool_calls_of(&identity.store_key, cell_id).await {
+            let started = match self
+                .store
+                .tool_calls_of(&identity.key.to_string(), cell_id)
+                .await
+            {
                 Ok(calls) if calls.is_empty() => {
                     " It had started no tool call that the cluster recorded.".to_owned()
                 }

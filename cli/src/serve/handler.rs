@@ -197,14 +197,14 @@ impl CodemodeServer {
         Fut: std::future::Future<Output = Result<T, rmcp::ServiceError>>,
     {
         let cluster = self.shared.cluster.as_deref()?;
-        let owner = cluster.owner_elsewhere(task_id)?;
+        let owner = cluster.owner_of_task(task_id)?;
         if was_forwarded(&context.extensions) {
             return None;
         }
         Some(match self.identity(&context.extensions).await {
             Ok(identity) => {
                 cluster
-                    .forward_task(owner, &identity, task_id, request)
+                    .forward_task(&owner, &identity, task_id, request)
                     .await
             }
             Err(error) => Err(error),
@@ -253,7 +253,7 @@ impl CodemodeServer {
         };
         // A cell of another server of the cluster: that server answers.
         if let Some(cluster) = &self.shared.cluster
-            && let Some(owner) = cluster.owner_elsewhere(&request.cell_id)
+            && let Some(owner) = cluster.owner_of_cell(&request.cell_id)
             && let Some(forwarded) = forwarded
             && !was_forwarded(&context.extensions)
         {
@@ -268,7 +268,7 @@ impl CodemodeServer {
                 });
             return Ok(cluster
                 .forward_wait(
-                    owner,
+                    &owner,
                     &identity,
                     &request.cell_id,
                     forwarded,

@@ -367,7 +367,7 @@ async fn print_exec_description(shared: &Shared) -> ExitCode {
     let opened = shared
         .args
         .open(
-            &shared.args.session,
+            shared.args.session.as_str().into(),
             Arc::clone(&shared.store),
             Arc::clone(&shared.tools),
             shared.args.config(),

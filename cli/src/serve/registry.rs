@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
-use codemode_session::StoredBytesBudget;
+use codemode_session::{SessionKey, StoredBytesBudget};
 
 use super::limits::{ServerLimits, Slot, Slots, SlotsFull};
 use super::sessions::LiveSession;
@@ -29,10 +29,10 @@ pub(super) struct SessionRegistry {
     /// The sessions clients named (X-Codemode-Session), by store key: whichever request or MCP
     /// session names one finds it here, so that cells outlive the request or MCP session that
     /// started them. Each leaves when it idles out.
-    named: Mutex<HashMap<String, Arc<LiveSession>>>,
+    named: Mutex<HashMap<SessionKey, Arc<LiveSession>>>,
     /// One lock per named session being looked up and opened (by store key), so that two
     /// requests naming it at once open it once, while other sessions open meanwhile.
-    opening_named: Mutex<HashMap<String, Weak<OpeningLock>>>,
+    opening_named: Mutex<HashMap<SessionKey, Weak<OpeningLock>>>,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -108,39 +108,39 @@ impl SessionRegistry {
         sessions.iter().filter_map(Weak::upgrade).collect()
     }
 
-    /// The named session with this store key, if open.
-    pub(super) fn named_session(&self, store_key: &str) -> Option<Arc<LiveSession>> {
-        lock(&self.named).get(store_key).cloned()
+    /// The named session with this key, if open.
+    pub(super) fn named_session(&self, key: &SessionKey) -> Option<Arc<LiveSession>> {
+        lock(&self.named).get(key).cloned()
     }
 
-    /// Registers the named session `store_key` (under its opening lock).
-    pub(super) fn add_named(&self, store_key: &str, live: &Arc<LiveSession>) {
-        lock(&self.named).insert(store_key.to_owned(), Arc::clone(live));
+    /// Registers the named session `key` (under its opening lock).
+    pub(super) fn add_named(&self, key: &SessionKey, live: &Arc<LiveSession>) {
+        lock(&self.named).insert(key.clone(), Arc::clone(live));
     }
 
-    /// Takes the named session `store_key` out of the registry if it is still `live` (under its
+    /// Takes the named session `key` out of the registry if it is still `live` (under its
     /// opening lock); whether it was.
-    pub(super) fn remove_named(&self, store_key: &str, live: &Arc<LiveSession>) -> bool {
+    pub(super) fn remove_named(&self, key: &SessionKey, live: &Arc<LiveSession>) -> bool {
         let mut named = lock(&self.named);
         let current = named
-            .get(store_key)
+            .get(key)
             .is_some_and(|current| Arc::ptr_eq(current, live));
         if current {
-            named.remove(store_key);
+            named.remove(key);
         }
         current
     }
 
-    /// The lock held while the named session `store_key` is looked up, opened or closed: one
+    /// The lock held while the named session `key` is looked up, opened or closed: one
     /// per key (single-flight), dropped from the map once nobody holds it.
-    pub(super) fn opening_lock(&self, store_key: &str) -> Arc<OpeningLock> {
+    pub(super) fn opening_lock(&self, key: &SessionKey) -> Arc<OpeningLock> {
         let mut locks = lock(&self.opening_named);
-        if let Some(lock) = locks.get(store_key).and_then(Weak::upgrade) {
+        if let Some(lock) = locks.get(key).and_then(Weak::upgrade) {
             return lock;
         }
         locks.retain(|_, lock| lock.strong_count() > 0);
         let lock = Arc::new(OpeningLock::default());
-        locks.insert(store_key.to_owned(), Arc::downgrade(&lock));
+        locks.insert(key.clone(), Arc::downgrade(&lock));
         lock
     }
 }

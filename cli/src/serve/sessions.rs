@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use codemode_session::{OutputMode, Session, SessionEvent, Store};
+use codemode_session::{OutputMode, Session, SessionEvent, SessionKey, Store};
 use rmcp::task_manager::TaskManager;
 use rmcp::{ErrorData, Peer, RoleServer};
 use serde_json::{Value, json};
@@ -175,7 +175,9 @@ impl LiveSession {
 pub(super) struct Identity {
     /// Whose token the client holds (over stdio, the one local tenant).
     pub(super) tenant: String,
-    pub(super) store_key: String,
+    /// Where its stored values are kept: the tenant's session of that name over HTTP, the
+    /// `--session` of no tenant over stdio.
+    pub(super) key: SessionKey,
     /// Whether the client named the session (X-Codemode-Session): then any request or MCP
     /// session that names it reaches it. An unnamed one lives and ends with its MCP session.
     pub(super) named: bool,
@@ -184,10 +186,7 @@ pub(super) struct Identity {
 impl Identity {
     /// The session's name as the client gave it (`X-Codemode-Session`), if it named one.
     pub(super) fn session_name(&self) -> Option<&str> {
-        self.store_key
-            .split_once('/')
-            .filter(|_| self.named)
-            .map(|(_, name)| name)
+        self.named.then_some(self.key.name.as_str())
     }
 
     /// Over stdio, the parent process owns the server: `--session` names the values. Over HTTP,
@@ -200,7 +199,7 @@ impl Identity {
         let Some(parts) = extensions.get::<axum::http::request::Parts>() else {
             return Ok(Identity {
                 tenant: LOCAL_TENANT.to_owned(),
-                store_key: shared.args.session.clone(),
+                key: SessionKey::new(shared.args.session.clone()),
                 named: false,
             });
         };
@@ -222,7 +221,7 @@ impl Identity {
             ),
         };
         Ok(Identity {
-            store_key: format!("{tenant}/{name}"),
+            key: SessionKey::of_tenant(tenant.clone(), name),
             tenant,
             named,
         })
@@ -284,7 +283,7 @@ pub(super) fn push_completions(session: &Session, peer: Peer<RoleServer>, thresh
 /// named sessions, under its store key.
 pub(super) enum Owner {
     McpSession(std::sync::Weak<tokio::sync::Mutex<ServerState>>),
-    Server(std::sync::Weak<Shared>, String),
+    Server(std::sync::Weak<Shared>, SessionKey),
 }
 
 /// Closes a session nobody has used for `idle_timeout`: its cells are terminated and its
@@ -319,14 +318,14 @@ pub(super) async fn close_when_idle(
                 }
                 current
             }
-            Owner::Server(shared, store_key) => {
+            Owner::Server(shared, key) => {
                 let Some(shared) = shared.upgrade() else {
                     return;
                 };
                 // Under its opening lock: a request that names it now opens a new one after.
-                let opening = shared.sessions.opening_lock(store_key);
+                let opening = shared.sessions.opening_lock(key);
                 let _opening = opening.lock().await;
-                shared.sessions.remove_named(store_key, &session)
+                shared.sessions.remove_named(key, &session)
             }
         };
         if !released {
@@ -400,20 +399,20 @@ impl CodemodeServer {
         if identity.named {
             drop(state);
             // An open session is found without waiting behind another one being opened.
-            if let Some(live) = shared.sessions.named_session(&identity.store_key) {
+            if let Some(live) = shared.sessions.named_session(&identity.key) {
                 live.touch();
                 return Ok(live);
             }
-            let opening = shared.sessions.opening_lock(&identity.store_key);
+            let opening = shared.sessions.opening_lock(&identity.key);
             let _opening = opening.lock().await;
-            if let Some(live) = shared.sessions.named_session(&identity.store_key) {
+            if let Some(live) = shared.sessions.named_session(&identity.key) {
                 live.touch();
                 return Ok(live);
             }
             let live = self.open(&identity, peer).await?;
-            shared.sessions.add_named(&identity.store_key, &live);
+            shared.sessions.add_named(&identity.key, &live);
             tokio::spawn(close_when_idle(
-                Owner::Server(Arc::downgrade(shared), identity.store_key.clone()),
+                Owner::Server(Arc::downgrade(shared), identity.key.clone()),
                 Arc::downgrade(&live),
                 shared.limits.idle_timeout,
             ));
@@ -486,6 +485,7 @@ impl CodemodeServer {
         if let Some(cluster) = &shared.cluster {
             match cluster.sessions_elsewhere(&identity.tenant).await {
                 Ok(elsewhere) => {
+                    let opening = identity.key.to_string();
                     let here: std::collections::HashSet<String> = shared
                         .sessions
                         .live_sessions()
@@ -501,7 +501,7 @@ impl CodemodeServer {
                         .saturating_sub(1)
                         + elsewhere
                             .iter()
-                            .filter(|key| !here.contains(*key) && **key != identity.store_key)
+                            .filter(|key| !here.contains(*key) && **key != opening)
                             .count();
                     if yours >= limits.max_sessions_per_tenant {
                         return Err(ErrorData::internal_error(
@@ -535,7 +535,7 @@ impl CodemodeServer {
         let session = shared
             .args
             .open(
-                &identity.store_key,
+                identity.key.clone(),
                 Arc::clone(&shared.store),
                 Arc::clone(&shared.tools),
                 config,
@@ -543,7 +543,7 @@ impl CodemodeServer {
             .await
             .map_err(|error| ErrorData::internal_error(error.message, None))?;
         if let Some(cluster) = &shared.cluster {
-            cluster.session_opened(&identity.store_key, &identity.tenant);
+            cluster.session_opened(&identity.key.to_string(), &identity.tenant);
         }
         let live = Arc::new(LiveSession {
             _slot: slot,

@@ -17,7 +17,7 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use async_trait::async_trait;
-use codemode_session::{Store, StoreError, StoreErrorKind};
+use codemode_session::{SessionKey, Store, StoreError, StoreErrorKind};
 use serde::{Deserialize, Serialize};
 
 /// The format this store writes and reads.
@@ -128,15 +128,15 @@ impl FileStore {
 /// disk never holds up a worker thread.
 #[async_trait]
 impl Store for FileStore {
-    async fn load(&self, session: &str) -> Result<StoredValues, StoreError> {
+    async fn load(&self, session: &SessionKey) -> Result<StoredValues, StoreError> {
         let store = self.clone();
-        let session = session.to_owned();
+        let session = session.to_string();
         blocking(move || store.load_blocking(&session)).await
     }
 
-    async fn commit(&self, session: &str, writes: &StoredValues) -> Result<(), StoreError> {
+    async fn commit(&self, session: &SessionKey, writes: &StoredValues) -> Result<(), StoreError> {
         let store = self.clone();
-        let session = session.to_owned();
+        let session = session.to_string();
         let writes = writes.clone();
         blocking(move || store.commit_blocking(&session, &writes)).await
     }
@@ -257,7 +257,7 @@ fn io_error(action: &str, path: &Path, error: std::io::Error) -> StoreError {
         StoreErrorKind::Unavailable,
         format!("cannot {action} {}: {error}", path.display()),
     )
-    .with_source(error)
+    .with_cause(error)
 }
 
 /// `session` as part of a file name: letters, digits, `-` and `_` as they are, every other byte

@@ -6,12 +6,12 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 
 use async_trait::async_trait;
-use codemode_session::{Store, StoreError};
+use codemode_session::{SessionKey, Store, StoreError};
 
 /// Stored values per session, in memory.
 #[derive(Debug, Default)]
 pub struct MemoryStore {
-    sessions: Mutex<HashMap<String, StoredValues>>,
+    sessions: Mutex<HashMap<SessionKey, StoredValues>>,
 }
 
 impl MemoryStore {
@@ -23,7 +23,7 @@ impl MemoryStore {
 
 #[async_trait]
 impl Store for MemoryStore {
-    async fn load(&self, session: &str) -> Result<StoredValues, StoreError> {
+    async fn load(&self, session: &SessionKey) -> Result<StoredValues, StoreError> {
         let sessions = self
             .sessions
             .lock()
@@ -31,12 +31,12 @@ impl Store for MemoryStore {
         Ok(sessions.get(session).cloned().unwrap_or_default())
     }
 
-    async fn commit(&self, session: &str, writes: &StoredValues) -> Result<(), StoreError> {
+    async fn commit(&self, session: &SessionKey, writes: &StoredValues) -> Result<(), StoreError> {
         let mut sessions = self
             .sessions
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
-        sessions.entry(session.to_owned()).or_default().extend(
+        sessions.entry(session.clone()).or_default().extend(
             writes
                 .iter()
                 .map(|(key, value)| (key.clone(), value.clone())),
@@ -55,7 +55,7 @@ mod tests {
         let store = MemoryStore::new();
         store
             .commit(
-                "a",
+                &"a".into(),
                 &codemode_protocol::stored_values_from([
                     ("k".to_owned(), json!(1)),
                     ("j".to_owned(), json!(2)),
@@ -65,18 +65,26 @@ mod tests {
             .unwrap();
         store
             .commit(
-                "a",
+                &"a".into(),
                 &codemode_protocol::stored_values_from([("k".to_owned(), json!(3))]),
             )
             .await
             .unwrap();
         assert_eq!(
-            store.load("a").await.unwrap(),
+            store.load(&"a".into()).await.unwrap(),
             codemode_protocol::stored_values_from([
                 ("k".to_owned(), json!(3)),
                 ("j".to_owned(), json!(2))
             ])
         );
-        assert!(store.load("b").await.unwrap().is_empty());
+        assert!(store.load(&"b".into()).await.unwrap().is_empty());
+        // The same name of another tenant is another session.
+        assert!(
+            store
+                .load(&SessionKey::of_tenant("t", "a"))
+                .await
+                .unwrap()
+                .is_empty()
+        );
     }
 }

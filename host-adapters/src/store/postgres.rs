@@ -39,7 +39,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use codemode_protocol::{StoredValue, StoredValues, stored_entry_bytes};
-use codemode_session::{Store, StoreError, StoreErrorKind};
+use codemode_session::{SessionKey, Store, StoreError, StoreErrorKind};
 use deadpool_postgres::{Manager, ManagerConfig, Pool, PoolError, RecyclingMethod, Runtime};
 use tokio_postgres::error::SqlState;
 
@@ -142,7 +142,7 @@ impl PostgresStore {
                 "cannot read the database URL (expected postgres://USER@HOST:PORT/DATABASE): \
                  {error}"
             ))
-            .with_source(error)
+            .with_cause(error)
         })?;
         if config.get_connect_timeout().is_none() {
             config.connect_timeout(CONNECTION_TIMEOUT);
@@ -168,7 +168,7 @@ impl PostgresStore {
             .build()
             .map_err(|error| {
                 StoreError::new(format!("cannot set up connections to {target}: {error}"))
-                    .with_source(error)
+                    .with_cause(error)
             })?;
         let store = PostgresStore {
             pool,
@@ -528,7 +528,7 @@ impl PostgresStore {
                 ),
                 _ => format!("cannot reach the database at {}: {error}", self.target),
             };
-            StoreError::of(StoreErrorKind::Unavailable, message).with_source(error)
+            StoreError::of(StoreErrorKind::Unavailable, message).with_cause(error)
         })
     }
 
@@ -542,13 +542,15 @@ impl PostgresStore {
                 describe_error(&error)
             ),
         )
-        .with_source(error)
+        .with_cause(error)
     }
 }
 
 #[async_trait]
 impl Store for PostgresStore {
-    async fn load(&self, session: &str) -> Result<StoredValues, StoreError> {
+    async fn load(&self, key: &SessionKey) -> Result<StoredValues, StoreError> {
+        let session = key.to_string();
+        let session = session.as_str();
         let client = self.client().await?;
         let statement = client
             .prepare_cached("SELECT key, value FROM codemode_stored_values WHERE session = $1")
@@ -571,7 +573,7 @@ impl Store for PostgresStore {
                         self.target
                     ),
                 )
-                .with_source(error)
+                .with_cause(error)
             })?;
             let json: String = row.get(1);
             let value = StoredValue::from_json(json).map_err(|error| {
@@ -584,7 +586,7 @@ impl Store for PostgresStore {
                         self.target
                     ),
                 )
-                .with_source(error)
+                .with_cause(error)
             })?;
             values.insert(key, value);
         }
@@ -595,7 +597,9 @@ impl Store for PostgresStore {
         true
     }
 
-    async fn commit(&self, session: &str, writes: &StoredValues) -> Result<(), StoreError> {
+    async fn commit(&self, key: &SessionKey, writes: &StoredValues) -> Result<(), StoreError> {
+        let session = key.to_string();
+        let session = session.as_str();
         if writes.is_empty() {
             return Ok(());
         }
@@ -608,7 +612,7 @@ impl Store for PostgresStore {
             .iter()
             .map(|(key, value)| stored_entry_bytes(key, value) as i64)
             .sum();
-        let tenant = tenant_of(session);
+        let tenant = key.owner();
         let failed = |error| self.failed("commit stored values to", error);
         let mut client = self.client().await?;
         let transaction = client.transaction().await.map_err(failed)?;
@@ -680,13 +684,6 @@ impl Store for PostgresStore {
         }
         transaction.commit().await.map_err(failed)
     }
-}
-
-/// The tenant whose stored bytes a session's count towards: its key up to the first `/`.
-fn tenant_of(session: &str) -> &str {
-    session
-        .split_once('/')
-        .map_or(session, |(tenant, _)| tenant)
 }
 
 /// One batch of a server's cell activity for [`PostgresStore::journal`].

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use codemode_protocol::{ExecuteRequest, ToolDefinition, ToolName};
 use codemode_runtime_v8::V8Engine;
 use codemode_session::{
-    CellReport, Session, SessionConfig, Store, StoreError, ToolCallContext, ToolError,
+    CellReport, Session, SessionConfig, SessionKey, Store, StoreError, ToolCallContext, ToolError,
     ToolInvocation, ToolListError, ToolProvider, WaitOutcome,
 };
 use serde_json::{Value, json};
@@ -36,7 +36,10 @@ pub struct MemoryStore {
 
 #[async_trait::async_trait]
 impl Store for MemoryStore {
-    async fn load(&self, session: &str) -> Result<codemode_protocol::StoredValues, StoreError> {
+    async fn load(
+        &self,
+        session: &SessionKey,
+    ) -> Result<codemode_protocol::StoredValues, StoreError> {
         self.loads.fetch_add(1, Ordering::SeqCst);
         if self.fail_loads.load(Ordering::SeqCst) {
             return Err(StoreError::of(
@@ -48,7 +51,7 @@ impl Store for MemoryStore {
             .sessions
             .lock()
             .unwrap()
-            .get(session)
+            .get(&session.to_string())
             .cloned()
             .unwrap_or_default())
     }
@@ -59,7 +62,7 @@ impl Store for MemoryStore {
 
     async fn commit(
         &self,
-        session: &str,
+        session: &SessionKey,
         writes: &codemode_protocol::StoredValues,
     ) -> Result<(), StoreError> {
         self.commit_started.cancel();
@@ -72,7 +75,7 @@ impl Store for MemoryStore {
         self.sessions
             .lock()
             .unwrap()
-            .entry(session.to_owned())
+            .entry(session.to_string())
             .or_default()
             .extend(writes.clone());
         Ok(())

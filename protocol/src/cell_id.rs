@@ -1,0 +1,106 @@
+//! Cell ids as the model sees them: a number per session, `"1"`, `"2"`, …, and in a cluster the
+//! id of the server that runs the cell before it, `"<server>-<number>"`. The one place the form
+//! is written and read: a server allocates ids with [`CellId::to_string`] and finds the server of
+//! an id the model sends back with [`CellId::parse`], never by cutting strings of its own.
+
+use std::fmt;
+
+/// A cell's id: its number within its session, and the server that runs it when it has one.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct CellId {
+    server: Option<String>,
+    number: u64,
+}
+
+impl CellId {
+    /// Cell `number` of a server that is not in a cluster.
+    pub fn new(number: u64) -> Self {
+        CellId {
+            server: None,
+            number,
+        }
+    }
+
+    /// Cell `number` run by `server` (letters and digits).
+    pub fn on_server(server: impl Into<String>, number: u64) -> Self {
+        CellId {
+            server: Some(server.into()),
+            number,
+        }
+    }
+
+    /// The server that runs the cell, if the id names one.
+    pub fn server(&self) -> Option<&str> {
+        self.server.as_deref()
+    }
+
+    /// Its number within its session.
+    pub fn number(&self) -> u64 {
+        self.number
+    }
+
+    /// The cell id `text` names, or `None` when it is not one this runtime hands out (the model
+    /// may send anything).
+    pub fn parse(text: &str) -> Option<Self> {
+        let digits = |part: &str| {
+            (!part.is_empty() && part.bytes().all(|byte| byte.is_ascii_digit()))
+                .then(|| part.parse().ok())
+                .flatten()
+        };
+        match text.split_once('-') {
+            None => digits(text).map(CellId::new),
+            Some((server, number)) => {
+                let server_ok =
+                    !server.is_empty() && server.bytes().all(|byte| byte.is_ascii_alphanumeric());
+                server_ok
+                    .then(|| digits(number))
+                    .flatten()
+                    .map(|number| CellId::on_server(server, number))
+            }
+        }
+    }
+}
+
+/// `"<number>"`, or `"<server>-<number>"`.
+impl fmt::Display for CellId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.server {
+            Some(server) => write!(f, "{server}-{}", self.number),
+            None => write!(f, "{}", self.number),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_id_reads_back_as_it_was_written() {
+        for id in [CellId::new(1), CellId::on_server("a1b2c3d4e5f6", 42)] {
+            assert_eq!(CellId::parse(&id.to_string()), Some(id));
+        }
+        assert_eq!(CellId::on_server("a1b2", 7).to_string(), "a1b2-7");
+        assert_eq!(CellId::parse("a1b2-7").unwrap().server(), Some("a1b2"));
+    }
+
+    #[test]
+    fn text_that_is_no_cell_id_is_none() {
+        for text in [
+            "",
+            "-",
+            "-1",
+            "a-",
+            "a-b",
+            "1.5",
+            "../1",
+            "a/b-1",
+            "1-2-3",
+            " 1",
+            "+1",
+            "99999999999999999999999",
+        ] {
+            assert_eq!(CellId::parse(text), None, "{text:?}");
+        }
+    }
+}
