@@ -467,6 +467,13 @@ fn generalised_utf8(units: &[u16]) -> Vec<u8> {
 }
 
 impl ScriptRuntime for QuickJsRuntime {
+    // QuickJS's own stack limit (1 MiB) ends deep recursion well before the thread's 8 MiB are
+    // used up.
+
+    fn describe() -> String {
+        crate::quickjs_version().to_owned()
+    }
+
     type Terminator = Halt;
     type CpuWatch = BudgetWatch;
     type CellGuard = ();

@@ -336,6 +336,12 @@ pub struct V8Runtime<H: Host> {
     _not_send: PhantomData<*mut ()>,
 }
 
+impl<H: Host> std::fmt::Debug for V8Runtime<H> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("V8Runtime").finish_non_exhaustive()
+    }
+}
+
 /// The isolate could not be created.
 #[derive(Debug, thiserror::Error)]
 #[error("V8 could not create an isolate with a {heap_limit_bytes}-byte heap limit")]

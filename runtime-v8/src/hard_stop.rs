@@ -92,6 +92,7 @@ pub(crate) fn running(call_id: &str) -> RunningCell {
 }
 
 /// Clears the running cell of its thread on drop.
+#[derive(Debug)]
 pub struct RunningCell(());
 
 impl Drop for RunningCell {

@@ -17,10 +17,7 @@ mod hard_stop;
 mod script;
 mod watchdog;
 
-use std::sync::Arc;
-
-use codemode_engine::script::{CellHost, WarmPool};
-use codemode_engine::{CellStart, Engine, EngineError, EngineHandles, EventSender};
+use codemode_engine::script::CellHost;
 use codemode_protocol::limits::DEFAULT_HEAP_LIMIT_BYTES;
 
 pub use crate::hard_stop::{HardStop, HardStopReason, set_hard_stop_hook};
@@ -44,11 +41,7 @@ pub const NATIVE_ATTACK_PROBE: Option<fn(&str, &str) -> Result<String, String>> 
 type Runtime = ffi::V8Runtime<CellHost>;
 
 /// How many pre-warmed runtimes an engine keeps ready by default (pre-warming).
-pub const DEFAULT_WARM_RUNTIMES: usize = 2;
-
-/// The stack of a cell's runtime thread. V8 keeps its own stack limit (about 1 MiB below where the
-/// isolate is entered), so deep recursion ends as a `RangeError` well before this is used up.
-pub(crate) const RUNTIME_THREAD_STACK_BYTES: usize = 8 * 1024 * 1024;
+pub use codemode_engine::script::DEFAULT_WARM_RUNTIMES;
 
 /// A yardstick for benchmarks: creates an isolate with one context through the shim, enters it and
 /// disposes of it, on the calling thread, and returns how long that took. The bare cost a cold
@@ -101,91 +94,4 @@ pub fn v8_version() -> String {
 /// For model-written code in a server, run cells in engine processes instead
 /// (`codemode-engine-process`, which runs this engine in sandboxed child processes); choose this
 /// engine when the code is trusted, or a crash of the host is acceptable.
-#[derive(Debug, Clone)]
-pub struct V8Engine {
-    fault_injection: bool,
-    /// Runtimes created ahead of their cells; `None` when pre-warming is off.
-    pool: Option<Arc<WarmPool<Runtime>>>,
-}
-
-impl Default for V8Engine {
-    fn default() -> Self {
-        V8Engine::new()
-    }
-}
-
-impl V8Engine {
-    /// An engine that keeps [`DEFAULT_WARM_RUNTIMES`] runtimes with the default heap limit
-    /// pre-warmed, so starting a cell skips isolate creation.
-    pub fn new() -> Self {
-        V8Engine::with_warm_runtimes(DEFAULT_WARM_RUNTIMES)
-    }
-
-    /// An engine that keeps `count` runtimes pre-warmed (0: create each cell's runtime when the
-    /// cell starts).
-    pub fn with_warm_runtimes(count: usize) -> Self {
-        V8Engine::build(count, false)
-    }
-
-    /// An engine whose cells have a `__codemode_test_panic()` global that panics on the runtime
-    /// thread, for tests of panic containment. Only in builds with the `test-hooks` feature.
-    #[cfg(feature = "test-hooks")]
-    #[doc(hidden)]
-    pub fn with_fault_injection() -> Self {
-        V8Engine::build(DEFAULT_WARM_RUNTIMES, true)
-    }
-
-    /// An engine that keeps `count` runtimes pre-warmed for cells whose heap limit is
-    /// `heap_limit_bytes` (cells with another limit take the cold path: an isolate's heap limit is
-    /// fixed when it is created). A server whose cells all share one limit warms for it.
-    pub fn with_warm_runtimes_for_heap(count: usize, heap_limit_bytes: usize) -> Self {
-        V8Engine::build_for_heap(count, heap_limit_bytes, false)
-    }
-
-    /// How many pre-warmed runtimes are ready for a cell now (runtimes still being created are
-    /// not counted: a cell that finds none ready starts cold).
-    pub fn ready_runtimes(&self) -> usize {
-        self.pool.as_ref().map_or(0, |pool| pool.ready())
-    }
-
-    fn build(warm_runtimes: usize, fault_injection: bool) -> Self {
-        V8Engine::build_for_heap(warm_runtimes, DEFAULT_HEAP_LIMIT_BYTES, fault_injection)
-    }
-
-    fn build_for_heap(
-        warm_runtimes: usize,
-        heap_limit_bytes: usize,
-        fault_injection: bool,
-    ) -> Self {
-        let pool = (warm_runtimes > 0 && ffi::initialize().is_ok()).then(|| {
-            WarmPool::new(
-                warm_runtimes,
-                heap_limit_bytes,
-                fault_injection,
-                RUNTIME_THREAD_STACK_BYTES,
-            )
-        });
-        V8Engine {
-            fault_injection,
-            pool,
-        }
-    }
-}
-
-impl Engine for V8Engine {
-    fn describe(&self) -> String {
-        format!("V8 {}", v8_version())
-    }
-
-    fn start(&self, cell: CellStart, events: EventSender) -> Result<EngineHandles, EngineError> {
-        codemode_engine::check_heap_limit(cell.limits.heap_limit_bytes)?;
-        ffi::initialize().map_err(EngineError::Unavailable)?;
-        codemode_engine::script::start_cell::<Runtime>(
-            self.pool.as_ref(),
-            cell,
-            events,
-            self.fault_injection,
-            RUNTIME_THREAD_STACK_BYTES,
-        )
-    }
-}
+pub type V8Engine = codemode_engine::script::ScriptEngine<Runtime>;

@@ -19,6 +19,17 @@ impl ScriptTerminator for IsolateTerminator {
 }
 
 impl ScriptRuntime for V8Runtime<CellHost> {
+    // V8 keeps its own stack limit (about 1 MiB below where the isolate is entered), so deep
+    // recursion ends as a `RangeError` well before the thread's 8 MiB are used up.
+
+    fn describe() -> String {
+        format!("V8 {}", crate::v8_version())
+    }
+
+    fn initialize() -> Result<(), String> {
+        crate::ffi::initialize()
+    }
+
     type Terminator = IsolateTerminator;
     type CpuWatch = Watch;
     type CellGuard = RunningCell;

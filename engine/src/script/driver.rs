@@ -80,6 +80,19 @@ pub trait CpuWatch {
 /// One JavaScript runtime that runs the bootstrap and one cell's module: the engine-specific half
 /// of a script engine. The runtime thread ([`run`], [`run_warm`]) drives it.
 pub trait ScriptRuntime: Sized + 'static {
+    /// The stack of a cell's runtime thread; the JavaScript engine's own stack limit must end
+    /// deep recursion well before it is used up.
+    const THREAD_STACK_BYTES: usize = 8 * 1024 * 1024;
+
+    /// The JavaScript engine's name and version, such as `V8 12.4.254.21`.
+    fn describe() -> String;
+
+    /// Makes the JavaScript engine ready to create runtimes (once per process, however often it
+    /// is called), or says why it cannot run here. The default needs nothing.
+    fn initialize() -> Result<(), String> {
+        Ok(())
+    }
+
     /// Stops this runtime's JavaScript from another thread.
     type Terminator: ScriptTerminator;
     /// Watches the CPU time of the cell running on this thread.

@@ -8,12 +8,14 @@
 //! - the runtime thread of a cell ([`run`], [`run_warm`]): evaluate the module, run microtasks,
 //!   timers and tool results, report the pending frontier and pause there, end on termination,
 //!   limits, `exit()`, a settled module or an await that nothing can settle;
-//! - pre-warmed runtimes ([`WarmPool`]) and the start of a cell ([`start_cell`]).
+//! - pre-warmed runtimes ([`WarmPool`]), the start of a cell ([`start_cell`]), and the engine
+//!   itself ([`ScriptEngine`], generic over the runtime).
 //!
 //! So an engine adds only what its JavaScript engine decides: how a runtime is made, how
 //! JavaScript is called and stopped, how its errors read.
 
 mod driver;
+mod engine;
 mod host;
 mod pool;
 
@@ -25,6 +27,7 @@ pub use driver::{
     ModuleState, RunStatus, ScriptRuntime, ScriptTerminator, TerminateTarget, ThreadContext,
     WarmRuntime, run, run_warm,
 };
+pub use engine::{DEFAULT_WARM_RUNTIMES, ScriptEngine};
 pub use host::{CellHost, Host, HostReply, HostStop};
 pub use pool::{Job, WarmPool};
 
