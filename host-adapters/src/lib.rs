@@ -9,14 +9,18 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+#[cfg(feature = "postgres")]
+mod cluster;
 #[cfg(feature = "demo-server")]
 pub mod demo_server;
 mod store;
 mod tools;
 
+#[cfg(feature = "postgres")]
+pub use cluster::{JournalBatch, PostgresCluster, Replica};
 pub use store::{FORMAT_VERSION, FileStore, MemoryStore};
 #[cfg(feature = "postgres")]
-pub use store::{JournalBatch, PostgresStore, Replica, SCHEMA_VERSION, is_database_url};
+pub use store::{PostgresStore, SCHEMA_VERSION, is_database_url};
 pub use tools::{
     CompositeTools, InProcessTools, McpServerConfig, McpTools, McpTransport, call_result_to_value,
 };

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use codemode_host_adapters::{JournalBatch, PostgresStore, SCHEMA_VERSION};
+use codemode_host_adapters::{JournalBatch, PostgresCluster, PostgresStore, SCHEMA_VERSION};
 use codemode_protocol::{StoredValue, StoredValues};
 use codemode_session::{SessionKey, Store, StoreErrorKind};
 use codemode_test_support::postgres::TestPostgres;
@@ -405,6 +405,7 @@ async fn a_database_of_the_first_schema_is_upgraded_and_keeps_its_values() {
     assert_eq!(upgraded.tenant_bytes("alpha").await.unwrap(), 2 + 5);
     assert_eq!(upgraded.tenant_bytes("s").await.unwrap(), 4 + 16);
     upgraded
+        .cluster()
         .join(
             "0123456789ab",
             "http://127.0.0.1:1/mcp",
@@ -419,7 +420,7 @@ async fn a_replica_is_alive_while_its_lease_runs() {
     let Some(database) = TestPostgres::start("a_replica_is_alive_while_its_lease_runs") else {
         return;
     };
-    let store = PostgresStore::connect(&database.url()).await.unwrap();
+    let store = PostgresCluster::connect(&database.url()).await.unwrap();
     assert_eq!(store.replica("unknown").await.unwrap(), None);
     let long = std::time::Duration::from_secs(600);
     store.join("a", "http://a/mcp", long).await.unwrap();
@@ -448,7 +449,7 @@ async fn the_journal_keeps_open_cells_and_their_tool_calls_and_forgets_closed_on
     let Some(database) = TestPostgres::start("the_journal_keeps_open_cells") else {
         return;
     };
-    let store = PostgresStore::connect(&database.url()).await.unwrap();
+    let store = PostgresCluster::connect(&database.url()).await.unwrap();
     let long = std::time::Duration::from_secs(600);
     store.join("here", "http://here/mcp", long).await.unwrap();
     store.join("there", "http://there/mcp", long).await.unwrap();
@@ -533,7 +534,7 @@ async fn servers_gone_longer_than_the_retention_are_forgotten_with_their_journal
     let Some(database) = TestPostgres::start("servers_gone_longer_than_the_retention") else {
         return;
     };
-    let store = PostgresStore::connect(&database.url()).await.unwrap();
+    let store = PostgresCluster::connect(&database.url()).await.unwrap();
     let long = std::time::Duration::from_secs(600);
     let owned = |text: &str| text.to_owned();
     for server in ["0123456789ab", "ba9876543210"] {

@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use codemode_host_adapters::{JournalBatch, PostgresStore};
+use codemode_host_adapters::{JournalBatch, PostgresCluster};
 use codemode_protocol::CellId;
 use codemode_session::CellActivity;
 use rmcp::model::{CallToolRequestParams, CallToolResult, ContentBlock};
@@ -54,7 +54,7 @@ const JOURNAL_RETRY: Duration = Duration::from_millis(500);
 pub(super) struct Cluster {
     /// Its id: 12 hex digits, the prefix of its cells' ids.
     pub(super) id: String,
-    store: PostgresStore,
+    registry: PostgresCluster,
     /// What servers of the cluster present to one another.
     token: String,
     lease: Duration,
@@ -132,7 +132,7 @@ impl Cluster {
                 .to_owned()
         })?;
         let token = http::read_secret(token_file)?;
-        let store = PostgresStore::connect(url)
+        let registry = PostgresCluster::connect(url)
             .await
             .map_err(|error| error.to_string())?;
         let mut bytes = [0u8; 6];
@@ -140,7 +140,7 @@ impl Cluster {
             .map_err(|error| format!("cannot make a server id: no randomness ({error})"))?;
         let id: String = bytes.iter().map(|byte| format!("{byte:02x}")).collect();
         let lease = Duration::from_secs(args.lease_secs.max(1));
-        store
+        registry
             .join(&id, address, lease)
             .await
             .map_err(|error| error.to_string())?;
@@ -148,7 +148,7 @@ impl Cluster {
         let (journal, activity) = tokio::sync::mpsc::unbounded_channel();
         let cluster = Arc::new(Cluster {
             id,
-            store,
+            registry,
             token,
             lease,
             journal,
@@ -197,7 +197,7 @@ impl Cluster {
 
     /// The sessions of `tenant` the other servers of the cluster have open (as last journaled).
     pub(super) async fn sessions_elsewhere(&self, tenant: &str) -> Result<Vec<String>, String> {
-        self.store
+        self.registry
             .sessions_elsewhere(&self.id, tenant)
             .await
             .map_err(|error| error.to_string())
@@ -218,7 +218,7 @@ impl Cluster {
                 if last_forgot.is_none_or(|at| at.elapsed() >= FORGET_GONE_SERVERS_EVERY) {
                     last_forgot = Some(Instant::now());
                     match cluster
-                        .store
+                        .registry
                         .forget_servers_gone_for(GONE_SERVER_RETENTION)
                         .await
                     {
@@ -235,7 +235,7 @@ impl Cluster {
                     () = stop.cancelled() => return,
                     () = tokio::time::sleep(cluster.lease / 3) => {}
                 }
-                if let Err(error) = cluster.store.renew(&cluster.id, cluster.lease).await {
+                if let Err(error) = cluster.registry.renew(&cluster.id, cluster.lease).await {
                     tracing::warn!(server = %cluster.id, %error, "cannot renew this server's lease");
                 }
             }
@@ -244,7 +244,7 @@ impl Cluster {
 
     /// Ends this server's lease: the cluster knows at once that its cells are gone.
     pub(super) async fn leave(&self) {
-        match self.store.leave(&self.id).await {
+        match self.registry.leave(&self.id).await {
             Ok(()) => tracing::info!(server = %self.id, "left the cluster"),
             Err(error) => tracing::warn!(server = %self.id, %error, "cannot leave the cluster"),
         }
@@ -253,7 +253,7 @@ impl Cluster {
     /// How many cells the other servers of the cluster run: of `tenant`, and in all (as last
     /// journaled, a moment behind).
     pub(super) async fn cells_elsewhere(&self, tenant: &str) -> Result<(usize, usize), String> {
-        self.store
+        self.registry
             .cells_elsewhere(&self.id, tenant)
             .await
             .map_err(|error| error.to_string())
@@ -290,7 +290,7 @@ impl Cluster {
         progress: Option<ProgressRelay>,
     ) -> CallToolResult {
         let failed = |text: String| CallToolResult::error(vec![ContentBlock::text(text)]);
-        let replica = match self.store.replica(owner).await {
+        let replica = match self.registry.replica(owner).await {
             Ok(Some(replica)) => replica,
             Ok(None) => return failed(format!("No cell with ID {cell_id}.")),
             Err(error) => {
@@ -303,7 +303,7 @@ impl Cluster {
         };
         if !replica.alive {
             let started = match self
-                .store
+                .registry
                 .tool_calls_of(&identity.key.to_string(), cell_id)
                 .await
             {
@@ -395,7 +395,7 @@ impl Cluster {
         Fut: std::future::Future<Output = Result<T, rmcp::ServiceError>>,
     {
         let unknown = || ErrorData::invalid_params(format!("unknown task: {task_id}"), None);
-        let replica = match self.store.replica(owner).await {
+        let replica = match self.registry.replica(owner).await {
             Ok(Some(replica)) => replica,
             Ok(None) => return Err(unknown()),
             Err(error) => {
@@ -601,7 +601,7 @@ async fn write_journal(
         let Some(cluster) = cluster.upgrade() else {
             return;
         };
-        match cluster.store.journal(&cluster.id, &batch).await {
+        match cluster.registry.journal(&cluster.id, &batch).await {
             Ok(()) => batch = JournalBatch::default(),
             Err(error) => {
                 tracing::warn!(%error, "cannot journal the cells' activity; trying again");

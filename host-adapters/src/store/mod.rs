@@ -4,9 +4,9 @@
 mod file;
 mod memory;
 #[cfg(feature = "postgres")]
-mod postgres;
+pub(crate) mod postgres;
 
 pub use file::{FORMAT_VERSION, FileStore};
 pub use memory::MemoryStore;
 #[cfg(feature = "postgres")]
-pub use postgres::{JournalBatch, PostgresStore, Replica, SCHEMA_VERSION, is_database_url};
+pub use postgres::{PostgresStore, SCHEMA_VERSION, is_database_url};

@@ -12,8 +12,8 @@
 //!   each whole, in some order; rows are written in key order, so two commits that share keys
 //!   wait for each other instead of deadlocking.
 //! - **Bytes per tenant.** `codemode_tenant_bytes` keeps each tenant's total of stored bytes
-//!   (keys and JSON text, as the sessions count them). A session's tenant is its key up to the
-//!   first `/` (`codemode mcp --http` names sessions `TENANT/NAME`). Every commit locks its
+//!   (keys and JSON text, as the sessions count them), by the tenant of each session's
+//!   [`SessionKey`] (a key of no tenant counts as its own). Every commit locks its
 //!   tenant's row first, so the commits of one tenant take turns across every server, and the
 //!   total stays exact; with [`PostgresStore::limit_bytes_per_tenant`], a commit that would take
 //!   its tenant past the limit is refused whole ([`StoreErrorKind::TooLarge`]).
@@ -23,18 +23,14 @@
 //!   [`StoreErrorKind::Unavailable`]; the pool drops the dead connections and makes new ones when
 //!   the database is back, so the server recovers without a restart.
 //!
-//! - **Replicas.** Servers that run as a cluster register in `codemode_replicas` with the
-//!   address they serve and a lease they renew ([`PostgresStore::join`], [`PostgresStore::renew`],
-//!   [`PostgresStore::leave`]); another server finds where a cell runs, and whether that server
-//!   is still there, with [`PostgresStore::replica`]. Leases are judged by the database's clock.
-//!   Each server journals its open cells and the tool calls they start
-//!   ([`PostgresStore::journal`]), so that the others can count a tenant's cells across the
-//!   cluster ([`PostgresStore::cells_elsewhere`]) and, when it dies, say what its cells had set
-//!   going.
+//! - **Cluster.** The registry of a cluster's servers and their journal live in the same
+//!   database, beside the store: [`crate::PostgresCluster`] ([`PostgresStore::cluster`] shares
+//!   this store's connections).
 //!
 //! Connections are plain TCP or a Unix socket (no TLS): run the database on the servers' private
 //! network or on the same host.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -110,12 +106,18 @@ const CONNECTION_TIMEOUT: Duration = Duration::from_secs(5);
 /// How many connections one server keeps at most.
 const MAX_CONNECTIONS: usize = 16;
 
-/// Stored values in a PostgreSQL database.
-#[derive(Clone)]
-pub struct PostgresStore {
+/// A pool of connections to one database holding codemode's schema: what the store and the
+/// cluster's registry ([`crate::PostgresCluster`]) share.
+pub(crate) struct Database {
     pool: Pool,
     /// Where the database is, without the password: for messages.
     target: String,
+}
+
+/// Stored values in a PostgreSQL database.
+#[derive(Clone)]
+pub struct PostgresStore {
+    database: Arc<Database>,
     /// The most stored bytes one tenant may hold, if limited.
     bytes_per_tenant: Option<u64>,
 }
@@ -123,7 +125,7 @@ pub struct PostgresStore {
 impl std::fmt::Debug for PostgresStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PostgresStore")
-            .field("target", &self.target)
+            .field("target", &self.database.target)
             .finish_non_exhaustive()
     }
 }
@@ -133,10 +135,10 @@ pub fn is_database_url(store: &str) -> bool {
     store.starts_with("postgres://") || store.starts_with("postgresql://")
 }
 
-impl PostgresStore {
+impl Database {
     /// Connects to the database at `url` (`postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE`, or
     /// any connection string `tokio-postgres` reads), and creates or upgrades its schema.
-    pub async fn connect(url: &str) -> Result<Self, StoreError> {
+    pub(crate) async fn connect(url: &str) -> Result<Arc<Self>, StoreError> {
         let mut config: tokio_postgres::Config = url.parse().map_err(|error| {
             StoreError::new(format!(
                 "cannot read the database URL (expected postgres://USER@HOST:PORT/DATABASE): \
@@ -170,62 +172,15 @@ impl PostgresStore {
                 StoreError::new(format!("cannot set up connections to {target}: {error}"))
                     .with_cause(error)
             })?;
-        let store = PostgresStore {
-            pool,
-            target,
-            bytes_per_tenant: None,
-        };
-        store.migrate().await?;
-        Ok(store)
-    }
-
-    /// Refuses a commit that would take its tenant's stored values past `limit` bytes (keys and
-    /// JSON text), counting every session of the tenant in the database, whichever server
-    /// committed them. A commit that does not grow its tenant's total is always taken.
-    pub fn limit_bytes_per_tenant(mut self, limit: usize) -> Self {
-        self.bytes_per_tenant = Some(u64::try_from(limit).unwrap_or(u64::MAX));
-        self
-    }
-
-    /// The stored bytes of `tenant` (keys and JSON text), as its last commit left them.
-    pub async fn tenant_bytes(&self, tenant: &str) -> Result<u64, StoreError> {
-        let client = self.client().await?;
-        let row = client
-            .query_opt(
-                "SELECT bytes FROM codemode_tenant_bytes WHERE tenant = $1",
-                &[&tenant],
-            )
-            .await
-            .map_err(|error| self.failed("read a tenant's stored bytes from", error))?;
-        Ok(row.map_or(0, |row| row.get::<_, i64>(0).max(0) as u64))
+        let database = Database { pool, target };
+        database.migrate().await?;
+        Ok(Arc::new(database))
     }
 
     /// Where the database is (user, host, port, database; never the password).
-    pub fn target(&self) -> &str {
+    pub(crate) fn target(&self) -> &str {
         &self.target
     }
-
-    /// The schema version the database has now (0: none yet).
-    pub async fn schema_version(&self) -> Result<i32, StoreError> {
-        let client = self.client().await?;
-        let exists: bool = client
-            .query_one(
-                "SELECT to_regclass('codemode_schema_version') IS NOT NULL",
-                &[],
-            )
-            .await
-            .map_err(|error| self.failed("read the schema version of", error))?
-            .get(0);
-        if !exists {
-            return Ok(0);
-        }
-        let row = client
-            .query_opt("SELECT version FROM codemode_schema_version", &[])
-            .await
-            .map_err(|error| self.failed("read the schema version of", error))?;
-        Ok(row.map_or(0, |row| row.get(0)))
-    }
-
     /// Creates the schema, or upgrades it to [`SCHEMA_VERSION`], in one transaction.
     async fn migrate(&self) -> Result<(), StoreError> {
         let mut client = self.client().await?;
@@ -279,246 +234,7 @@ impl PostgresStore {
         transaction.commit().await.map_err(failed)
     }
 
-    /// Registers server `id` as serving at `address`, with a lease of `lease` from now.
-    pub async fn join(&self, id: &str, address: &str, lease: Duration) -> Result<(), StoreError> {
-        let client = self.client().await?;
-        client
-            .execute(
-                "INSERT INTO codemode_replicas (id, address, lease_expires_at)
-                 VALUES ($1, $2, now() + $3 * interval '1 millisecond')
-                 ON CONFLICT (id) DO UPDATE
-                 SET address = EXCLUDED.address, lease_expires_at = EXCLUDED.lease_expires_at",
-                &[&id, &address, &millis(lease)],
-            )
-            .await
-            .map_err(|error| self.failed("register this server in", error))?;
-        Ok(())
-    }
-
-    /// Renews server `id`'s lease to `lease` from now.
-    pub async fn renew(&self, id: &str, lease: Duration) -> Result<(), StoreError> {
-        let client = self.client().await?;
-        client
-            .execute(
-                "UPDATE codemode_replicas
-                 SET lease_expires_at = now() + $2 * interval '1 millisecond' WHERE id = $1",
-                &[&id, &millis(lease)],
-            )
-            .await
-            .map_err(|error| self.failed("renew this server's lease in", error))?;
-        Ok(())
-    }
-
-    /// Ends server `id`'s lease now: it has left, and its cells with it.
-    pub async fn leave(&self, id: &str) -> Result<(), StoreError> {
-        let client = self.client().await?;
-        client
-            .execute(
-                "UPDATE codemode_replicas SET lease_expires_at = now() WHERE id = $1",
-                &[&id],
-            )
-            .await
-            .map_err(|error| self.failed("remove this server from", error))?;
-        Ok(())
-    }
-
-    /// Forgets the servers whose leases ran out more than `retention` ago, with what they
-    /// journaled (their open cells and sessions, and their cells' tool calls); returns how many.
-    /// Until then, `wait` on a cell of such a server can still say which tool calls it had
-    /// started.
-    pub async fn forget_servers_gone_for(&self, retention: Duration) -> Result<u64, StoreError> {
-        let client = self.client().await?;
-        let row = client
-            .query_one(
-                "WITH gone AS (
-                     DELETE FROM codemode_replicas
-                     WHERE lease_expires_at < now() - $1 * interval '1 millisecond'
-                     RETURNING id
-                 ), cells AS (
-                     DELETE FROM codemode_cells WHERE server IN (SELECT id FROM gone)
-                 ), sessions AS (
-                     DELETE FROM codemode_open_sessions WHERE server IN (SELECT id FROM gone)
-                 ), calls AS (
-                     DELETE FROM codemode_tool_calls
-                     WHERE split_part(cell_id, '-', 1) IN (SELECT id FROM gone)
-                 )
-                 SELECT count(*) FROM gone",
-                &[&millis(retention)],
-            )
-            .await
-            .map_err(|error| self.failed("forget servers that are gone from", error))?;
-        Ok(row.get::<_, i64>(0).max(0) as u64)
-    }
-
-    /// Server `id` as registered, if it ever was.
-    pub async fn replica(&self, id: &str) -> Result<Option<Replica>, StoreError> {
-        let client = self.client().await?;
-        let row = client
-            .query_opt(
-                "SELECT address, lease_expires_at > now(),
-                        to_char(lease_expires_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS') || ' UTC'
-                 FROM codemode_replicas WHERE id = $1",
-                &[&id],
-            )
-            .await
-            .map_err(|error| self.failed("look up a server in", error))?;
-        Ok(row.map(|row| Replica {
-            address: row.get(0),
-            alive: row.get(1),
-            lease_expires_at: row.get(2),
-        }))
-    }
-
-    /// Writes one batch of a server's cell activity in one transaction: the cells it started and
-    /// the tool calls they started are recorded, and cells that closed forgotten.
-    pub async fn journal(&self, server: &str, batch: &JournalBatch) -> Result<(), StoreError> {
-        let mut client = self.client().await?;
-        let failed = |error| self.failed("journal cell activity in", error);
-        let transaction = client.transaction().await.map_err(failed)?;
-        if !batch.cells_started.is_empty() {
-            let column = |pick: fn(&(String, String, String)) -> &str| -> Vec<&str> {
-                batch.cells_started.iter().map(pick).collect()
-            };
-            transaction
-                .execute(
-                    "INSERT INTO codemode_cells (session, cell_id, tenant, server)
-                     SELECT session, cell_id, tenant, $4
-                     FROM UNNEST($1::text[], $2::text[], $3::text[]) AS c(session, cell_id, tenant)
-                     ON CONFLICT DO NOTHING",
-                    &[
-                        &column(|cell| &cell.0),
-                        &column(|cell| &cell.1),
-                        &column(|cell| &cell.2),
-                        &server,
-                    ],
-                )
-                .await
-                .map_err(failed)?;
-        }
-        if !batch.calls_started.is_empty() {
-            let column = |pick: fn(&(String, String, String, String)) -> &str| -> Vec<&str> {
-                batch.calls_started.iter().map(pick).collect()
-            };
-            transaction
-                .execute(
-                    "INSERT INTO codemode_tool_calls (session, cell_id, call_id, tool)
-                     SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[])
-                     ON CONFLICT DO NOTHING",
-                    &[
-                        &column(|call| &call.0),
-                        &column(|call| &call.1),
-                        &column(|call| &call.2),
-                        &column(|call| &call.3),
-                    ],
-                )
-                .await
-                .map_err(failed)?;
-        }
-        if !batch.cells_closed.is_empty() {
-            let sessions: Vec<&str> = batch.cells_closed.iter().map(|c| c.0.as_str()).collect();
-            let cells: Vec<&str> = batch.cells_closed.iter().map(|c| c.1.as_str()).collect();
-            for table in ["codemode_tool_calls", "codemode_cells"] {
-                transaction
-                    .execute(
-                        &format!(
-                            "DELETE FROM {table} AS t
-                             USING UNNEST($1::text[], $2::text[]) AS closed(session, cell_id)
-                             WHERE t.session = closed.session AND t.cell_id = closed.cell_id"
-                        ),
-                        &[&sessions, &cells],
-                    )
-                    .await
-                    .map_err(failed)?;
-            }
-        }
-        if !batch.sessions_opened.is_empty() {
-            let sessions: Vec<&str> = batch.sessions_opened.iter().map(|s| s.0.as_str()).collect();
-            let tenants: Vec<&str> = batch.sessions_opened.iter().map(|s| s.1.as_str()).collect();
-            transaction
-                .execute(
-                    "INSERT INTO codemode_open_sessions (server, session, tenant)
-                     SELECT $3, session, tenant FROM UNNEST($1::text[], $2::text[]) AS s(session, tenant)
-                     ON CONFLICT DO NOTHING",
-                    &[&sessions, &tenants, &server],
-                )
-                .await
-                .map_err(failed)?;
-        }
-        if !batch.sessions_closed.is_empty() {
-            transaction
-                .execute(
-                    "DELETE FROM codemode_open_sessions WHERE server = $1 AND session = ANY($2)",
-                    &[&server, &batch.sessions_closed],
-                )
-                .await
-                .map_err(failed)?;
-        }
-        transaction.commit().await.map_err(failed)
-    }
-
-    /// The sessions of `tenant` that the servers other than `server` whose leases run have open.
-    pub async fn sessions_elsewhere(
-        &self,
-        server: &str,
-        tenant: &str,
-    ) -> Result<Vec<String>, StoreError> {
-        let client = self.client().await?;
-        let rows = client
-            .query(
-                "SELECT DISTINCT sessions.session
-                 FROM codemode_open_sessions AS sessions JOIN codemode_replicas AS servers
-                 ON servers.id = sessions.server
-                 WHERE sessions.server <> $1 AND sessions.tenant = $2
-                   AND servers.lease_expires_at > now()",
-                &[&server, &tenant],
-            )
-            .await
-            .map_err(|error| self.failed("count the cluster's sessions in", error))?;
-        Ok(rows.iter().map(|row| row.get(0)).collect())
-    }
-
-    /// How many cells the servers other than `server` whose leases run have open: of `tenant`,
-    /// and in all.
-    pub async fn cells_elsewhere(
-        &self,
-        server: &str,
-        tenant: &str,
-    ) -> Result<(usize, usize), StoreError> {
-        let client = self.client().await?;
-        let row = client
-            .query_one(
-                "SELECT count(*) FILTER (WHERE cells.tenant = $2), count(*)
-                 FROM codemode_cells AS cells JOIN codemode_replicas AS servers
-                 ON servers.id = cells.server
-                 WHERE cells.server <> $1 AND servers.lease_expires_at > now()",
-                &[&server, &tenant],
-            )
-            .await
-            .map_err(|error| self.failed("count the cluster's cells in", error))?;
-        let count = |index| usize::try_from(row.get::<_, i64>(index)).unwrap_or(0);
-        Ok((count(0), count(1)))
-    }
-
-    /// The tool calls cell `cell_id` of `session` started and that were recorded, in the order
-    /// they started: `(call id, tool)`.
-    pub async fn tool_calls_of(
-        &self,
-        session: &str,
-        cell_id: &str,
-    ) -> Result<Vec<(String, String)>, StoreError> {
-        let client = self.client().await?;
-        let rows = client
-            .query(
-                "SELECT call_id, tool FROM codemode_tool_calls
-                 WHERE session = $1 AND cell_id = $2 ORDER BY started_at, call_id",
-                &[&session, &cell_id],
-            )
-            .await
-            .map_err(|error| self.failed("read tool calls from", error))?;
-        Ok(rows.iter().map(|row| (row.get(0), row.get(1))).collect())
-    }
-
-    async fn client(&self) -> Result<deadpool_postgres::Object, StoreError> {
+    pub(crate) async fn client(&self) -> Result<deadpool_postgres::Object, StoreError> {
         self.pool.get().await.map_err(|error| {
             let message = match &error {
                 PoolError::Backend(backend) => format!(
@@ -533,7 +249,7 @@ impl PostgresStore {
     }
 
     /// A database error while trying to `action` the database, as a store error of its kind.
-    fn failed(&self, action: &str, error: tokio_postgres::Error) -> StoreError {
+    pub(crate) fn failed(&self, action: &str, error: tokio_postgres::Error) -> StoreError {
         StoreError::of(
             kind_of(&error),
             format!(
@@ -546,20 +262,86 @@ impl PostgresStore {
     }
 }
 
+impl PostgresStore {
+    /// Connects to the database at `url` (`postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE`, or
+    /// any connection string `tokio-postgres` reads), and creates or upgrades its schema.
+    pub async fn connect(url: &str) -> Result<Self, StoreError> {
+        Ok(PostgresStore {
+            database: Database::connect(url).await?,
+            bytes_per_tenant: None,
+        })
+    }
+
+    /// The cluster registry in the same database, sharing this store's connections.
+    pub fn cluster(&self) -> crate::PostgresCluster {
+        crate::PostgresCluster::on(Arc::clone(&self.database))
+    }
+
+    /// Refuses a commit that would take its tenant's stored values past `limit` bytes (keys and
+    /// JSON text), counting every session of the tenant in the database, whichever server
+    /// committed them. A commit that does not grow its tenant's total is always taken.
+    pub fn limit_bytes_per_tenant(mut self, limit: usize) -> Self {
+        self.bytes_per_tenant = Some(u64::try_from(limit).unwrap_or(u64::MAX));
+        self
+    }
+
+    /// The stored bytes of `tenant` (keys and JSON text), as its last commit left them.
+    pub async fn tenant_bytes(&self, tenant: &str) -> Result<u64, StoreError> {
+        let client = self.database.client().await?;
+        let row = client
+            .query_opt(
+                "SELECT bytes FROM codemode_tenant_bytes WHERE tenant = $1",
+                &[&tenant],
+            )
+            .await
+            .map_err(|error| {
+                self.database
+                    .failed("read a tenant's stored bytes from", error)
+            })?;
+        Ok(row.map_or(0, |row| row.get::<_, i64>(0).max(0) as u64))
+    }
+
+    /// Where the database is (user, host, port, database; never the password).
+    pub fn target(&self) -> &str {
+        self.database.target()
+    }
+
+    /// The schema version the database has now (0: none yet).
+    pub async fn schema_version(&self) -> Result<i32, StoreError> {
+        let client = self.database.client().await?;
+        let exists: bool = client
+            .query_one(
+                "SELECT to_regclass('codemode_schema_version') IS NOT NULL",
+                &[],
+            )
+            .await
+            .map_err(|error| self.database.failed("read the schema version of", error))?
+            .get(0);
+        if !exists {
+            return Ok(0);
+        }
+        let row = client
+            .query_opt("SELECT version FROM codemode_schema_version", &[])
+            .await
+            .map_err(|error| self.database.failed("read the schema version of", error))?;
+        Ok(row.map_or(0, |row| row.get(0)))
+    }
+}
+
 #[async_trait]
 impl Store for PostgresStore {
     async fn load(&self, key: &SessionKey) -> Result<StoredValues, StoreError> {
         let session = key.to_string();
         let session = session.as_str();
-        let client = self.client().await?;
+        let client = self.database.client().await?;
         let statement = client
             .prepare_cached("SELECT key, value FROM codemode_stored_values WHERE session = $1")
             .await
-            .map_err(|error| self.failed("read stored values from", error))?;
+            .map_err(|error| self.database.failed("read stored values from", error))?;
         let rows = client
             .query(&statement, &[&session])
             .await
-            .map_err(|error| self.failed("read stored values from", error))?;
+            .map_err(|error| self.database.failed("read stored values from", error))?;
         let mut values = StoredValues::with_capacity(rows.len());
         for row in rows {
             let key: Vec<u8> = row.get(0);
@@ -570,7 +352,7 @@ impl Store for PostgresStore {
                         "a stored key of session {session:?} in the database at {} is not UTF-8 \
                          ({error}); it was left as it is: correct or delete its row in \
                          codemode_stored_values",
-                        self.target
+                        self.database.target
                     ),
                 )
                 .with_cause(error)
@@ -583,7 +365,7 @@ impl Store for PostgresStore {
                         "the stored value {key:?} of session {session:?} in the database at {} is \
                          not JSON ({error}); it was left as it is: correct or delete its row in \
                          codemode_stored_values",
-                        self.target
+                        self.database.target
                     ),
                 )
                 .with_cause(error)
@@ -613,8 +395,8 @@ impl Store for PostgresStore {
             .map(|(key, value)| stored_entry_bytes(key, value) as i64)
             .sum();
         let tenant = key.owner();
-        let failed = |error| self.failed("commit stored values to", error);
-        let mut client = self.client().await?;
+        let failed = |error| self.database.failed("commit stored values to", error);
+        let mut client = self.database.client().await?;
         let transaction = client.transaction().await.map_err(failed)?;
         let (lock_tenant, write) = tokio::try_join!(
             // Creates the tenant's row if need be, and locks it until the commit: the commits of
@@ -684,58 +466,6 @@ impl Store for PostgresStore {
         }
         transaction.commit().await.map_err(failed)
     }
-}
-
-/// One batch of a server's cell activity for [`PostgresStore::journal`].
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct JournalBatch {
-    /// Cells that started: `(session, cell id, tenant)`.
-    pub cells_started: Vec<(String, String, String)>,
-    /// Tool calls that cells started: `(session, cell id, call id, tool)`.
-    pub calls_started: Vec<(String, String, String, String)>,
-    /// Cells that closed: `(session, cell id)`.
-    pub cells_closed: Vec<(String, String)>,
-    /// Sessions the server opened: `(session, tenant)`.
-    pub sessions_opened: Vec<(String, String)>,
-    /// Sessions the server closed.
-    pub sessions_closed: Vec<String>,
-}
-
-impl JournalBatch {
-    /// Whether there is nothing to write.
-    pub fn is_empty(&self) -> bool {
-        // Destructured, so that a field added later cannot be forgotten here.
-        let JournalBatch {
-            cells_started,
-            calls_started,
-            cells_closed,
-            sessions_opened,
-            sessions_closed,
-        } = self;
-        cells_started.is_empty()
-            && calls_started.is_empty()
-            && cells_closed.is_empty()
-            && sessions_opened.is_empty()
-            && sessions_closed.is_empty()
-    }
-}
-
-/// A server of a cluster, as registered.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Replica {
-    /// The address it serves (`--advertise`).
-    pub address: String,
-    /// Whether its lease still runs.
-    pub alive: bool,
-    /// When its lease ends or ended (UTC, to the second).
-    pub lease_expires_at: String,
-}
-
-/// `duration` in whole milliseconds, as the database takes it.
-fn millis(duration: Duration) -> f64 {
-    duration.as_millis() as f64
 }
 
 /// What kind of store failure a database error is.
@@ -813,19 +543,6 @@ mod tests {
             .parse()
             .unwrap();
         assert_eq!(describe(&config), "alice@db.internal:6432/values");
-    }
-
-    #[test]
-    fn a_batch_of_only_sessions_opened_or_closed_is_not_empty() {
-        assert!(JournalBatch::default().is_empty());
-        let mut opened = JournalBatch::default();
-        opened
-            .sessions_opened
-            .push(("alpha/work".to_owned(), "alpha".to_owned()));
-        assert!(!opened.is_empty());
-        let mut closed = JournalBatch::default();
-        closed.sessions_closed.push("alpha/work".to_owned());
-        assert!(!closed.is_empty());
     }
 
     #[test]
