@@ -6,7 +6,7 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-use codemode_engine_process::HardStopKind;
+use codemode_engine_process::child::on_hard_stop;
 use codemode_runtime_quickjs::QuickJsEngine;
 
 use crate::setup::JsEngine;
@@ -17,7 +17,7 @@ const WARM_TIMEOUT: Duration = Duration::from_secs(10);
 /// Runs the engine-process loop with the engine `engine`.
 pub fn serve(engine: JsEngine) -> ExitCode {
     // Whatever the parent's parent leaked into this process goes before anything runs.
-    if let Err(error) = close_inherited_descriptors() {
+    if let Err(error) = codemode_engine_process::close_inherited_descriptors() {
         tracing::error!("engine process: {error}");
         return ExitCode::FAILURE;
     }
@@ -35,7 +35,7 @@ pub fn serve(engine: JsEngine) -> ExitCode {
                 JsEngine::V8 => {
                     codemode_runtime_v8::set_hard_stop_hook(
                         Duration::from_millis(settings.hard_stop_grace_ms),
-                        v8::on_hard_stop,
+                        on_hard_stop,
                     );
                     let engine = codemode_runtime_v8::V8Engine::with_warm_runtimes_for_heap(
                         settings.warm_runtimes,
@@ -50,7 +50,7 @@ pub fn serve(engine: JsEngine) -> ExitCode {
                 JsEngine::QuickJs => {
                     codemode_runtime_quickjs::set_hard_stop_hook(
                         Duration::from_millis(settings.hard_stop_grace_ms),
-                        on_quickjs_hard_stop,
+                        on_hard_stop,
                     );
                     let engine = QuickJsEngine::with_warm_runtimes_for_heap(
                         settings.warm_runtimes,
@@ -67,67 +67,8 @@ pub fn serve(engine: JsEngine) -> ExitCode {
 }
 
 #[cfg(feature = "v8")]
-use codemode_runtime_v8::{NATIVE_ATTACK_PROBE, close_inherited_descriptors};
+use codemode_runtime_v8::NATIVE_ATTACK_PROBE;
 
 /// Without V8 there is no native probe.
 #[cfg(not(feature = "v8"))]
 const NATIVE_ATTACK_PROBE: Option<codemode_engine_process::child::NativeProbe> = None;
-
-/// Without V8's native shim this program has no way to close a descriptor it did not open
-/// (closing one takes `unsafe` code, which lives only in that shim): it names them in a warning,
-/// for whoever starts codemode with descriptors open to fix.
-#[cfg(not(feature = "v8"))]
-fn close_inherited_descriptors() -> Result<(), String> {
-    let listed: Vec<i32> = std::fs::read_dir("/proc/self/fd")
-        .map_err(|error| format!("cannot list this process's descriptors: {error}"))?
-        .flatten()
-        .filter_map(|entry| entry.file_name().to_str()?.parse::<i32>().ok())
-        .collect();
-    // 0-2 are the channel and the capture pipes; the listing's own descriptor is closed by now.
-    let inherited: Vec<String> = listed
-        .into_iter()
-        .filter(|&fd| fd > 2 && std::fs::read_link(format!("/proc/self/fd/{fd}")).is_ok())
-        .map(|fd| fd.to_string())
-        .collect();
-    if !inherited.is_empty() {
-        tracing::warn!(
-            descriptors = %inherited.join(", "),
-            "engine process: descriptors inherited from whoever started codemode are open, and \
-             a build without V8 cannot close them; start codemode with only its standard \
-             streams open"
-        );
-    }
-    Ok(())
-}
-
-#[cfg(feature = "v8")]
-mod v8 {
-    use codemode_engine_process::HardStopKind;
-    use codemode_runtime_v8::{HardStop, HardStopReason};
-
-    pub(super) fn on_hard_stop(stop: &HardStop) {
-        let (kind, message) = match stop.reason {
-            HardStopReason::HeapLimit => (HardStopKind::HeapLimit, stop.message.clone()),
-            HardStopReason::CpuTimeLimit => (HardStopKind::CpuTimeLimit, stop.message.clone()),
-            HardStopReason::OutOfMemory => (
-                HardStopKind::Fatal,
-                format!("out of memory: {}", stop.message),
-            ),
-            _ => (
-                HardStopKind::Fatal,
-                format!("V8 fatal error: {}", stop.message),
-            ),
-        };
-        codemode_engine_process::child::hard_stop(stop.call_id.as_deref(), kind, &message)
-    }
-}
-
-/// A QuickJS cell still running its grace period after its CPU budget ran out (a built-in that
-/// loops in C checks no interrupt): the process ends, and the parent fails the cell saying why.
-fn on_quickjs_hard_stop(call_id: &str) {
-    codemode_engine_process::child::hard_stop(
-        Some(call_id),
-        HardStopKind::CpuTimeLimit,
-        "cpu time limit exceeded",
-    )
-}

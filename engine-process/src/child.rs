@@ -13,11 +13,11 @@ use std::os::unix::net::UnixStream;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use codemode_engine::{Engine, EngineHandles, EventSender, RuntimeEvent};
+use codemode_engine::{Engine, EngineHandles, EventSender, HardStop, RuntimeEvent};
 
 #[cfg(feature = "test-hooks")]
 use crate::wire::Probe;
-use crate::wire::{self, CellNumber, ChildSettings, HardStopKind, ToChild, ToParent, WIRE_VERSION};
+use crate::wire::{self, CellNumber, ChildSettings, ToChild, ToParent, WIRE_VERSION};
 
 /// A test-only attack run by native code of the engine host inside the sandbox (builds with the
 /// `test-hooks` feature): `(attack, target)` to `Ok(what happened)` if it succeeded, `Err(why
@@ -236,14 +236,15 @@ fn run(
 }
 
 /// Ends this engine process because a cell cannot be stopped from inside the engine, or the
-/// engine failed: tells the parent which cell and why (`call_id` is the number the parent gave
-/// the cell), then aborts. Safe to call from any thread, including inside the engine's own fatal
-/// error handler.
-pub fn hard_stop(call_id: Option<&str>, reason: HardStopKind, message: &str) -> ! {
+/// engine failed: tells the parent which cell and why (the stop's `call_id` is the number the
+/// parent gave the cell), then aborts. Safe to call from any thread, including inside the
+/// engine's own fatal error handler. An engine process sets it as its engine's hard-stop hook
+/// (through [`on_hard_stop`]).
+pub fn hard_stop(stop: &HardStop) -> ! {
     let frame = wire::encode(&ToParent::HardStop {
-        cell: call_id.and_then(|id| id.parse().ok()),
-        reason,
-        message: message.chars().take(2000).collect(),
+        cell: stop.call_id.as_deref().and_then(|id| id.parse().ok()),
+        reason: stop.reason,
+        message: stop.message.chars().take(2000).collect(),
     });
     if let (Ok(frame), Some(writer)) = (frame, WRITER.get()) {
         // Another thread may hold the writer in the middle of a frame, and output may still wait
@@ -268,6 +269,12 @@ pub fn hard_stop(call_id: Option<&str>, reason: HardStopKind, message: &str) -> 
         }
     }
     std::process::abort()
+}
+
+/// [`hard_stop`] as a [`codemode_engine::HardStopHook`], the hook every engine of an engine
+/// process gets.
+pub fn on_hard_stop(stop: &HardStop) {
+    hard_stop(stop)
 }
 
 /// The cells of this process, by number: `None` while a cell is starting.

@@ -36,9 +36,12 @@
 //! This crate knows no concrete engine: the binary that hosts engine processes chooses one.
 
 #![deny(missing_docs)]
-#![forbid(unsafe_code)]
+// Only `descriptors` may use `unsafe` (two system calls, its rules written at its top).
+#![deny(unsafe_code)]
 
 pub mod child;
+#[allow(unsafe_code)]
+mod descriptors;
 mod log;
 mod process;
 mod sandbox;
@@ -52,7 +55,7 @@ use std::time::Duration;
 use codemode_engine::{CellStart, Engine, EngineError, EngineHandles, EventSender};
 use codemode_protocol::limits::DEFAULT_HEAP_LIMIT_BYTES;
 
-pub use crate::wire::HardStopKind;
+pub use crate::descriptors::close_inherited_descriptors;
 #[cfg(feature = "test-hooks")]
 pub use crate::wire::{Forgery, Probe};
 

@@ -15,16 +15,14 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 use codemode_engine::{
-    CellStart, CommandSender, EngineError, EngineHandles, EventSender, RuntimeEvent, Terminate,
-    TerminateHandle,
+    CellStart, CommandSender, EngineError, EngineHandles, EventSender, HardStopReason,
+    RuntimeEvent, Terminate, TerminateHandle,
 };
 
 use crate::ProcessEngineConfig;
 #[cfg(feature = "test-hooks")]
 use crate::wire::Probe;
-use crate::wire::{
-    self, CellNumber, ChildSettings, HardStopKind, ToChild, ToParent, WIRE_VERSION, WireStart,
-};
+use crate::wire::{self, CellNumber, ChildSettings, ToChild, ToParent, WIRE_VERSION, WireStart};
 
 /// How long a new process may take to say it is ready.
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
@@ -800,7 +798,7 @@ struct ProcessState {
     /// The channel closed: the process is gone or going.
     ended: bool,
     /// What the child said before it ended itself.
-    hard_stop: Option<(Option<CellNumber>, HardStopKind, String)>,
+    hard_stop: Option<(Option<CellNumber>, HardStopReason, String)>,
     /// The cell whose stop the parent enforced by killing the process.
     killed_for: Option<CellNumber>,
     /// Why the parent ended the process for misbehaving: a frame it did not ask for or that
@@ -1203,7 +1201,9 @@ impl EngineProcess {
         }
         let printed = lock(&self.fatal_line).take();
         let crash = match (&hard_stop, status, printed) {
-            (Some((_, HardStopKind::Fatal, message)), _, _) => message.clone(),
+            (Some((_, HardStopReason::Fatal | HardStopReason::OutOfMemory, message)), _, _) => {
+                message.clone()
+            }
             (_, Some(status), Some(printed)) => format!("{printed}; {}", describe_exit(status)),
             (_, Some(status), None) => describe_exit(status),
             (_, None, _) => "it could not be waited for".to_owned(),
@@ -1212,9 +1212,10 @@ impl EngineProcess {
             tracing::warn!(pid = self.pid, cells = cells.len(), reason = %crash, "an engine process ended with cells in it");
         }
         let stopped_for = match (&hard_stop, killed_for) {
-            (Some((Some(cell), HardStopKind::HeapLimit | HardStopKind::CpuTimeLimit, _)), _) => {
-                Some(*cell)
-            }
+            (
+                Some((Some(cell), HardStopReason::HeapLimit | HardStopReason::CpuTimeLimit, _)),
+                _,
+            ) => Some(*cell),
             (_, Some(cell)) => Some(cell),
             _ => None,
         };
@@ -1230,10 +1231,10 @@ impl EngineProcess {
                      again",
                     misbehaved.as_deref().unwrap_or_default()
                 ),
-                Some((Some(cell), HardStopKind::HeapLimit, _)) if *cell == number => {
+                Some((Some(cell), HardStopReason::HeapLimit, _)) if *cell == number => {
                     codemode_engine::heap_limit_error(slot.heap_limit_bytes)
                 }
-                Some((Some(cell), HardStopKind::CpuTimeLimit, _)) if *cell == number => {
+                Some((Some(cell), HardStopReason::CpuTimeLimit, _)) if *cell == number => {
                     codemode_engine::cpu_time_limit_error(slot.cpu_time_limit.unwrap_or_default())
                 }
                 _ if stopped_for.is_some() => "the cell was stopped: another cell in its engine process \

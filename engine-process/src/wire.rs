@@ -14,7 +14,8 @@
 use std::io::{self, Read, Write};
 
 use codemode_engine::{
-    CellLimits, CellStart, PendingMode, RuntimeCommand, RuntimeControl, RuntimeEvent,
+    CellLimits, CellStart, HardStopReason, PendingMode, RuntimeCommand, RuntimeControl,
+    RuntimeEvent,
 };
 use codemode_protocol::ToolDefinition;
 use serde::{Deserialize, Serialize};
@@ -206,7 +207,7 @@ pub(crate) enum ToParent {
     /// process ends right after this frame.
     HardStop {
         cell: Option<CellNumber>,
-        reason: HardStopKind,
+        reason: HardStopReason,
         message: String,
     },
     #[cfg(feature = "test-hooks")]
@@ -214,18 +215,6 @@ pub(crate) enum ToParent {
         allowed: bool,
         detail: String,
     },
-}
-
-/// Why a child ended itself.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[non_exhaustive]
-pub enum HardStopKind {
-    /// A cell's heap went past its limit and termination did not take effect.
-    HeapLimit,
-    /// A cell ran past its CPU-time limit and did not stop within the grace period.
-    CpuTimeLimit,
-    /// The engine itself failed (a fatal error, out of memory).
-    Fatal,
 }
 
 #[derive(Debug, Serialize, Deserialize)]

@@ -20,6 +20,7 @@
 
 mod channel;
 pub mod globals;
+mod hard_stop;
 pub mod script;
 pub mod timers;
 pub mod watchdog;
@@ -39,6 +40,7 @@ pub use channel::{
     CommandSender, EventReceiver, EventSendError, EventSender, ForwardEventFn, RuntimeCommand,
     RuntimeControl, RuntimeEvent, event_channel,
 };
+pub use hard_stop::{HardStop, HardStopHook, HardStopReason};
 
 /// Everything an engine needs to start one cell.
 #[derive(Debug, Clone)]

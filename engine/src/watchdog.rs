@@ -25,14 +25,14 @@ use std::time::{Duration, Instant};
 pub struct HardStopPolicy {
     /// How long a stopped cell may go on before it is reported.
     pub grace: Duration,
-    /// Told, on the watchdog's thread, the call id of a cell still running `grace` after its
-    /// budget ran out (once per cell). It should end the process.
-    pub report: fn(call_id: &str),
+    /// Told, on the watchdog's thread, of a cell still running `grace` after its budget ran out
+    /// (once per cell), as a CPU-time [`HardStop`](crate::HardStop). It should end the process.
+    pub report: crate::HardStopHook,
 }
 
 impl HardStopPolicy {
     /// Reports a cell still running `grace` after it was stopped to `report`.
-    pub const fn new(grace: Duration, report: fn(call_id: &str)) -> Self {
+    pub const fn new(grace: Duration, report: crate::HardStopHook) -> Self {
         HardStopPolicy { grace, report }
     }
 }
@@ -239,7 +239,7 @@ impl CpuWatchdog {
             drop(watched);
             if let Some(policy) = policy {
                 for call_id in report {
-                    (policy.report)(&call_id);
+                    (policy.report)(&crate::HardStop::cpu_time_limit(&call_id));
                 }
             }
         }
@@ -254,8 +254,12 @@ mod tests {
     /// Call ids the test watchdog's hard-stop policy was told of.
     static REPORTED: Mutex<Vec<String>> = Mutex::new(Vec::new());
 
-    fn record_report(call_id: &str) {
-        REPORTED.lock().unwrap().push(call_id.to_owned());
+    fn record_report(stop: &crate::HardStop) {
+        assert_eq!(stop.reason, crate::HardStopReason::CpuTimeLimit);
+        REPORTED
+            .lock()
+            .unwrap()
+            .push(stop.call_id.clone().unwrap_or_default());
     }
 
     fn reported(call_id: &str) -> usize {

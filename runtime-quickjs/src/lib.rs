@@ -20,9 +20,8 @@ mod errors;
 mod runtime;
 mod watchdog;
 
-
 pub use crate::runtime::QuickJsRuntime;
-pub use crate::watchdog::{HardStopHook, set_hard_stop_hook};
+pub use crate::watchdog::{HardStop, HardStopHook, HardStopReason, set_hard_stop_hook};
 
 /// How many pre-warmed runtimes an engine keeps ready by default.
 pub use codemode_engine::script::DEFAULT_WARM_RUNTIMES;

@@ -627,10 +627,11 @@ impl ScriptRuntime for QuickJsRuntime {
         let baseline = thread_cpu_time().ok_or_else(|| {
             "cannot read the cell thread's CPU clock to enforce its CPU-time limit".to_owned()
         })?;
+        let halt = self.halt.clone();
         let watchdog = crate::watchdog::register(
             baseline,
             budget,
-            self.halt.clone(),
+            move || halt.terminate(),
             Arc::clone(&exceeded),
             call_id,
         )?;

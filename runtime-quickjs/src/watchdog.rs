@@ -16,13 +16,9 @@ use std::sync::OnceLock;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
-use codemode_engine::script::ScriptTerminator;
 use codemode_engine::watchdog::{CpuWatchdog, HardStopPolicy, Watch};
 
-use crate::runtime::Halt;
-
-/// What the hook is told: the cell that did not stop.
-pub type HardStopHook = fn(call_id: &str);
+pub use codemode_engine::{HardStop, HardStopHook, HardStopReason};
 
 static HOOK: OnceLock<HardStopPolicy> = OnceLock::new();
 
@@ -41,13 +37,13 @@ static WATCHDOG: CpuWatchdog =
     });
 
 /// Puts the calling thread's cell under the watchdog: once the thread's CPU time passes
-/// `baseline` (its CPU clock when the cell started) by `budget`, the cell is halted and `exceeded`
-/// set. Cheap on the cell's path: no `/proc` read, and the watchdog is woken only when it was
+/// `baseline` (its CPU clock when the cell started) by `budget`, `halt` stops the cell and
+/// `exceeded` is set. Cheap on the cell's path: no `/proc` read, and the watchdog is woken only when it was
 /// watching nothing.
 pub(crate) fn register(
     baseline: Duration,
     budget: Duration,
-    halt: Halt,
+    halt: impl Fn() + Send + 'static,
     exceeded: Arc<AtomicBool>,
     call_id: String,
 ) -> Result<Watch, String> {
@@ -56,7 +52,7 @@ pub(crate) fn register(
         move || thread_cpu_time(tid),
         baseline,
         budget,
-        move || halt.terminate(),
+        halt,
         exceeded,
         call_id,
     )

@@ -33,7 +33,6 @@
 #include <v8.h>
 
 #include <pthread.h>
-#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -553,14 +552,6 @@ void cm_runtime_delete(cm_runtime* rt) {
   } catch (...) {
   }
   delete rt;
-}
-
-// Closes every file descriptor from `first` up, inherited or not: an engine process keeps only its
-// standard streams. Returns 0 on success. Not about V8, but the one native call an engine process
-// needs beyond it, so it lives with the rest of the project's native code.
-int32_t cm_close_descriptors_from(int32_t first) {
-  if (first < 0) return -1;
-  return syscall(SYS_close_range, (unsigned int)first, ~0U, 0) == 0 ? 0 : -1;
 }
 
 // Sets the process's fatal hook (null: none). V8 ends the process when a fatal hook returns.

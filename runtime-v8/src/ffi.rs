@@ -79,7 +79,6 @@ unsafe extern "C" {
     fn cm_runtime_module_state(runtime: *mut RawRuntime) -> i32;
     fn cm_current_thread_cpu_clock(clock: *mut i32) -> i32;
     fn cm_set_fatal_hook(hook: Option<FatalFn>);
-    fn cm_close_descriptors_from(first: i32) -> i32;
     fn cm_cpu_clock_nanos(clock: i32) -> i64;
 }
 
@@ -190,21 +189,6 @@ pub fn attack_probe(attack: &str, target: &str) -> Result<String, String> {
         Ok(detail)
     } else {
         Err(detail)
-    }
-}
-
-/// Closes every file descriptor of this process but standard input, output and error, including
-/// those inherited without close-on-exec. Only for a process that owns no other descriptor yet
-/// (an engine process, first thing): descriptors Rust values still hold become invalid.
-pub fn close_inherited_descriptors() -> Result<(), String> {
-    // SAFETY: close_range only closes descriptors; the caller promises no live Rust value owns
-    // one above 2 (it runs before the engine process opens anything).
-    match unsafe { cm_close_descriptors_from(3) } {
-        0 => Ok(()),
-        _ => Err(format!(
-            "cannot close inherited file descriptors: {}",
-            std::io::Error::last_os_error()
-        )),
     }
 }
 

@@ -21,35 +21,11 @@ use std::time::Duration;
 
 use crate::ffi::{self, FatalKind};
 
-/// Why a cell had to stop its process.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum HardStopReason {
-    /// The cell's heap went past its limit and termination did not take effect.
-    HeapLimit,
-    /// The cell ran past its CPU-time limit and did not stop within the grace period.
-    CpuTimeLimit,
-    /// The process could not get memory.
-    OutOfMemory,
-    /// V8 hit a fatal error.
-    Fatal,
-}
-
-/// What the hard-stop hook is told.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct HardStop {
-    /// The `call_id` of the cell that caused it, when known.
-    pub call_id: Option<String>,
-    /// Why.
-    pub reason: HardStopReason,
-    /// V8's message, or a description.
-    pub message: String,
-}
+pub use codemode_engine::{HardStop, HardStopHook, HardStopReason};
 
 struct Hook {
     grace: Duration,
-    hook: fn(&HardStop),
+    hook: HardStopHook,
 }
 
 static HOOK: OnceLock<Hook> = OnceLock::new();
@@ -63,7 +39,7 @@ thread_local! {
 /// past its CPU-time limit may go on before the hook is called. The hook should end the process:
 /// for V8's fatal errors V8 ends it anyway once the hook returns; in the other cases a hook that
 /// returns leaves the cell running, as without a hook.
-pub fn set_hard_stop_hook(grace: Duration, hook: fn(&HardStop)) {
+pub fn set_hard_stop_hook(grace: Duration, hook: HardStopHook) {
     if HOOK.set(Hook { grace, hook }).is_ok() {
         ffi::set_fatal_hook(on_fatal);
     }
@@ -74,14 +50,10 @@ pub(crate) fn cpu_grace() -> Option<Duration> {
     HOOK.get().map(|hook| hook.grace)
 }
 
-/// Tells the hook that the cell `call_id` did not stop within the grace period of its CPU limit.
-pub(crate) fn cpu_limit_not_honoured(call_id: &str) {
+/// Tells the hook of a cell that did not stop within the grace period of its CPU limit.
+pub(crate) fn cpu_limit_not_honoured(stop: &HardStop) {
     if let Some(hook) = HOOK.get() {
-        (hook.hook)(&HardStop {
-            call_id: Some(call_id.to_owned()),
-            reason: HardStopReason::CpuTimeLimit,
-            message: "cpu time limit exceeded".to_owned(),
-        });
+        (hook.hook)(stop);
     }
 }
 
@@ -109,14 +81,18 @@ fn on_fatal(kind: FatalKind, message: &str) {
         .try_with(|cell| cell.try_borrow().ok().and_then(|cell| cell.clone()))
         .ok()
         .flatten();
-    let reason = match kind {
-        FatalKind::HeapLimit => HardStopReason::HeapLimit,
-        FatalKind::OutOfMemory => HardStopReason::OutOfMemory,
-        FatalKind::Error => HardStopReason::Fatal,
+    let stop = match kind {
+        FatalKind::HeapLimit => HardStop::new(call_id, HardStopReason::HeapLimit, message),
+        FatalKind::OutOfMemory => HardStop::new(
+            call_id,
+            HardStopReason::OutOfMemory,
+            format!("out of memory: {message}"),
+        ),
+        FatalKind::Error => HardStop::new(
+            call_id,
+            HardStopReason::Fatal,
+            format!("V8 fatal error: {message}"),
+        ),
     };
-    (hook.hook)(&HardStop {
-        call_id,
-        reason,
-        message: message.to_owned(),
-    });
+    (hook.hook)(&stop);
 }

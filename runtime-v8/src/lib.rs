@@ -20,7 +20,7 @@ mod watchdog;
 use codemode_engine::script::CellHost;
 use codemode_protocol::limits::DEFAULT_HEAP_LIMIT_BYTES;
 
-pub use crate::hard_stop::{HardStop, HardStopReason, set_hard_stop_hook};
+pub use crate::hard_stop::{HardStop, HardStopHook, HardStopReason, set_hard_stop_hook};
 
 /// The test-only native attack probe (builds with the `test-hooks` feature; `None` otherwise): an
 /// engine host hands it to `codemode_engine_process::child::serve_with_probe`, and the sandbox
@@ -65,14 +65,6 @@ pub fn bare_isolate_cycle() -> Result<std::time::Duration, String> {
     let _ = runtime.run_microtasks();
     drop(runtime);
     Ok(started.elapsed())
-}
-
-/// Closes every file descriptor of this process but its standard streams, including those it
-/// inherited without close-on-exec: the first thing an engine process does, so that it holds
-/// nothing but its channel (standard input) and its capture pipes. Call it only before the process
-/// opens anything else.
-pub fn close_inherited_descriptors() -> Result<(), String> {
-    ffi::close_inherited_descriptors()
 }
 
 /// Whether V8 can run here: initialises it once, or says why it cannot.
