@@ -31,7 +31,8 @@ pub trait Host {
     fn call(&mut self, op: i32, a: Option<&[u8]>, b: Option<&[u8]>) -> HostReply;
 }
 
-// The ops of the bootstrap (js/bootstrap.js uses the same numbers).
+// The ops of the bootstrap. js/bootstrap.js declares the same names with the same numbers; the
+// test `the_bootstrap_declares_the_same_ops` holds the two tables to each other.
 const OP_TEXT: i32 = 1;
 const OP_IMAGE: i32 = 2;
 const OP_AUDIO: i32 = 3;
@@ -44,8 +45,24 @@ const OP_TOOL_CALL: i32 = 9;
 const OP_SET_TIMEOUT: i32 = 10;
 const OP_CLEAR_TIMEOUT: i32 = 11;
 /// The op of `__codemode_test_panic()`, a global that exists only with test hooks on.
-#[cfg(feature = "test-hooks")]
 const OP_TEST_PANIC: i32 = 99;
+
+/// Every op by the name both sides give it.
+#[cfg_attr(not(test), allow(dead_code))]
+const OPS: &[(&str, i32)] = &[
+    ("OP_TEXT", OP_TEXT),
+    ("OP_IMAGE", OP_IMAGE),
+    ("OP_AUDIO", OP_AUDIO),
+    ("OP_STORE", OP_STORE),
+    ("OP_LOAD", OP_LOAD),
+    ("OP_NOTIFY", OP_NOTIFY),
+    ("OP_YIELD", OP_YIELD),
+    ("OP_EXIT", OP_EXIT),
+    ("OP_TOOL_CALL", OP_TOOL_CALL),
+    ("OP_SET_TIMEOUT", OP_SET_TIMEOUT),
+    ("OP_CLEAR_TIMEOUT", OP_CLEAR_TIMEOUT),
+    ("OP_TEST_PANIC", OP_TEST_PANIC),
+];
 
 /// Why the host stopped the cell's JavaScript from inside a host call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -212,4 +229,37 @@ impl Host for CellHost {
 
 fn parse_json(text: Option<&str>) -> Option<serde_json::Value> {
     text.and_then(|text| serde_json::from_str(text).ok())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The op numbers are written twice, here and in the bootstrap: every `const OP_… = n;` the
+    /// bootstrap declares must be in [`OPS`] with the same number, and every op of [`OPS`] in the
+    /// bootstrap.
+    #[test]
+    fn the_bootstrap_declares_the_same_ops() {
+        let declared: Vec<(String, i32)> = super::super::BOOTSTRAP_JS
+            .lines()
+            .filter_map(|line| {
+                let rest = line.trim().strip_prefix("const OP_")?;
+                let (name, number) = rest.strip_suffix(';')?.split_once(" = ")?;
+                Some((format!("OP_{name}"), number.trim().parse().ok()?))
+            })
+            .collect();
+        let mut declared_sorted = declared.clone();
+        declared_sorted.sort();
+        let mut ours: Vec<(String, i32)> = OPS
+            .iter()
+            .map(|(name, number)| ((*name).to_owned(), *number))
+            .collect();
+        ours.sort();
+        assert_eq!(declared_sorted, ours);
+        // No two ops share a number.
+        let mut numbers: Vec<i32> = OPS.iter().map(|(_, number)| *number).collect();
+        numbers.sort_unstable();
+        numbers.dedup();
+        assert_eq!(numbers.len(), OPS.len());
+    }
 }
