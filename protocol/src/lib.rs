@@ -14,6 +14,7 @@ pub mod limits;
 mod output;
 mod pragma;
 mod request;
+pub mod schema;
 mod stored;
 mod tool;
 mod typescript;

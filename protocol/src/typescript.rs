@@ -10,8 +10,9 @@
 
 use std::fmt::Write;
 
+use crate::schema::{Items, Keywords, Property, Schema};
 use crate::{ResultType, ToolDefinition, ToolKind};
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 /// Past this nesting depth a schema is `unknown`, to keep declarations readable.
 const MAX_DEPTH: usize = 6;
@@ -163,7 +164,7 @@ fn write_tool(out: &mut String, tool: &ToolDefinition) {
     let structured = tool
         .output_schema
         .as_ref()
-        .map(|schema| ts_type(schema, 1, 0));
+        .map(|schema| ts_type(&Schema::read(schema), 1, 0));
     let result = match (tool.result_type, structured) {
         (Some(shape), Some(structured)) => format!("{}<{structured}>", shape.name()),
         (Some(shape), None) => shape.name().to_owned(),
@@ -175,9 +176,10 @@ fn write_tool(out: &mut String, tool: &ToolDefinition) {
         ToolKind::Function => match &tool.input_schema {
             None => "args?: unknown".to_owned(),
             Some(schema) => {
-                let argument = ts_type(schema, 1, 0);
+                let schema = Schema::read(schema);
+                let argument = ts_type(&schema, 1, 0);
                 // A schema that says nothing (`unknown`) accepts no argument too.
-                let required = argument != "unknown" && argument_required(schema);
+                let required = argument != "unknown" && argument_required(&schema);
                 let optional = if required { "" } else { "?" };
                 format!("args{optional}: {argument}")
             }
@@ -191,16 +193,14 @@ fn write_tool(out: &mut String, tool: &ToolDefinition) {
 }
 
 /// An object argument with no required properties may be left out.
-fn argument_required(schema: &Value) -> bool {
-    match schema.get("required").and_then(Value::as_array) {
-        Some(required) => !required.is_empty(),
-        None => !is_object_schema(schema),
+fn argument_required(schema: &Schema) -> bool {
+    match schema.keywords() {
+        Some(keywords) => match &keywords.required {
+            Some(required) => !required.is_empty(),
+            None => !keywords.is_object(),
+        },
+        None => true,
     }
-}
-
-fn is_object_schema(schema: &Value) -> bool {
-    schema.get("type").and_then(Value::as_str) == Some("object")
-        || (schema.get("type").is_none() && schema.get("properties").is_some())
 }
 
 /// Writes `text` as a `/** ... */` comment at `indent` levels (two spaces each).
@@ -224,42 +224,41 @@ fn write_doc(out: &mut String, text: &str, indent: usize) {
 }
 
 /// The TypeScript type of `schema`, written for a position `indent` levels deep.
-fn ts_type(schema: &Value, indent: usize, depth: usize) -> String {
-    let Value::Object(schema) = schema else {
-        return match schema {
-            Value::Bool(false) => "never".to_owned(),
-            _ => "unknown".to_owned(),
-        };
+fn ts_type(schema: &Schema, indent: usize, depth: usize) -> String {
+    let keywords = match schema {
+        Schema::Nothing => return "never".to_owned(),
+        Schema::Anything => return "unknown".to_owned(),
+        Schema::Keywords(keywords) => keywords,
     };
     if depth > MAX_DEPTH {
         return "unknown".to_owned();
     }
-    let base = base_type(schema, indent, depth);
-    if schema.get("nullable").and_then(Value::as_bool) == Some(true) && base != "unknown" {
+    let base = base_type(keywords, indent, depth);
+    if keywords.nullable && base != "unknown" {
         union(vec![base, "null".to_owned()])
     } else {
         base
     }
 }
 
-fn base_type(schema: &Map<String, Value>, indent: usize, depth: usize) -> String {
-    if let Some(constant) = schema.get("const") {
+/// The type the first keyword that says most gives: `const`, `enum`, `anyOf`, `oneOf`, `allOf`,
+/// `type`, then `properties` or `items` alone.
+fn base_type(schema: &Keywords, indent: usize, depth: usize) -> String {
+    if let Some(constant) = &schema.constant {
         return literal(constant);
     }
-    if let Some(Value::Array(values)) = schema.get("enum") {
+    if let Some(values) = &schema.choices {
         return union(values.iter().map(literal).collect());
     }
-    for key in ["anyOf", "oneOf"] {
-        if let Some(Value::Array(members)) = schema.get(key) {
-            return union(
-                members
-                    .iter()
-                    .map(|member| ts_type(member, indent, depth + 1))
-                    .collect(),
-            );
-        }
+    if let Some(members) = schema.any_of.as_ref().or(schema.one_of.as_ref()) {
+        return union(
+            members
+                .iter()
+                .map(|member| ts_type(member, indent, depth + 1))
+                .collect(),
+        );
     }
-    if let Some(Value::Array(members)) = schema.get("allOf") {
+    if let Some(members) = &schema.all_of {
         let parts: Vec<String> = members
             .iter()
             .map(|member| ts_type(member, indent, depth + 1))
@@ -278,22 +277,20 @@ fn base_type(schema: &Map<String, Value>, indent: usize, depth: usize) -> String
             parts.join(" & ")
         };
     }
-    match schema.get("type") {
-        Some(Value::String(kind)) => typed(kind, schema, indent, depth),
-        Some(Value::Array(kinds)) => union(
+    match &schema.types {
+        Some(kinds) => union(
             kinds
                 .iter()
-                .filter_map(Value::as_str)
                 .map(|kind| typed(kind, schema, indent, depth))
                 .collect(),
         ),
-        _ if schema.contains_key("properties") => object_type(schema, indent, depth),
-        _ if schema.contains_key("items") => array_type(schema, indent, depth),
-        _ => "unknown".to_owned(),
+        None if schema.properties.is_some() => object_type(schema, indent, depth),
+        None if schema.items.is_some() => array_type(schema, indent, depth),
+        None => "unknown".to_owned(),
     }
 }
 
-fn typed(kind: &str, schema: &Map<String, Value>, indent: usize, depth: usize) -> String {
+fn typed(kind: &str, schema: &Keywords, indent: usize, depth: usize) -> String {
     match kind {
         "string" => "string".to_owned(),
         "number" | "integer" => "number".to_owned(),
@@ -305,21 +302,22 @@ fn typed(kind: &str, schema: &Map<String, Value>, indent: usize, depth: usize) -
     }
 }
 
-fn array_type(schema: &Map<String, Value>, indent: usize, depth: usize) -> String {
-    if let Some(Value::Array(prefix)) = schema
-        .get("prefixItems")
-        .or_else(|| schema.get("items").filter(|items| items.is_array()))
-    {
-        let members: Vec<String> = prefix
+fn array_type(schema: &Keywords, indent: usize, depth: usize) -> String {
+    let tuple = schema.prefix_items.as_ref().or(match &schema.items {
+        Some(Items::Tuple(positions)) => Some(positions),
+        _ => None,
+    });
+    if let Some(positions) = tuple {
+        let members: Vec<String> = positions
             .iter()
             .map(|item| ts_type(item, indent, depth + 1))
             .collect();
         return format!("[{}]", members.join(", "));
     }
-    let item = schema
-        .get("items")
-        .map(|items| ts_type(items, indent, depth + 1))
-        .unwrap_or_else(|| "unknown".to_owned());
+    let item = match &schema.items {
+        Some(Items::Each(each)) => ts_type(each, indent, depth + 1),
+        _ => "unknown".to_owned(),
+    };
     if item.contains(' ') && !item.starts_with('{') {
         format!("({item})[]")
     } else {
@@ -327,34 +325,38 @@ fn array_type(schema: &Map<String, Value>, indent: usize, depth: usize) -> Strin
     }
 }
 
-fn object_type(schema: &Map<String, Value>, indent: usize, depth: usize) -> String {
-    let properties = schema.get("properties").and_then(Value::as_object);
-    let additional = match schema.get("additionalProperties") {
-        Some(Value::Bool(false)) | None => None,
-        Some(Value::Bool(true)) => Some("unknown".to_owned()),
+fn object_type(schema: &Keywords, indent: usize, depth: usize) -> String {
+    let additional = match &schema.additional {
+        Some(Schema::Nothing) | None => None,
         Some(additional) => Some(ts_type(additional, indent + 1, depth + 1)),
     };
-    let properties = match properties {
+    let properties = match &schema.properties {
         Some(properties) if !properties.is_empty() => properties,
         _ => {
             let value = additional.unwrap_or_else(|| "unknown".to_owned());
             return format!("Record<string, {value}>");
         }
     };
-    let required: Vec<&str> = schema
-        .get("required")
-        .and_then(Value::as_array)
-        .map(|required| required.iter().filter_map(Value::as_str).collect())
-        .unwrap_or_default();
     let pad = "  ".repeat(indent + 1);
     let mut out = String::from("{\n");
-    for (name, property) in properties {
-        if let Some(description) = property.get("description").and_then(Value::as_str) {
-            write_doc(&mut out, &describe(description, property), indent + 1);
-        } else if let Some(default) = property.get("default") {
+    for Property {
+        name,
+        schema: property,
+    } in properties
+    {
+        let keywords = property.keywords();
+        if let Some(description) = keywords.and_then(|keywords| keywords.description.as_deref()) {
+            let default = keywords.and_then(|keywords| keywords.default.as_ref());
+            write_doc(&mut out, &describe(description, default), indent + 1);
+        } else if let Some(default) = keywords.and_then(|keywords| keywords.default.as_ref()) {
             write_doc(&mut out, &format!("Default: {default}"), indent + 1);
         }
-        let optional = if required.contains(&name.as_str()) {
+        let optional = if schema
+            .required
+            .iter()
+            .flatten()
+            .any(|required| required == name)
+        {
             ""
         } else {
             "?"
@@ -374,8 +376,8 @@ fn object_type(schema: &Map<String, Value>, indent: usize, depth: usize) -> Stri
 }
 
 /// A property's description, with its default when it has one.
-fn describe(description: &str, property: &Value) -> String {
-    match property.get("default") {
+fn describe(description: &str, default: Option<&Value>) -> String {
+    match default {
         Some(default) => format!("{} (default: {default})", description.trim_end()),
         None => description.to_owned(),
     }
@@ -424,7 +426,7 @@ mod tests {
     use serde_json::json;
 
     fn ty(schema: Value) -> String {
-        ts_type(&schema, 0, 0)
+        ts_type(&Schema::read(&schema), 0, 0)
     }
 
     #[test]
