@@ -48,14 +48,8 @@ impl CellHost for MapHost {
         }
     }
 
-    async fn notify(
-        &self,
-        _call_id: String,
-        text: String,
-        _cancellation: CancellationToken,
-    ) -> Result<(), String> {
+    async fn notify(&self, _call_id: String, text: String, _cancellation: CancellationToken) {
         eprintln!("[host] notify: {text}");
-        Ok(())
     }
 
     async fn commit_completion(&self, claim: CompletionClaim) -> CompletionCommit {

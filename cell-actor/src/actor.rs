@@ -588,13 +588,10 @@ impl<H: CellHost> CellActor<H> {
         let host = Arc::clone(&self.host);
         let cancellation = self.notifications_cancel.child_token();
         self.notification_tasks.spawn(async move {
-            let delivered = tokio::select! {
+            tokio::select! {
                 biased;
-                _ = cancellation.cancelled() => return,
-                delivered = host.notify(call_id, text, cancellation.clone()) => delivered,
-            };
-            if let Err(error) = delivered {
-                tracing::warn!(%error, "the host failed to deliver a notification");
+                _ = cancellation.cancelled() => {}
+                () = host.notify(call_id, text, cancellation.clone()) => {}
             }
         });
     }

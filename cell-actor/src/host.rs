@@ -111,13 +111,14 @@ pub trait CellHost: Send + Sync + 'static {
     ) -> impl Future<Output = Result<Value, ToolError>> + Send;
 
     /// Delivers a `notify(...)` from the cell. On completion pending notifications are awaited;
-    /// on termination they are cancelled.
+    /// on termination they are cancelled. Notifications are best effort: one the host cannot
+    /// deliver is the host's to log, and changes nothing for the cell.
     fn notify(
         &self,
         call_id: String,
         text: String,
         cancellation: CancellationToken,
-    ) -> impl Future<Output = Result<(), String>> + Send;
+    ) -> impl Future<Output = ()> + Send;
 
     /// Commits a completed cell. The cell has already claimed its outcome (a terminated cell
     /// never gets here), and no lock is held: the host may take as long as its store needs. It

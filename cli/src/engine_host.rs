@@ -46,7 +46,9 @@ pub fn serve(engine: JsEngine) -> ExitCode {
                     Ok(Box::new(engine) as Box<dyn codemode_engine::Engine>)
                 }
                 #[cfg(not(feature = "v8"))]
-                JsEngine::V8 => Err("this codemode was built without V8".to_owned()),
+                JsEngine::V8 => Err(codemode_engine::EngineError::Unavailable(
+                    "this codemode was built without V8".to_owned(),
+                )),
                 JsEngine::QuickJs => {
                     codemode_runtime_quickjs::set_hard_stop_hook(
                         Duration::from_millis(settings.hard_stop_grace_ms),

@@ -13,7 +13,7 @@ use std::os::unix::net::UnixStream;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use codemode_engine::{Engine, EngineHandles, EventSender, HardStop, RuntimeEvent};
+use codemode_engine::{Engine, EngineError, EngineHandles, EventSender, HardStop, RuntimeEvent};
 
 #[cfg(feature = "test-hooks")]
 use crate::wire::Probe;
@@ -52,7 +52,7 @@ pub use crate::wire::ChildSettings as Settings;
 /// `make_engine` builds the engine from the parent's settings (and should warm it: the process is
 /// reported ready once it returns). Returns the process's exit code.
 pub fn serve(
-    make_engine: impl FnOnce(&ChildSettings) -> Result<Box<dyn Engine>, String>,
+    make_engine: impl FnOnce(&ChildSettings) -> Result<Box<dyn Engine>, EngineError>,
 ) -> std::process::ExitCode {
     serve_with_probe(make_engine, None)
 }
@@ -60,7 +60,7 @@ pub fn serve(
 /// [`serve`], with a native attack probe that test builds run on request (see [`NativeProbe`]);
 /// without the `test-hooks` feature the probe is never called.
 pub fn serve_with_probe(
-    make_engine: impl FnOnce(&ChildSettings) -> Result<Box<dyn Engine>, String>,
+    make_engine: impl FnOnce(&ChildSettings) -> Result<Box<dyn Engine>, EngineError>,
     native_probe: Option<NativeProbe>,
 ) -> std::process::ExitCode {
     #[cfg(not(feature = "test-hooks"))]
@@ -77,7 +77,7 @@ pub fn serve_with_probe(
 }
 
 fn run(
-    make_engine: impl FnOnce(&ChildSettings) -> Result<Box<dyn Engine>, String>,
+    make_engine: impl FnOnce(&ChildSettings) -> Result<Box<dyn Engine>, EngineError>,
 ) -> Result<(), String> {
     // Before any thread exists, so that every thread inherits it.
     let early = crate::sandbox::enter_early(std::env::var_os("LD_LIBRARY_PATH").as_deref())?;
@@ -141,6 +141,7 @@ fn run(
     let engine = match make_engine(&settings) {
         Ok(engine) => engine,
         Err(error) => {
+            let error = error.to_string();
             send(ToParent::Failed {
                 error: error.clone(),
             });

@@ -2,8 +2,9 @@
 //! socket pair (the child's standard input).
 //!
 //! A frame is a little-endian `u32` length, then that many bytes of one JSON message. JSON rather
-//! than a binary codec because tool inputs, results and stored values are arbitrary JSON already
-//! (`serde_json::Value`), which the compact binary codecs of serde cannot carry; messages are
+//! than a binary codec because tool inputs and results are arbitrary JSON (`serde_json::Value`)
+//! and stored values are JSON text already (`codemode_protocol::StoredValue`), which the compact
+//! binary codecs of serde cannot carry; messages are
 //! small and the encoding is a few microseconds of a round trip (see the benchmark suite).
 //!
 //! Engine events, commands and controls travel as the engine crate's own types. Cells are named on

@@ -211,6 +211,10 @@ pub enum EngineError {
     /// The engine itself cannot run (its library failed to initialise).
     #[error("the JavaScript engine is unavailable: {0}")]
     Unavailable(String),
+    /// A runtime could not be created or prepared for a cell (its bootstrap failed, its CPU
+    /// limit cannot be enforced): the text says what, and is the cell's error as it is.
+    #[error("{0}")]
+    Runtime(String),
 }
 
 /// A JavaScript engine that can run cells. Implemented by `runtime-v8`; a scripted engine can

@@ -154,8 +154,8 @@ impl CpuWatchdog {
         stop: impl Fn() + Send + 'static,
         exceeded: Arc<AtomicBool>,
         call_id: String,
-    ) -> Result<Watch, String> {
-        let shared = self.shared()?;
+    ) -> Result<Watch, crate::EngineError> {
+        let shared = self.shared().map_err(crate::EngineError::Runtime)?;
         let key = shared.next_key.fetch_add(1, Ordering::Relaxed);
         let was_idle = {
             let mut watched = shared.lock();

@@ -16,6 +16,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use codemode_engine::EngineError;
 use codemode_engine::globals::THROW_SITE_GLOBAL;
 use codemode_engine::script::{
     BOOTSTRAP_RESOURCE_NAME, CELL_RESOURCE_NAME, CellHost, CpuWatch, Host, HostReply, ModuleState,
@@ -185,9 +186,10 @@ impl Drop for QuickJsRuntime {
 impl QuickJsRuntime {
     /// A runtime whose heap (every allocation of QuickJS, strings and array buffers included)
     /// may grow to `heap_limit_bytes`.
-    pub fn new(heap_limit_bytes: usize, host: CellHost) -> Result<Self, String> {
-        let runtime = Runtime::new()
-            .map_err(|error| format!("QuickJS could not create a runtime: {error}"))?;
+    pub fn new(heap_limit_bytes: usize, host: CellHost) -> Result<Self, EngineError> {
+        let runtime = Runtime::new().map_err(|error| {
+            EngineError::Runtime(format!("QuickJS could not create a runtime: {error}"))
+        })?;
         runtime.set_memory_limit(heap_limit_bytes);
         runtime.set_max_stack_size(MAX_STACK_BYTES);
         runtime.set_loader(RefuseImports, RefuseImports);
@@ -213,8 +215,9 @@ impl QuickJsRuntime {
                 false
             })));
         }
-        let context = Context::full(&runtime)
-            .map_err(|error| format!("QuickJS could not create a context: {error}"))?;
+        let context = Context::full(&runtime).map_err(|error| {
+            EngineError::Runtime(format!("QuickJS could not create a context: {error}"))
+        })?;
         Ok(QuickJsRuntime {
             dispatch: None,
             module_promise: None,
@@ -479,7 +482,7 @@ impl ScriptRuntime for QuickJsRuntime {
     type CellGuard = ();
     type HostGuard<'a> = RefMut<'a, CellHost>;
 
-    fn create(heap_limit_bytes: usize, host: CellHost) -> Result<Self, String> {
+    fn create(heap_limit_bytes: usize, host: CellHost) -> Result<Self, EngineError> {
         QuickJsRuntime::new(heap_limit_bytes, host)
     }
 
@@ -622,10 +625,12 @@ impl ScriptRuntime for QuickJsRuntime {
         state
     }
 
-    fn watch_cpu(&self, budget: Duration, call_id: String) -> Result<BudgetWatch, String> {
+    fn watch_cpu(&self, budget: Duration, call_id: String) -> Result<BudgetWatch, EngineError> {
         let exceeded = Arc::new(AtomicBool::new(false));
         let baseline = thread_cpu_time().ok_or_else(|| {
-            "cannot read the cell thread's CPU clock to enforce its CPU-time limit".to_owned()
+            EngineError::Runtime(
+                "cannot read the cell thread's CPU clock to enforce its CPU-time limit".to_owned(),
+            )
         })?;
         let halt = self.halt.clone();
         let watchdog = crate::watchdog::register(

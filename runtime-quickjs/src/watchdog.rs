@@ -46,7 +46,7 @@ pub(crate) fn register(
     halt: impl Fn() + Send + 'static,
     exceeded: Arc<AtomicBool>,
     call_id: String,
-) -> Result<Watch, String> {
+) -> Result<Watch, codemode_engine::EngineError> {
     let tid = nix::unistd::gettid().as_raw();
     WATCHDOG.watch(
         move || thread_cpu_time(tid),

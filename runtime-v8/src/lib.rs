@@ -68,8 +68,8 @@ pub fn bare_isolate_cycle() -> Result<std::time::Duration, String> {
 }
 
 /// Whether V8 can run here: initialises it once, or says why it cannot.
-pub fn v8_available() -> Result<(), String> {
-    ffi::initialize()
+pub fn v8_available() -> Result<(), codemode_engine::EngineError> {
+    ffi::initialize().map_err(codemode_engine::EngineError::Unavailable)
 }
 
 /// The version of the V8 this crate is linked against, such as `10.2.154.26-node.36`.

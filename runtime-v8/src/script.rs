@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use codemode_engine::EngineError;
 use codemode_engine::script::{CellHost, ModuleState, RunStatus, ScriptRuntime, ScriptTerminator};
 
 use crate::ffi::{IsolateTerminator, V8Runtime};
@@ -26,8 +27,8 @@ impl ScriptRuntime for V8Runtime<CellHost> {
         format!("V8 {}", crate::v8_version())
     }
 
-    fn initialize() -> Result<(), String> {
-        crate::ffi::initialize()
+    fn initialize() -> Result<(), EngineError> {
+        crate::ffi::initialize().map_err(EngineError::Unavailable)
     }
 
     type Terminator = IsolateTerminator;
@@ -35,8 +36,9 @@ impl ScriptRuntime for V8Runtime<CellHost> {
     type CellGuard = RunningCell;
     type HostGuard<'a> = &'a mut CellHost;
 
-    fn create(heap_limit_bytes: usize, host: CellHost) -> Result<Self, String> {
-        V8Runtime::new(heap_limit_bytes, host).map_err(|error| error.to_string())
+    fn create(heap_limit_bytes: usize, host: CellHost) -> Result<Self, EngineError> {
+        V8Runtime::new(heap_limit_bytes, host)
+            .map_err(|error| EngineError::Runtime(error.to_string()))
     }
 
     fn host(&mut self) -> &mut CellHost {
@@ -75,7 +77,7 @@ impl ScriptRuntime for V8Runtime<CellHost> {
         V8Runtime::module_state(self)
     }
 
-    fn watch_cpu(&self, budget: Duration, call_id: String) -> Result<Watch, String> {
+    fn watch_cpu(&self, budget: Duration, call_id: String) -> Result<Watch, EngineError> {
         watchdog::watch(budget, V8Runtime::terminator(self), call_id)
     }
 

@@ -26,9 +26,11 @@ pub(crate) fn watch(
     budget: Duration,
     terminator: IsolateTerminator,
     call_id: String,
-) -> Result<Watch, String> {
+) -> Result<Watch, codemode_engine::EngineError> {
     let clock = ThreadCpuClock::current().ok_or_else(|| {
-        "cannot read the cell thread's CPU clock to enforce its CPU-time limit".to_owned()
+        codemode_engine::EngineError::Runtime(
+            "cannot read the cell thread's CPU clock to enforce its CPU-time limit".to_owned(),
+        )
     })?;
     let baseline = clock.elapsed().unwrap_or_default();
     WATCHDOG.watch(

@@ -727,12 +727,7 @@ impl CellHost for SessionCellHost {
         .await
     }
 
-    async fn notify(
-        &self,
-        call_id: String,
-        text: String,
-        _cancellation: CancellationToken,
-    ) -> Result<(), String> {
+    async fn notify(&self, call_id: String, text: String, _cancellation: CancellationToken) {
         if self.shared.config.log_content {
             tracing::debug!(cell_id = %self.cell_id, text = %text, "notification");
         }
@@ -742,7 +737,6 @@ impl CellHost for SessionCellHost {
             call_id,
             text,
         });
-        Ok(())
     }
 
     async fn commit_completion(&self, mut claim: CompletionClaim) -> CompletionCommit {

@@ -163,15 +163,9 @@ impl CellHost for TestHost {
         }
     }
 
-    async fn notify(
-        &self,
-        call_id: String,
-        text: String,
-        _cancellation: CancellationToken,
-    ) -> Result<(), String> {
+    async fn notify(&self, call_id: String, text: String, _cancellation: CancellationToken) {
         self.notifications.lock().unwrap().push((call_id, text));
         self.notified.notify_waiters();
-        Ok(())
     }
 
     async fn commit_completion(&self, claim: CompletionClaim) -> CompletionCommit {

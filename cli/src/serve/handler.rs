@@ -106,7 +106,7 @@ pub(super) struct CodemodeServer {
 
 /// What one MCP session holds: who it is (fixed at its first request) and, for a session the
 /// client did not name, its codemode session while open (closed after the idle timeout, opened
-/// again on the next request). A named session lives in [`Shared::named`] instead.
+/// again on the next request). A named session lives in the server's [`SessionRegistry`](super::registry::SessionRegistry) instead.
 #[derive(Default)]
 pub(super) struct ServerState {
     pub(super) identity: Option<Identity>,

@@ -21,7 +21,8 @@ use serde::Serialize;
 use super::host::{CellHost, HostStop};
 use crate::globals::CellGlobals;
 use crate::{
-    CellStart, EventSender, PendingMode, RuntimeCommand, RuntimeControl, RuntimeEvent, Terminate,
+    CellStart, EngineError, EventSender, PendingMode, RuntimeCommand, RuntimeControl, RuntimeEvent,
+    Terminate,
 };
 
 /// The bootstrap every script engine runs in a fresh runtime: a script that evaluates to an
@@ -89,7 +90,7 @@ pub trait ScriptRuntime: Sized + 'static {
 
     /// Makes the JavaScript engine ready to create runtimes (once per process, however often it
     /// is called), or says why it cannot run here. The default needs nothing.
-    fn initialize() -> Result<(), String> {
+    fn initialize() -> Result<(), EngineError> {
         Ok(())
     }
 
@@ -105,7 +106,7 @@ pub trait ScriptRuntime: Sized + 'static {
         Self: 'a;
 
     /// Creates a runtime with a heap limit, on the calling thread (the one that will run it).
-    fn create(heap_limit_bytes: usize, host: CellHost) -> Result<Self, String>;
+    fn create(heap_limit_bytes: usize, host: CellHost) -> Result<Self, EngineError>;
     /// The host its `host(...)` calls reach (never held across a call into JavaScript).
     fn host(&mut self) -> Self::HostGuard<'_>;
     /// A terminator for this runtime.
@@ -126,7 +127,7 @@ pub trait ScriptRuntime: Sized + 'static {
     /// The state of the module's evaluation.
     fn module_state(&mut self) -> ModuleState;
     /// Puts the calling thread's cell under a CPU budget; fails when it cannot be enforced.
-    fn watch_cpu(&self, budget: Duration, call_id: String) -> Result<Self::CpuWatch, String>;
+    fn watch_cpu(&self, budget: Duration, call_id: String) -> Result<Self::CpuWatch, EngineError>;
     /// Marks the calling thread as running the cell `call_id`.
     fn enter_cell(call_id: &str) -> Self::CellGuard;
 }
@@ -349,7 +350,7 @@ impl<R> std::fmt::Debug for WarmRuntime<R> {
 impl<R: ScriptRuntime> WarmRuntime<R> {
     /// Creates the runtime and runs the bootstrap, on the calling thread (which will run the
     /// cell).
-    pub fn create(heap_limit_bytes: usize, test_hooks: bool) -> Result<Self, String> {
+    pub fn create(heap_limit_bytes: usize, test_hooks: bool) -> Result<Self, EngineError> {
         // Nobody listens to the placeholder's events; the real host replaces it before any
         // JavaScript runs.
         let (placeholder_events, _) = crate::event_channel(None);
@@ -359,15 +360,22 @@ impl<R: ScriptRuntime> WarmRuntime<R> {
             test_hooks,
         );
         let mut runtime = R::create(heap_limit_bytes, placeholder)?;
-        let config = serde_json::to_string(&BootstrapConfig { test_hooks })
-            .map_err(|error| format!("cannot encode the bootstrap configuration: {error}"))?;
+        let config = serde_json::to_string(&BootstrapConfig { test_hooks }).map_err(|error| {
+            EngineError::Runtime(format!(
+                "cannot encode the bootstrap configuration: {error}"
+            ))
+        })?;
         match runtime.bootstrap(BOOTSTRAP_JS, &config) {
             RunStatus::Ok => Ok(WarmRuntime {
                 runtime,
                 heap_limit_bytes,
             }),
-            RunStatus::Exception(error) => Err(format!("the runtime's bootstrap failed: {error}")),
-            RunStatus::Terminated => Err("the runtime's bootstrap was terminated".to_owned()),
+            RunStatus::Exception(error) => Err(EngineError::Runtime(format!(
+                "the runtime's bootstrap failed: {error}"
+            ))),
+            RunStatus::Terminated => Err(EngineError::Runtime(
+                "the runtime's bootstrap was terminated".to_owned(),
+            )),
         }
     }
 
@@ -385,10 +393,10 @@ impl<R: ScriptRuntime> CellThread<R> {
         }
         match WarmRuntime::<R>::create(cell.limits.heap_limit_bytes, context.test_hooks) {
             Ok(warm) => CellThread::run_on(warm, cell, context),
-            Err(error_text) => (
+            Err(error) => (
                 Ending::Finished {
                     stored_value_writes: Default::default(),
-                    error_text: Some(error_text),
+                    error_text: Some(error.to_string()),
                 },
                 None,
             ),
@@ -432,7 +440,7 @@ impl<R: ScriptRuntime> CellThread<R> {
                     return (
                         Ending::Finished {
                             stored_value_writes: Default::default(),
-                            error_text: Some(error),
+                            error_text: Some(error.to_string()),
                         },
                         Some(runtime),
                     );

@@ -103,7 +103,7 @@ where
     }
 
     fn start(&self, cell: CellStart, events: EventSender) -> Result<EngineHandles, EngineError> {
-        R::initialize().map_err(EngineError::Unavailable)?;
+        R::initialize()?;
         start_cell::<R>(
             self.pool.as_ref(),
             cell,
