@@ -670,12 +670,10 @@ fn engine_processes_run_as_the_engine_user() {
     // 65534 is `nobody` on Debian: a user that owns nothing of the server's.
     let engine = ProcessEngine::new(config().with_user(65534, 65534).with_spare_processes(0));
     if !nix::unistd::geteuid().is_root() {
-        // Only root may start a process as another user: anyone else gets a clear refusal.
-        let (sender, _events) = event_channel(None);
-        let error = engine
-            .start(cell("text(1)"), sender)
-            .unwrap_err()
-            .to_string();
+        // Only root may start a process as another user: anyone else's cell fails with a clear
+        // refusal (a start does not wait for the process, so it arrives as the cell's end).
+        let ended = start(&engine, cell("text(1)")).finish();
+        let error = error_of(&ended).to_owned();
         assert!(
             error.contains("could not start") || error.contains("cannot start"),
             "{error}"
