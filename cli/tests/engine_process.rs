@@ -604,6 +604,11 @@ fn native_code_in_an_engine_process_reaches_nothing_of_the_server_or_the_machine
     assert!(allowed, "reading its own status: {detail}");
     let (allowed, detail) = attack("prlimit", "0");
     assert!(allowed, "its own limits: {detail}");
+    let (allowed, detail) = attack("mmap", "small");
+    assert!(allowed, "a private mapping: {detail}");
+    // A socket of the host this test holds open: an engine process that shared the host's
+    // network namespace would see it listed.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
 
     let parent = std::process::id().to_string();
     let token_file = tokens.to_str().unwrap().to_owned();
@@ -633,6 +638,9 @@ fn native_code_in_an_engine_process_reaches_nothing_of_the_server_or_the_machine
         ("vm_readv", parent.as_str()),
         ("socket", ""),
         ("dumpable", ""),
+        ("mmap", "shared"),
+        ("mmap", "growsdown"),
+        ("sockets", ""),
     ] {
         let (allowed, detail) = attack(name, target);
         assert!(!allowed, "{name} {target} was allowed: {detail}");
@@ -662,6 +670,7 @@ fn native_code_in_an_engine_process_reaches_nothing_of_the_server_or_the_machine
     )
     .finish();
     assert_eq!(ended.texts, ["2000000"]);
+    drop(listener);
     let _ = std::fs::remove_dir_all(&folder);
 }
 

@@ -154,7 +154,7 @@ fn run(
         });
         return Err(error);
     }
-    tracing::debug!(landlock = %early.landlock, "engine process sandboxed");
+    tracing::debug!(landlock = %early.landlock, network = %early.network, "engine process sandboxed");
     send(ToParent::Ready {
         engine: engine.describe(),
         wire_version: WIRE_VERSION,

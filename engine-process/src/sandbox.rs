@@ -34,6 +34,8 @@ use crate::wire::ChildSettings;
 pub(crate) struct EarlyConfinement {
     /// Landlock's status on this kernel (fully, partly or not enforced).
     pub(crate) landlock: String,
+    /// Whether the process has a network namespace of its own.
+    pub(crate) network: String,
 }
 
 /// The first step of the sandbox; must run before the process starts any thread. Fails only when
@@ -51,9 +53,10 @@ pub(crate) fn enter_early(
     }
     nix::sys::prctl::set_dumpable(false)
         .map_err(|error| format!("cannot make the process non-dumpable: {error}"))?;
+    let network = private_network();
     let landlock = landlock_file_system(library_path);
     drop_capabilities()?;
-    Ok(EarlyConfinement { landlock })
+    Ok(EarlyConfinement { landlock, network })
 }
 
 #[cfg(not(target_os = "linux"))]
@@ -62,7 +65,21 @@ pub(crate) fn enter_early(
 ) -> Result<EarlyConfinement, String> {
     Ok(EarlyConfinement {
         landlock: "not on this system".to_owned(),
+        network: "shared".to_owned(),
     })
+}
+
+/// A network namespace of its own, with nothing in it: an engine process needs no network (its
+/// channel is a socket pair made before), and the host's sockets (the server's listener, its
+/// clients, every other process's) are no longer listed in its `/proc/self/net`. Needs the
+/// capability to make one (a server run as root has it); elsewhere the namespace stays the
+/// host's, and SECURITY.md says what that reveals.
+#[cfg(target_os = "linux")]
+fn private_network() -> String {
+    match nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET) {
+        Ok(()) => "private".to_owned(),
+        Err(error) => format!("shared with the host ({error})"),
+    }
 }
 
 /// Drops every capability, from every set and the bounding set (a process of root keeps its user
@@ -222,6 +239,22 @@ fn seccomp() -> Result<(), String> {
     let rule = |conditions: Vec<SeccompCondition>| {
         SeccompRule::new(conditions).map_err(|error| error.to_string())
     };
+    // Memory the data limit counts: no shared mapping and no grows-down one, which RLIMIT_DATA
+    // does not count (V8, QuickJS and the C library map private memory only). MAP_SHARED's bit
+    // is set in MAP_SHARED_VALIDATE too, and clear in MAP_PRIVATE.
+    let uncounted = (libc::MAP_SHARED | libc::MAP_GROWSDOWN) as u64;
+    rules.insert(
+        libc::SYS_mmap,
+        vec![rule(vec![
+            SeccompCondition::new(
+                3,
+                SeccompCmpArgLen::Dword,
+                SeccompCmpOp::MaskedEq(uncounted),
+                0,
+            )
+            .map_err(|error| error.to_string())?,
+        ])?],
+    );
     rules.insert(libc::SYS_kill, vec![rule(vec![argument_is(0, me)?])?]);
     rules.insert(libc::SYS_tgkill, vec![rule(vec![argument_is(0, me)?])?]);
     for call in [

@@ -17,6 +17,7 @@
 #include <linux/sched.h>
 #include <sched.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/ptrace.h>
 #include <sys/resource.h>
@@ -153,6 +154,42 @@ extern "C" int cm_attack_probe(const char* attack, const char* target, char* det
     if (fd < 0) return refused(detail, detail_len, "socket");
     close(fd);
     return allowed(detail, detail_len, "made a socket");
+  }
+  if (name == "mmap") {
+    // Map 5 GiB past RLIMIT_DATA: shared anonymous memory (`shared`) or a grows-down mapping
+    // (`growsdown`) is not counted by that limit, so only refusing the mapping bounds it.
+    int flags = MAP_ANONYMOUS | MAP_NORESERVE;
+    if (std::string(target) == "shared") {
+      flags |= MAP_SHARED;
+    } else if (std::string(target) == "growsdown") {
+      flags |= MAP_PRIVATE | MAP_GROWSDOWN;
+    } else {
+      flags |= MAP_PRIVATE;
+    }
+    size_t length = std::string(target) == "small" ? (1u << 20) : (5ull << 30);
+    void* mapped = mmap(nullptr, length, PROT_READ | PROT_WRITE, flags, -1, 0);
+    if (mapped == MAP_FAILED) return refused(detail, detail_len, "mmap");
+    munmap(mapped, length);
+    return allowed(detail, detail_len, "mapped " + std::to_string(length) + " bytes");
+  }
+  if (name == "sockets") {
+    // The host's sockets, as its network namespace lists them: any line past the header of
+    // /proc/self/net/tcp, tcp6 or unix names one.
+    int listed = 0;
+    for (const char* table : {"/proc/self/net/tcp", "/proc/self/net/tcp6", "/proc/self/net/unix"}) {
+      FILE* file = fopen(table, "re");
+      if (file == nullptr) continue;
+      char line[512];
+      int lines = 0;
+      while (fgets(line, sizeof line, file) != nullptr) lines++;
+      fclose(file);
+      if (lines > 1) listed += lines - 1;
+    }
+    if (listed == 0) {
+      errno = ENOENT;
+      return refused(detail, detail_len, "no socket of the host listed");
+    }
+    return allowed(detail, detail_len, "listed " + std::to_string(listed) + " sockets");
   }
   if (name == "dumpable") {
     int dumpable = prctl(PR_GET_DUMPABLE, 0, 0, 0, 0);
