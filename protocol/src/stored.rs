@@ -1,6 +1,6 @@
 //! Stored values as every layer holds them: the JSON text a cell stored, validated once and then
 //! shared, never parsed into a tree. A session's values reach each new cell by reference, a commit
-//! copies pointers rather than values, and the server holds about 1.5 to 1.8 bytes per byte stored
+//! copies pointers rather than values, and the server holds about 1.5 to 2.5 bytes per byte stored
 //! (the map and its keys beside the text; `cargo xtask bench` measures it).
 
 use std::collections::HashMap;

@@ -753,15 +753,12 @@ impl CellHost for SessionCellHost {
         // what is applied below.
         let charged = lock(&shared.values).charge(&writes, shared.config.max_stored_bytes);
         let committed = match charged {
-            Err(why) => Err(format!(
-                "{why}; store less (overwrite keys with smaller values), or keep large data \
-                 outside stored values"
-            )),
+            Err(refused) => Err(refused),
             Ok(charge) => match shared.store.commit(&shared.key, &writes).await {
                 Ok(()) => Ok((charge, writes)),
                 Err(error) => {
                     tracing::error!(session = %shared.id, cell_id = %self.cell_id, %error, "failed to commit stored values");
-                    Err(error.to_string())
+                    Err(error)
                 }
             },
         };

@@ -13,6 +13,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use codemode_protocol::{StoredValues, stored_entry_bytes};
 
+use crate::ports::{StoreError, StoreErrorKind};
+
 /// A limit on the stored-value bytes (keys and JSON text) that several sessions hold together,
 /// for example all sessions of one tenant. Share it through the sessions' configurations.
 #[derive(Debug)]
@@ -45,19 +47,19 @@ impl StoredBytesBudget {
 
     /// Charges `bytes` if the total stays within the limit; otherwise charges nothing and says
     /// why.
-    fn try_charge(&self, bytes: usize) -> Result<(), String> {
+    fn try_charge(&self, bytes: usize) -> Result<(), StoreError> {
         self.used
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
                 used.checked_add(bytes).filter(|total| *total <= self.limit)
             })
             .map(|_| ())
             .map_err(|used| {
-                format!(
+                too_large(format!(
                     "{} would hold {} bytes, past the limit of {}",
                     self.what,
                     used.saturating_add(bytes),
                     describe_bytes(self.limit)
-                )
+                ))
             })
     }
 
@@ -73,6 +75,17 @@ impl StoredBytesBudget {
                 Some(used.saturating_sub(bytes))
             });
     }
+}
+
+/// A commit refused by a limit on stored bytes: what would be past which limit, and what to do.
+fn too_large(why: String) -> StoreError {
+    StoreError::of(
+        StoreErrorKind::TooLarge,
+        format!(
+            "{why}; store less (overwrite keys with smaller values), or keep large data outside \
+             stored values"
+        ),
+    )
 }
 
 /// `67108864` as `64 MiB`, and other sizes in the largest whole unit.
@@ -132,7 +145,7 @@ impl HeldValues {
         &self,
         writes: &StoredValues,
         session_limit: usize,
-    ) -> Result<Charge, String> {
+    ) -> Result<Charge, StoreError> {
         let mut delta: isize = 0;
         for (key, value) in writes {
             let replaced = self
@@ -143,10 +156,10 @@ impl HeldValues {
         }
         let total = self.bytes.saturating_add_signed(delta);
         if delta > 0 && total > session_limit {
-            return Err(format!(
+            return Err(too_large(format!(
                 "the session's stored values would hold {total} bytes, past its limit of {}",
                 describe_bytes(session_limit)
-            ));
+            )));
         }
         let grown = delta.max(0) as usize;
         let mut charged = Vec::new();
@@ -230,14 +243,14 @@ mod tests {
         assert_eq!((held.bytes, tenant.used()), (54, 54));
         // Past the tenant's budget: refused by name, nothing charged.
         let too_much = writes(&[("big", json!("y".repeat(60)))]);
-        let why = held.charge(&too_much, 1000).unwrap_err();
+        let why = held.charge(&too_much, 1000).unwrap_err().to_string();
         assert!(
             why.contains("tenant \"a\"") && why.contains("100 bytes"),
             "{why}"
         );
         assert_eq!(tenant.used(), 54);
         // Past the session's own cap.
-        let why = held.charge(&too_much, 64).unwrap_err();
+        let why = held.charge(&too_much, 64).unwrap_err().to_string();
         assert!(why.contains("session's stored values"), "{why}");
         // A charge dropped (the store failed) is given back.
         drop(held.charge(&writes(&[("z", json!(1))]), 1000).unwrap());

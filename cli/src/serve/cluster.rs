@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use codemode_host_adapters::{JournalBatch, PostgresCluster};
 use codemode_protocol::CellId;
-use codemode_session::CellActivity;
+use codemode_session::{CellActivity, StoreError};
 use rmcp::model::{CallToolRequestParams, CallToolResult, ContentBlock};
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
@@ -196,11 +196,8 @@ impl Cluster {
     }
 
     /// The sessions of `tenant` the other servers of the cluster have open (as last journaled).
-    pub(super) async fn sessions_elsewhere(&self, tenant: &str) -> Result<Vec<String>, String> {
-        self.registry
-            .sessions_elsewhere(&self.id, tenant)
-            .await
-            .map_err(|error| error.to_string())
+    pub(super) async fn sessions_elsewhere(&self, tenant: &str) -> Result<Vec<String>, StoreError> {
+        self.registry.sessions_elsewhere(&self.id, tenant).await
     }
 
     /// The secret the gate admits other servers of the cluster with.
@@ -252,11 +249,8 @@ impl Cluster {
 
     /// How many cells the other servers of the cluster run: of `tenant`, and in all (as last
     /// journaled, a moment behind).
-    pub(super) async fn cells_elsewhere(&self, tenant: &str) -> Result<(usize, usize), String> {
-        self.registry
-            .cells_elsewhere(&self.id, tenant)
-            .await
-            .map_err(|error| error.to_string())
+    pub(super) async fn cells_elsewhere(&self, tenant: &str) -> Result<(usize, usize), StoreError> {
+        self.registry.cells_elsewhere(&self.id, tenant).await
     }
 
     /// The id of the server that runs cell `cell_id`, when that is another server.
