@@ -22,6 +22,8 @@ fn is_fatal_line(line: &str) -> bool {
         "Fatal error",
         "Check failed",
         "Fatal javascript OOM",
+        // A value past the sizes V8 can hold (an array of 2e8 elements): V8 ends the process.
+        "Fatal JavaScript",
         "Fatal process out of memory",
         "Debug check failed",
     ]
@@ -94,5 +96,24 @@ pub(crate) fn capture(
             tracing::error!(pid, stream, "cannot read what an engine process prints");
             None
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The lines V8 prints before it ends a process name the crash; its banner alone does not.
+    #[test]
+    fn the_lines_that_say_why_v8_ends_the_process_are_kept() {
+        for line in [
+            "Check failed: a test-only fatal error.",
+            "Fatal JavaScript invalid size error 200000001",
+            "Fatal javascript OOM in MarkCompactCollector",
+            "Fatal process out of memory: Zone",
+        ] {
+            assert!(is_fatal_line(line), "{line}");
+        }
+        assert!(!is_fatal_line("==== C stack trace ==="));
     }
 }
