@@ -18,7 +18,7 @@ const WARM_TIMEOUT: Duration = Duration::from_secs(10);
 pub fn serve(engine: JsEngine) -> ExitCode {
     // Whatever the parent's parent leaked into this process goes before anything runs.
     if let Err(error) = codemode_engine_process::close_inherited_descriptors() {
-        tracing::error!("engine process: {error}");
+        tracing::error!("engine process: cannot close inherited file descriptors: {error}");
         return ExitCode::FAILURE;
     }
     codemode_engine_process::child::serve_with_probe(

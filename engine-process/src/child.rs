@@ -76,19 +76,61 @@ pub fn serve_with_probe(
     }
 }
 
+/// Why an engine process ended before its parent let it go.
+#[derive(Debug, thiserror::Error)]
+enum ChildError {
+    #[error(transparent)]
+    Confinement(#[from] crate::sandbox::ConfinementError),
+    #[error("the channel to the parent {0}")]
+    Channel(ChannelFault),
+    #[error(
+        "this engine host speaks version {WIRE_VERSION} of the engine-process protocol and the \
+         parent {}; run engine processes from the same build",
+        parent.map_or("another".to_owned(), |version| version.to_string())
+    )]
+    WireVersion { parent: Option<u64> },
+    #[error("cannot read the settings: {0}")]
+    Settings(String),
+    #[error("cannot start the writer thread: {0}")]
+    WriterThread(std::io::Error),
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+}
+
+/// What went wrong with the channel to the parent.
+#[derive(Debug, thiserror::Error)]
+enum ChannelFault {
+    #[error("is not open: {0}")]
+    NotOpen(std::io::Error),
+    #[error("cannot be shared: {0}")]
+    NotShared(std::io::Error),
+    #[error("broke: {0}")]
+    Broke(std::io::Error),
+}
+
+impl ChildError {
+    /// Tells the parent this process cannot serve it, then passes the error on.
+    fn reported(self) -> Self {
+        send(ToParent::Failed {
+            error: self.to_string(),
+        });
+        self
+    }
+}
+
 fn run(
     make_engine: impl FnOnce(&ChildSettings) -> Result<Box<dyn Engine>, EngineError>,
-) -> Result<(), String> {
+) -> Result<(), ChildError> {
     // Before any thread exists, so that every thread inherits it.
     let early = crate::sandbox::enter_early(std::env::var_os("LD_LIBRARY_PATH").as_deref())?;
     let channel = std::io::stdin()
         .as_fd()
         .try_clone_to_owned()
         .map(UnixStream::from)
-        .map_err(|error| format!("the channel to the parent is not open: {error}"))?;
+        .map_err(|error| ChildError::Channel(ChannelFault::NotOpen(error)))?;
     let writer = channel
         .try_clone()
-        .map_err(|error| format!("cannot share the channel: {error}"))?;
+        .map_err(|error| ChildError::Channel(ChannelFault::NotShared(error)))?;
     let _ = WRITER.set(Mutex::new(Writer {
         stream: writer,
         queued: 0,
@@ -108,7 +150,7 @@ fn run(
                 writer.queued -= 1;
             }
         })
-        .map_err(|error| format!("cannot start the writer thread: {error}"))?;
+        .map_err(ChildError::WriterThread)?;
     // Buffered: a frame's header and body come in one read.
     let mut reader = std::io::BufReader::with_capacity(64 * 1024, channel);
     // The settings are read as plain JSON first: a parent of another version may send them in
@@ -119,41 +161,23 @@ fn run(
                 .pointer("/Settings/wire_version")
                 .and_then(serde_json::Value::as_u64);
             if version != Some(u64::from(WIRE_VERSION)) {
-                let error = format!(
-                    "this engine host speaks version {WIRE_VERSION} of the engine-process \
-                     protocol and the parent {}; run engine processes from the same build",
-                    version.map_or("another".to_owned(), |version| version.to_string())
-                );
-                send(ToParent::Failed {
-                    error: error.clone(),
-                });
-                return Err(error);
+                return Err(ChildError::WireVersion { parent: version }.reported());
             }
             match serde_json::from_value::<ToChild>(first) {
                 Ok(ToChild::Settings(settings)) => settings,
-                Ok(other) => return Err(format!("expected the settings first, got {other:?}")),
-                Err(error) => return Err(format!("cannot read the settings: {error}")),
+                Ok(other) => {
+                    return Err(ChildError::Settings(format!(
+                        "expected them first, got {other:?}"
+                    )));
+                }
+                Err(error) => return Err(ChildError::Settings(error.to_string())),
             }
         }
         Ok(None) => return Ok(()),
-        Err(error) => return Err(format!("cannot read the settings: {error}")),
+        Err(error) => return Err(ChildError::Settings(error.to_string())),
     };
-    let engine = match make_engine(&settings) {
-        Ok(engine) => engine,
-        Err(error) => {
-            let error = error.to_string();
-            send(ToParent::Failed {
-                error: error.clone(),
-            });
-            return Err(error);
-        }
-    };
-    if let Err(error) = crate::sandbox::enter(&settings) {
-        send(ToParent::Failed {
-            error: error.clone(),
-        });
-        return Err(error);
-    }
+    let engine = make_engine(&settings).map_err(|error| ChildError::from(error).reported())?;
+    crate::sandbox::enter(&settings).map_err(|error| ChildError::from(error).reported())?;
     tracing::debug!(landlock = %early.landlock, network = %early.network, "engine process sandboxed");
     send(ToParent::Ready {
         engine: engine.describe(),
@@ -167,7 +191,7 @@ fn run(
             Ok(Some(message)) => message,
             // The parent is gone: so are the cells' owners.
             Ok(None) => return Ok(()),
-            Err(error) => return Err(format!("the channel to the parent broke: {error}")),
+            Err(error) => return Err(ChildError::Channel(ChannelFault::Broke(error))),
         };
         match message {
             ToChild::Settings(_) => {}

@@ -14,8 +14,9 @@
 use std::os::fd::RawFd;
 
 /// Closes every descriptor of this process from 3 up (see the module's rules for when it may be
-/// called).
-pub fn close_inherited_descriptors() -> Result<(), String> {
+/// called). Fails with what the system answered when `close_range` fails for another reason than
+/// its absence, or `/proc/self/fd` cannot be listed.
+pub fn close_inherited_descriptors() -> Result<(), std::io::Error> {
     // SAFETY: close_range closes descriptors only; by this module's rules no live Rust value
     // owns one from 3 up when it is called, so nothing is closed under its owner.
     let closed = unsafe { libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32) };
@@ -24,11 +25,10 @@ pub fn close_inherited_descriptors() -> Result<(), String> {
     }
     let error = std::io::Error::last_os_error();
     if error.raw_os_error() != Some(libc::ENOSYS) {
-        return Err(format!("cannot close inherited file descriptors: {error}"));
+        return Err(error);
     }
     // An older kernel: close each descriptor listed, once the listing is closed itself.
-    let listed: Vec<RawFd> = std::fs::read_dir("/proc/self/fd")
-        .map_err(|error| format!("cannot list this process's descriptors: {error}"))?
+    let listed: Vec<RawFd> = std::fs::read_dir("/proc/self/fd")?
         .flatten()
         .filter_map(|entry| entry.file_name().to_str()?.parse().ok())
         .filter(|&fd| fd > 2)

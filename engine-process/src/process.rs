@@ -880,9 +880,7 @@ impl EngineProcess {
         {
             let waiting = outbox.bytes;
             drop(outbox);
-            self.misbehaved(format!(
-                "it stopped reading its channel ({waiting} bytes waited to be written to it)"
-            ));
+            self.misbehaved(Misbehaviour::StoppedReading { waiting });
             return Err(EngineError::Unavailable(
                 "the engine process stopped reading".to_owned(),
             ));
@@ -968,10 +966,9 @@ impl EngineProcess {
                     error.kind(),
                     std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
                 ) {
-                    self.misbehaved(format!(
-                        "it stopped reading its channel for {} ms",
-                        stall_deadline.as_millis()
-                    ));
+                    self.misbehaved(Misbehaviour::StalledWrite {
+                        deadline: stall_deadline,
+                    });
                 }
                 lock(&self.outbox).stopped = true;
                 return;
@@ -981,7 +978,8 @@ impl EngineProcess {
 
     /// Ends the process for misbehaving: what it sends from now on is not read, and its cells
     /// fail with `why`.
-    fn misbehaved(&self, why: String) {
+    fn misbehaved(&self, why: Misbehaviour) {
+        let why = why.to_string();
         {
             let mut state = lock(&self.state);
             if state.ended {
@@ -1028,7 +1026,7 @@ impl EngineProcess {
                 Ok(Some(frame)) => frame,
                 Ok(None) => break,
                 Err(error) if error.kind() == std::io::ErrorKind::InvalidData => {
-                    self.misbehaved(format!("it sent a frame that is not valid: {error}"));
+                    self.misbehaved(Misbehaviour::InvalidFrame(error));
                     break;
                 }
                 Err(error) => {
@@ -1097,7 +1095,7 @@ impl EngineProcess {
     /// Checks a frame from the child against what the parent sent it: a cell it hosts, within
     /// the limits of what such a frame may carry. The child is hostile native code once it has
     /// run a cell; an error ends it.
-    fn check(&self, message: &ToParent, length: usize) -> Result<(), String> {
+    fn check(&self, message: &ToParent, length: usize) -> Result<(), Misbehaviour> {
         use codemode_protocol::limits::{
             MAX_STORED_BYTES_PER_CELL, MAX_TOOL_INPUT_BYTES, MAX_TOOL_INPUT_BYTES_IN_FLIGHT,
         };
@@ -1106,46 +1104,35 @@ impl EngineProcess {
             ToParent::Event { cell, event } => {
                 let mut state = lock(&self.state);
                 let Some(slot) = state.cells.get_mut(cell) else {
-                    return Err(format!(
-                        "it sent an event for cell {cell}, which it does not host"
-                    ));
+                    return Err(Misbehaviour::UnknownCell(*cell));
                 };
                 if let Some(limit) = wire::event_frame_limit(event)
                     && length > limit
                 {
-                    return Err(format!(
-                        "it sent an event of {length} bytes where the limits allow {limit}"
-                    ));
+                    return Err(Misbehaviour::OversizedEvent { length, limit });
                 }
                 match event {
                     RuntimeEvent::ToolCall { id, input, .. } => {
                         slot.tool_calls += 1;
                         if slot.tool_calls > slot.max_tool_calls {
-                            return Err(format!(
-                                "it sent more tool calls than the cell's limit of {}",
-                                slot.max_tool_calls
-                            ));
+                            return Err(Misbehaviour::TooManyToolCalls {
+                                limit: slot.max_tool_calls,
+                            });
                         }
                         let bytes = input.as_ref().map_or(0, wire::json_length);
                         if bytes > MAX_TOOL_INPUT_BYTES {
-                            return Err(format!(
-                                "it sent a tool call with {bytes} bytes of arguments, past the \
-                                 limit of {MAX_TOOL_INPUT_BYTES}"
-                            ));
+                            return Err(Misbehaviour::OversizedToolInput { bytes });
                         }
                         let in_flight = slot.tool_input_in_flight_bytes + bytes;
                         if in_flight > MAX_TOOL_INPUT_BYTES_IN_FLIGHT {
-                            return Err(format!(
-                                "it sent tool calls holding {in_flight} bytes of arguments at \
-                                 once, past the limit of {MAX_TOOL_INPUT_BYTES_IN_FLIGHT}"
-                            ));
+                            return Err(Misbehaviour::ToolInputInFlight { bytes: in_flight });
                         }
                         if slot
                             .tool_input_in_flight
                             .insert(id.clone(), bytes)
                             .is_some()
                         {
-                            return Err(format!("it sent tool call {id:?} twice"));
+                            return Err(Misbehaviour::RepeatedToolCall(id.clone()));
                         }
                         slot.tool_input_in_flight_bytes = in_flight;
                     }
@@ -1155,10 +1142,7 @@ impl EngineProcess {
                     } => {
                         let bytes = codemode_protocol::stored_bytes(stored_value_writes);
                         if bytes > MAX_STORED_BYTES_PER_CELL {
-                            return Err(format!(
-                                "it sent {bytes} bytes of stored values for one cell, past the \
-                                 limit of {MAX_STORED_BYTES_PER_CELL}"
-                            ));
+                            return Err(Misbehaviour::StoredValuesTooLarge { bytes });
                         }
                     }
                     _ => {}
@@ -1166,11 +1150,9 @@ impl EngineProcess {
                 Ok(())
             }
             ToParent::Ended { cell } | ToParent::StartFailed { cell, .. } if !hosts(cell) => {
-                Err(format!("it said cell {cell} ended, which it does not host"))
+                Err(Misbehaviour::EndedUnknownCell(*cell))
             }
-            ToParent::Ready { .. } | ToParent::Failed { .. } => {
-                Err("it said it was ready a second time".to_owned())
-            }
+            ToParent::Ready { .. } | ToParent::Failed { .. } => Err(Misbehaviour::ReadyAgain),
             _ => Ok(()),
         }
     }
@@ -1253,6 +1235,46 @@ fn failure(error_text: String) -> RuntimeEvent {
         stored_value_writes: HashMap::new(),
         error_text: Some(error_text),
     }
+}
+
+/// Why the parent ended an engine process: a frame that breaks what the parent sent it, or a
+/// channel it stopped reading. The child is hostile native code once it has run a cell, so each
+/// of these ends it, and its cells fail with the reason (worded as "… because {reason}").
+#[derive(Debug, thiserror::Error)]
+enum Misbehaviour {
+    #[error("it sent a frame that is not valid: {0}")]
+    InvalidFrame(std::io::Error),
+    #[error("it sent an event for cell {0}, which it does not host")]
+    UnknownCell(CellNumber),
+    #[error("it sent an event of {length} bytes where the limits allow {limit}")]
+    OversizedEvent { length: usize, limit: usize },
+    #[error("it sent more tool calls than the cell's limit of {limit}")]
+    TooManyToolCalls { limit: u64 },
+    #[error(
+        "it sent a tool call with {bytes} bytes of arguments, past the limit of {}",
+        codemode_protocol::limits::MAX_TOOL_INPUT_BYTES
+    )]
+    OversizedToolInput { bytes: usize },
+    #[error(
+        "it sent tool calls holding {bytes} bytes of arguments at once, past the limit of {}",
+        codemode_protocol::limits::MAX_TOOL_INPUT_BYTES_IN_FLIGHT
+    )]
+    ToolInputInFlight { bytes: usize },
+    #[error("it sent tool call {0:?} twice")]
+    RepeatedToolCall(String),
+    #[error(
+        "it sent {bytes} bytes of stored values for one cell, past the limit of {}",
+        codemode_protocol::limits::MAX_STORED_BYTES_PER_CELL
+    )]
+    StoredValuesTooLarge { bytes: usize },
+    #[error("it said cell {0} ended, which it does not host")]
+    EndedUnknownCell(CellNumber),
+    #[error("it said it was ready a second time")]
+    ReadyAgain,
+    #[error("it stopped reading its channel ({waiting} bytes waited to be written to it)")]
+    StoppedReading { waiting: usize },
+    #[error("it stopped reading its channel for {} ms", deadline.as_millis())]
+    StalledWrite { deadline: Duration },
 }
 
 /// How a process ended, in words: its exit code, or its signal by name.

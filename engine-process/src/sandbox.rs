@@ -29,6 +29,58 @@
 
 use crate::wire::ChildSettings;
 
+/// A sandbox step that could not be taken. The engine process then ends before it runs any
+/// cell, and its parent reports that it failed to start, with this text.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot {step}: {cause}")]
+pub(crate) struct ConfinementError {
+    /// What was being done.
+    step: Step,
+    /// What the system answered, in its words.
+    cause: String,
+}
+
+/// The steps of the sandbox that must not fail (Landlock and the network namespace are best
+/// effort and say how far they went instead).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Step {
+    LeaveTerminalSession,
+    MakeNonDumpable,
+    SetNoNewPrivileges,
+    DropCapabilities,
+    TurnOffCoreDumps,
+    SetMemoryCeiling(u64),
+    BuildSeccompFilter,
+    ApplySeccompFilter,
+}
+
+impl std::fmt::Display for Step {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Step::LeaveTerminalSession => formatter.write_str("leave the terminal's session"),
+            Step::MakeNonDumpable => formatter.write_str("make the process non-dumpable"),
+            Step::SetNoNewPrivileges => formatter.write_str("set no-new-privileges"),
+            Step::DropCapabilities => formatter.write_str("drop the process's capabilities"),
+            Step::TurnOffCoreDumps => formatter.write_str("turn off core dumps"),
+            Step::SetMemoryCeiling(bytes) => {
+                write!(formatter, "set the memory ceiling of {bytes} bytes")
+            }
+            Step::BuildSeccompFilter => formatter.write_str("build the seccomp filter"),
+            Step::ApplySeccompFilter => formatter.write_str("apply the seccomp filter"),
+        }
+    }
+}
+
+impl Step {
+    /// The error of this step failing with `cause`.
+    pub(crate) fn failed(self, cause: impl std::fmt::Display) -> ConfinementError {
+        ConfinementError {
+            step: self,
+            cause: cause.to_string(),
+        }
+    }
+}
+
 /// What [`enter_early`] put in force, for the log.
 #[derive(Debug)]
 pub(crate) struct EarlyConfinement {
@@ -44,15 +96,14 @@ pub(crate) struct EarlyConfinement {
 #[cfg(target_os = "linux")]
 pub(crate) fn enter_early(
     library_path: Option<&std::ffi::OsStr>,
-) -> Result<EarlyConfinement, String> {
+) -> Result<EarlyConfinement, ConfinementError> {
     // A new session: no controlling terminal, so `/dev/tty` names nothing.
     if let Err(error) = nix::unistd::setsid()
         && error != nix::errno::Errno::EPERM
     {
-        return Err(format!("cannot leave the terminal's session: {error}"));
+        return Err(Step::LeaveTerminalSession.failed(error));
     }
-    nix::sys::prctl::set_dumpable(false)
-        .map_err(|error| format!("cannot make the process non-dumpable: {error}"))?;
+    nix::sys::prctl::set_dumpable(false).map_err(|error| Step::MakeNonDumpable.failed(error))?;
     let network = private_network();
     let landlock = landlock_file_system(library_path);
     drop_capabilities()?;
@@ -62,7 +113,7 @@ pub(crate) fn enter_early(
 #[cfg(not(target_os = "linux"))]
 pub(crate) fn enter_early(
     _library_path: Option<&std::ffi::OsStr>,
-) -> Result<EarlyConfinement, String> {
+) -> Result<EarlyConfinement, ConfinementError> {
     Ok(EarlyConfinement {
         landlock: "not on this system".to_owned(),
         network: "shared".to_owned(),
@@ -85,10 +136,9 @@ fn private_network() -> String {
 /// Drops every capability, from every set and the bounding set (a process of root keeps its user
 /// id, but no power beyond it), and sets no-new-privileges.
 #[cfg(target_os = "linux")]
-fn drop_capabilities() -> Result<(), String> {
+fn drop_capabilities() -> Result<(), ConfinementError> {
     use caps::CapSet;
-    nix::sys::prctl::set_no_new_privs()
-        .map_err(|error| format!("cannot set no-new-privileges: {error}"))?;
+    nix::sys::prctl::set_no_new_privs().map_err(|error| Step::SetNoNewPrivileges.failed(error))?;
     for capability in caps::all() {
         // Dropping from the bounding set needs CAP_SETPCAP, which an unprivileged process lacks
         // (and then has nothing to drop).
@@ -101,7 +151,7 @@ fn drop_capabilities() -> Result<(), String> {
         CapSet::Permitted,
     ] {
         caps::clear(None, set)
-            .map_err(|error| format!("cannot drop the {set:?} capabilities: {error}"))?;
+            .map_err(|error| Step::DropCapabilities.failed(format!("{set:?}: {error}")))?;
     }
     Ok(())
 }
@@ -159,7 +209,7 @@ fn landlock_file_system(library_path: Option<&std::ffi::OsStr>) -> String {
 }
 
 /// Enters the second step of the sandbox, as `settings` ask.
-pub(crate) fn enter(settings: &ChildSettings) -> Result<(), String> {
+pub(crate) fn enter(settings: &ChildSettings) -> Result<(), ConfinementError> {
     limits(settings)?;
     if settings.seccomp {
         seccomp()?;
@@ -168,25 +218,23 @@ pub(crate) fn enter(settings: &ChildSettings) -> Result<(), String> {
 }
 
 #[cfg(target_os = "linux")]
-fn limits(settings: &ChildSettings) -> Result<(), String> {
+fn limits(settings: &ChildSettings) -> Result<(), ConfinementError> {
     use nix::sys::resource::{Resource, setrlimit};
-    setrlimit(Resource::RLIMIT_CORE, 0, 0)
-        .map_err(|error| format!("cannot turn off core dumps: {error}"))?;
+    setrlimit(Resource::RLIMIT_CORE, 0, 0).map_err(|error| Step::TurnOffCoreDumps.failed(error))?;
     if let Some(ceiling) = settings.memory_ceiling_bytes {
-        setrlimit(Resource::RLIMIT_DATA, ceiling, ceiling).map_err(|error| {
-            format!("cannot set the memory ceiling of {ceiling} bytes: {error}")
-        })?;
+        setrlimit(Resource::RLIMIT_DATA, ceiling, ceiling)
+            .map_err(|error| Step::SetMemoryCeiling(ceiling).failed(error))?;
     }
     Ok(())
 }
 
 #[cfg(not(target_os = "linux"))]
-fn limits(_settings: &ChildSettings) -> Result<(), String> {
+fn limits(_settings: &ChildSettings) -> Result<(), ConfinementError> {
     Ok(())
 }
 
 #[cfg(target_os = "linux")]
-fn seccomp() -> Result<(), String> {
+fn seccomp() -> Result<(), ConfinementError> {
     use std::collections::BTreeMap;
 
     use seccompiler::{
@@ -194,26 +242,25 @@ fn seccomp() -> Result<(), String> {
         SeccompRule,
     };
 
-    let arch = std::env::consts::ARCH
-        .try_into()
-        .map_err(|_| format!("no seccomp filter for {}", std::env::consts::ARCH))?;
+    let arch = std::env::consts::ARCH.try_into().map_err(|_| {
+        Step::BuildSeccompFilter.failed(format!("no filter for {}", std::env::consts::ARCH))
+    })?;
     let mut rules: BTreeMap<i64, Vec<SeccompRule>> =
         ALLOWED.iter().map(|&call| (call, Vec::new())).collect();
     // Opening files read-only (the time zone, /proc/self for V8's stack and memory maps): none
     // of the write, create or truncate flags.
     let write_flags =
         (libc::O_WRONLY | libc::O_RDWR | libc::O_CREAT | libc::O_TRUNC | libc::O_APPEND) as u64;
-    let read_only = |flags_argument: u8| -> Result<Vec<SeccompRule>, String> {
+    let build = |error: seccompiler::BackendError| Step::BuildSeccompFilter.failed(error);
+    let read_only = |flags_argument: u8| -> Result<Vec<SeccompRule>, ConfinementError> {
         let condition = SeccompCondition::new(
             flags_argument,
             SeccompCmpArgLen::Dword,
             SeccompCmpOp::MaskedEq(write_flags),
             0,
         )
-        .map_err(|error| error.to_string())?;
-        Ok(vec![
-            SeccompRule::new(vec![condition]).map_err(|error| error.to_string())?,
-        ])
+        .map_err(build)?;
+        Ok(vec![SeccompRule::new(vec![condition]).map_err(build)?])
     };
     rules.insert(libc::SYS_openat, read_only(2)?);
     rules.insert(libc::SYS_open, read_only(1)?);
@@ -224,21 +271,19 @@ fn seccomp() -> Result<(), String> {
         SeccompCmpOp::MaskedEq(libc::CLONE_THREAD as u64),
         libc::CLONE_THREAD as u64,
     )
-    .map_err(|error| error.to_string())?;
+    .map_err(build)?;
     rules.insert(
         libc::SYS_clone,
-        vec![SeccompRule::new(vec![thread]).map_err(|error| error.to_string())?],
+        vec![SeccompRule::new(vec![thread]).map_err(build)?],
     );
     // Calls that name a process: only this one (0 means the caller for those that take it).
     let me = u64::from(std::process::id());
     // Process ids, `which` and `who`, and ioctl requests are 32-bit arguments.
     let argument_is = |index: u8, value: u64| {
         SeccompCondition::new(index, SeccompCmpArgLen::Dword, SeccompCmpOp::Eq, value)
-            .map_err(|error| error.to_string())
+            .map_err(build)
     };
-    let rule = |conditions: Vec<SeccompCondition>| {
-        SeccompRule::new(conditions).map_err(|error| error.to_string())
-    };
+    let rule = |conditions: Vec<SeccompCondition>| SeccompRule::new(conditions).map_err(build);
     // Memory the data limit counts: no shared mapping and no grows-down one, which RLIMIT_DATA
     // does not count (V8, QuickJS and the C library map private memory only). MAP_SHARED's bit
     // is set in MAP_SHARED_VALIDATE too, and clear in MAP_PRIVATE.
@@ -252,7 +297,7 @@ fn seccomp() -> Result<(), String> {
                 SeccompCmpOp::MaskedEq(uncounted),
                 0,
             )
-            .map_err(|error| error.to_string())?,
+            .map_err(build)?,
         ])?],
     );
     rules.insert(libc::SYS_kill, vec![rule(vec![argument_is(0, me)?])?]);
@@ -296,14 +341,8 @@ fn seccomp() -> Result<(), String> {
         .collect::<Result<_, _>>()?,
     );
     let compile = |filter: Result<SeccompFilter, seccompiler::BackendError>| {
-        let filter = filter.map_err(|error| format!("cannot build the seccomp filter: {error}"))?;
-        let program: BpfProgram =
-            filter
-                .try_into()
-                .map_err(|error: seccompiler::BackendError| {
-                    format!("cannot compile the seccomp filter: {error}")
-                })?;
-        Ok::<_, String>(program)
+        let program: BpfProgram = filter.and_then(TryInto::try_into).map_err(build)?;
+        Ok::<_, ConfinementError>(program)
     };
     // Allowed here; the filter below answers it first.
     rules.insert(libc::SYS_clone3, Vec::new());
@@ -325,14 +364,16 @@ fn seccomp() -> Result<(), String> {
     ))?;
     for program in [no_clone3, allow_list] {
         seccompiler::apply_filter_all_threads(&program)
-            .map_err(|error| format!("cannot apply the seccomp filter: {error}"))?;
+            .map_err(|error| Step::ApplySeccompFilter.failed(error))?;
     }
     Ok(())
 }
 
 #[cfg(not(target_os = "linux"))]
-fn seccomp() -> Result<(), String> {
-    Err("the seccomp sandbox exists only on Linux; turn it off to run engine processes here".into())
+fn seccomp() -> Result<(), ConfinementError> {
+    Err(Step::ApplySeccompFilter.failed(
+        "the seccomp sandbox exists only on Linux; turn it off to run engine processes here",
+    ))
 }
 
 /// System calls allowed without conditions.

@@ -44,7 +44,7 @@ pub struct CpuWatchdog {
     poll_interval: Duration,
     /// Asked at each poll: the hook may be set after the first cell registered.
     hard_stop: fn() -> Option<HardStopPolicy>,
-    started: OnceLock<Result<&'static Shared, String>>,
+    started: OnceLock<Result<&'static Shared, std::sync::Arc<std::io::Error>>>,
 }
 
 impl std::fmt::Debug for CpuWatchdog {
@@ -155,7 +155,11 @@ impl CpuWatchdog {
         exceeded: Arc<AtomicBool>,
         call_id: String,
     ) -> Result<Watch, crate::EngineError> {
-        let shared = self.shared().map_err(crate::EngineError::Runtime)?;
+        let shared = self.shared().map_err(|error| {
+            crate::EngineError::Runtime(format!(
+                "cannot start the CPU-time watchdog thread: {error}"
+            ))
+        })?;
         let key = shared.next_key.fetch_add(1, Ordering::Relaxed);
         let was_idle = {
             let mut watched = shared.lock();
@@ -187,7 +191,7 @@ impl CpuWatchdog {
 
     /// The state shared with the watchdog's thread, which is started on first use; an error if
     /// the thread could not be started (then every later call fails the same way).
-    fn shared(&'static self) -> Result<&'static Shared, String> {
+    fn shared(&'static self) -> Result<&'static Shared, std::sync::Arc<std::io::Error>> {
         self.started
             .get_or_init(|| {
                 let shared: &'static Shared = Box::leak(Box::default());
@@ -195,7 +199,7 @@ impl CpuWatchdog {
                     .name(self.thread_name.into())
                     .spawn(move || self.run(shared))
                     .map(|_| shared)
-                    .map_err(|error| format!("cannot start the CPU-time watchdog thread: {error}"))
+                    .map_err(std::sync::Arc::new)
             })
             .clone()
     }

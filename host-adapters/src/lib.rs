@@ -22,5 +22,6 @@ pub use store::{FORMAT_VERSION, FileStore, MemoryStore};
 #[cfg(feature = "postgres")]
 pub use store::{PostgresStore, SCHEMA_VERSION, is_database_url};
 pub use tools::{
-    CompositeTools, InProcessTools, McpServerConfig, McpTools, McpTransport, call_result_to_value,
+    CallResultError, CompositeTools, InProcessTools, McpServerConfig, McpTools, McpTransport,
+    call_result_to_value,
 };

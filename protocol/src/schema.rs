@@ -194,10 +194,16 @@ impl Keywords {
 /// `anyOf`/`oneOf`, `nullable`), so that a value that passes is what the model was told to
 /// expect. `allOf`, tuples and every keyword not read are not checked. `at` names where `value`
 /// is, for the message.
-pub fn check(value: &Value, schema: &Schema, at: &str) -> Result<(), String> {
+pub fn check(value: &Value, schema: &Schema, at: &str) -> Result<(), SchemaMismatch> {
+    let mismatch = |at: &str, problem| {
+        Err(SchemaMismatch {
+            at: at.to_owned(),
+            problem: Box::new(problem),
+        })
+    };
     let keywords = match schema {
         Schema::Anything => return Ok(()),
-        Schema::Nothing => return Err(format!("{at} is not allowed")),
+        Schema::Nothing => return mismatch(at, Mismatch::NotAllowed),
         Schema::Keywords(keywords) => keywords,
     };
     if value.is_null() && keywords.nullable {
@@ -206,15 +212,24 @@ pub fn check(value: &Value, schema: &Schema, at: &str) -> Result<(), String> {
     if let Some(choices) = &keywords.choices
         && !choices.contains(value)
     {
-        return Err(format!(
-            "{at} is {value}, not one of {}",
-            Value::Array(choices.clone())
-        ));
+        return mismatch(
+            at,
+            Mismatch::NotAChoice {
+                value: value.clone(),
+                choices: choices.clone(),
+            },
+        );
     }
     if let Some(constant) = &keywords.constant
         && constant != value
     {
-        return Err(format!("{at} is {value}, not {constant}"));
+        return mismatch(
+            at,
+            Mismatch::NotTheConstant {
+                value: value.clone(),
+                constant: constant.clone(),
+            },
+        );
     }
     for (keyword, options) in [("anyOf", &keywords.any_of), ("oneOf", &keywords.one_of)] {
         if let Some(options) = options
@@ -222,9 +237,7 @@ pub fn check(value: &Value, schema: &Schema, at: &str) -> Result<(), String> {
                 .iter()
                 .any(|option| check(value, option, at).is_ok())
         {
-            return Err(format!(
-                "{at} matches none of the schema's {keyword} choices"
-            ));
+            return mismatch(at, Mismatch::NoOptionMatches { keyword });
         }
     }
     if let Some(allowed) = &keywords.types {
@@ -243,17 +256,19 @@ pub fn check(value: &Value, schema: &Schema, at: &str) -> Result<(), String> {
             _ => true,
         };
         if !allowed.is_empty() && !allowed.iter().any(|kind| is(kind)) {
-            return Err(format!(
-                "{at} should be {}, and is {}",
-                allowed.join(" or "),
-                kind_of(value)
-            ));
+            return mismatch(
+                at,
+                Mismatch::WrongType {
+                    expected: allowed.clone(),
+                    actual: kind_of(value),
+                },
+            );
         }
     }
     if let Value::Object(object) = value {
         for name in keywords.required.iter().flatten() {
             if !object.contains_key(name) {
-                return Err(format!("{at}.{name} is missing"));
+                return mismatch(&format!("{at}.{name}"), Mismatch::Missing);
             }
         }
         for (name, member) in object {
@@ -265,7 +280,7 @@ pub fn check(value: &Value, schema: &Schema, at: &str) -> Result<(), String> {
             match (property, &keywords.additional) {
                 (Some(property), _) => check(member, &property.schema, &format!("{at}.{name}"))?,
                 (None, Some(Schema::Nothing)) => {
-                    return Err(format!("{at}.{name} is not a property the schema allows"));
+                    return mismatch(&format!("{at}.{name}"), Mismatch::NotAProperty);
                 }
                 (None, Some(additional @ Schema::Keywords(_))) => {
                     check(member, additional, &format!("{at}.{name}"))?
@@ -280,6 +295,63 @@ pub fn check(value: &Value, schema: &Schema, at: &str) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// Where a value breaks its schema, and how; displays as a sentence such as
+/// `structuredContent.count should be integer, and is a string`.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{at} {problem}")]
+#[non_exhaustive]
+pub struct SchemaMismatch {
+    /// Where the value is, from the name given to [`check`] (`structuredContent.items[2]`).
+    pub at: String,
+    /// What is wrong with it (boxed: the values it names are large beside a passing `Ok`).
+    pub problem: Box<Mismatch>,
+}
+
+/// How a value breaks its schema.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Mismatch {
+    /// The schema is `false`: nothing is allowed here.
+    #[error("is not allowed")]
+    NotAllowed,
+    /// `enum`: the value is not one of the choices.
+    #[error("is {value}, not one of {}", Value::Array(choices.clone()))]
+    NotAChoice {
+        /// The value found.
+        value: Value,
+        /// The values the schema allows.
+        choices: Vec<Value>,
+    },
+    /// `const`: the value is another.
+    #[error("is {value}, not {constant}")]
+    NotTheConstant {
+        /// The value found.
+        value: Value,
+        /// The one value the schema allows.
+        constant: Value,
+    },
+    /// `anyOf` or `oneOf` (the keyword): no option accepts the value.
+    #[error("matches none of the schema's {keyword} choices")]
+    NoOptionMatches {
+        /// `anyOf` or `oneOf`.
+        keyword: &'static str,
+    },
+    /// `type`: the value is of another kind.
+    #[error("should be {}, and is {actual}", expected.join(" or "))]
+    WrongType {
+        /// The types the schema allows.
+        expected: Vec<String>,
+        /// The kind of value found ("a string").
+        actual: &'static str,
+    },
+    /// `required`: the property is missing.
+    #[error("is missing")]
+    Missing,
+    /// `additionalProperties: false`: the property is not declared.
+    #[error("is not a property the schema allows")]
+    NotAProperty,
 }
 
 /// What kind of JSON value `value` is, for a message.
@@ -308,20 +380,22 @@ mod tests {
             "additionalProperties": false
         }));
         assert_eq!(check(&json!({"n": 1, "tags": ["a"]}), &schema, "x"), Ok(()));
+        let missing = check(&json!({"tags": []}), &schema, "x").unwrap_err();
         assert_eq!(
-            check(&json!({"tags": []}), &schema, "x"),
-            Err("x.n is missing".to_owned())
+            (missing.at.as_str(), &*missing.problem),
+            ("x.n", &Mismatch::Missing)
         );
+        assert_eq!(missing.to_string(), "x.n is missing");
         assert_eq!(
-            check(&json!({"n": 1.5}), &schema, "x"),
+            check(&json!({"n": 1.5}), &schema, "x").map_err(|error| error.to_string()),
             Err("x.n should be integer, and is a number".to_owned())
         );
         assert_eq!(
-            check(&json!({"n": 1, "tags": ["c"]}), &schema, "x"),
+            check(&json!({"n": 1, "tags": ["c"]}), &schema, "x").map_err(|error| error.to_string()),
             Err(r#"x.tags[0] is "c", not one of ["a","b"]"#.to_owned())
         );
         assert_eq!(
-            check(&json!({"n": 1, "extra": true}), &schema, "x"),
+            check(&json!({"n": 1, "extra": true}), &schema, "x").map_err(|error| error.to_string()),
             Err("x.extra is not a property the schema allows".to_owned())
         );
         assert!(schema.keywords().unwrap().is_object());
@@ -343,7 +417,7 @@ mod tests {
         // The number at the bottom is not a string, but it lies below the depth read.
         assert_eq!(check(&value, &read, "x"), Ok(()));
         assert_eq!(
-            check(&json!("not an array"), &read, "x"),
+            check(&json!("not an array"), &read, "x").map_err(|error| error.to_string()),
             Err("x should be array, and is a string".to_owned())
         );
     }

@@ -192,22 +192,24 @@ pub fn attack_probe(attack: &str, target: &str) -> Result<String, String> {
     }
 }
 
+/// V8 refused to initialise: the library loaded is not the one the shim was built against.
+#[derive(Debug, Clone, Copy, thiserror::Error)]
+#[error(
+    "V8 failed to initialise: the library does not match the headers the shim was built with; \
+     run `cargo xtask setup-v8` and rebuild"
+)]
+pub struct InitializeError;
+
 /// Initialises V8 once per process (the shim guards it too); the outcome is remembered.
-pub fn initialize() -> Result<(), String> {
-    static INITIALIZED: OnceLock<Result<(), String>> = OnceLock::new();
-    INITIALIZED
-        .get_or_init(|| {
-            // SAFETY: cm_v8_initialize is idempotent and thread-safe (std::call_once inside).
-            match unsafe { cm_v8_initialize() } {
-                0 => Ok(()),
-                _ => Err(
-                    "V8 failed to initialise: the library does not match the headers the \
-                          shim was built with; run `cargo xtask setup-v8` and rebuild"
-                        .to_owned(),
-                ),
-            }
-        })
-        .clone()
+pub fn initialize() -> Result<(), InitializeError> {
+    static INITIALIZED: OnceLock<Result<(), InitializeError>> = OnceLock::new();
+    *INITIALIZED.get_or_init(|| {
+        // SAFETY: cm_v8_initialize is idempotent and thread-safe (std::call_once inside).
+        match unsafe { cm_v8_initialize() } {
+            0 => Ok(()),
+            _ => Err(InitializeError),
+        }
+    })
 }
 
 /// The CPU-time clock of one thread, readable from any thread.

@@ -46,7 +46,7 @@ pub use codemode_engine::script::DEFAULT_WARM_RUNTIMES;
 /// A yardstick for benchmarks: creates an isolate with one context through the shim, enters it and
 /// disposes of it, on the calling thread, and returns how long that took. The bare cost a cold
 /// cell's start is compared with.
-pub fn bare_isolate_cycle() -> Result<std::time::Duration, String> {
+pub fn bare_isolate_cycle() -> Result<std::time::Duration, codemode_engine::EngineError> {
     struct NoHost;
     impl codemode_engine::script::Host for NoHost {
         fn call(
@@ -59,8 +59,8 @@ pub fn bare_isolate_cycle() -> Result<std::time::Duration, String> {
         }
     }
     let started = std::time::Instant::now();
-    let mut runtime =
-        ffi::V8Runtime::new(DEFAULT_HEAP_LIMIT_BYTES, NoHost).map_err(|error| error.to_string())?;
+    let mut runtime = ffi::V8Runtime::new(DEFAULT_HEAP_LIMIT_BYTES, NoHost)
+        .map_err(|error| codemode_engine::EngineError::Runtime(error.to_string()))?;
     // Entering the context is part of every step a runtime takes.
     let _ = runtime.run_microtasks();
     drop(runtime);
@@ -69,7 +69,7 @@ pub fn bare_isolate_cycle() -> Result<std::time::Duration, String> {
 
 /// Whether V8 can run here: initialises it once, or says why it cannot.
 pub fn v8_available() -> Result<(), codemode_engine::EngineError> {
-    ffi::initialize().map_err(codemode_engine::EngineError::Unavailable)
+    ffi::initialize().map_err(|error| codemode_engine::EngineError::Unavailable(error.to_string()))
 }
 
 /// The version of the V8 this crate is linked against, such as `10.2.154.26-node.36`.

@@ -28,7 +28,7 @@ impl ScriptRuntime for V8Runtime<CellHost> {
     }
 
     fn initialize() -> Result<(), EngineError> {
-        crate::ffi::initialize().map_err(EngineError::Unavailable)
+        crate::ffi::initialize().map_err(|error| EngineError::Unavailable(error.to_string()))
     }
 
     type Terminator = IsolateTerminator;

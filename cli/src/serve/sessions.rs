@@ -216,7 +216,12 @@ impl Identity {
                 (name.to_owned(), true)
             }
             None => (
-                fresh_session_name().map_err(|message| ErrorData::internal_error(message, None))?,
+                fresh_session_name().map_err(|error| {
+                    ErrorData::internal_error(
+                        format!("cannot make a session name: no randomness ({error})"),
+                        None,
+                    )
+                })?,
                 false,
             ),
         };
@@ -232,10 +237,9 @@ impl Identity {
 pub(super) const LOCAL_TENANT: &str = "local";
 
 /// 128 random bits, as hex: a name no other client can guess.
-pub(super) fn fresh_session_name() -> Result<String, String> {
+pub(super) fn fresh_session_name() -> Result<String, getrandom::Error> {
     let mut bytes = [0u8; 16];
-    getrandom::fill(&mut bytes)
-        .map_err(|error| format!("cannot make a session name: no randomness ({error})"))?;
+    getrandom::fill(&mut bytes)?;
     Ok(format!(
         "anonymous-{}",
         bytes

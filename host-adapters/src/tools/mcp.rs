@@ -116,12 +116,15 @@ fn lifecycle() -> rmcp::service::ClientLifecycleMode {
     }
 }
 
-/// Why a connection could not be made.
+/// Why a connection could not be made; displays as its message.
+#[derive(Debug, thiserror::Error)]
 enum StartError {
     /// Nothing another handshake would change (the program does not start, a header is
-    /// malformed, the start was cancelled): the message.
+    /// malformed, the start was cancelled, it timed out): the message.
+    #[error("{0}")]
     Final(String),
     /// The handshake failed: another one, over a new connection, may succeed.
+    #[error("{0}")]
     Handshake(String),
 }
 
@@ -356,7 +359,7 @@ impl McpTools {
     /// call may not have been noticed by the connection yet, and its process's state tells at
     /// once (a read of `/proc`, far cheaper than a ping round trip). If it is gone, the server is
     /// started again, so a server killed between two calls costs the next call nothing.
-    async fn client(&self) -> Result<(rmcp::Peer<RoleClient>, u64), String> {
+    async fn client(&self) -> Result<(rmcp::Peer<RoleClient>, u64), StartError> {
         let mut connection = self.connection.lock().await;
         if let Some(live) = connection.as_ref() {
             if !live.client.is_closed() && live.pid.is_none_or(process_alive) {
@@ -368,11 +371,11 @@ impl McpTools {
         let (client, pid) = tokio::time::timeout(self.config.connect_timeout, self.connect())
             .await
             .map_err(|_| {
-                format!(
+                StartError::Final(format!(
                     "the MCP server \"{}\" did not start within {:.0} s",
                     self.config.namespace,
                     self.config.connect_timeout.as_secs_f64()
-                )
+                ))
             })??;
         let generation = self
             .generations
@@ -398,10 +401,10 @@ impl McpTools {
     /// result, an error rmcp does not take for "legacy", or closing the connection, as some
     /// older servers do with any request before `initialize`) is reached again from the start,
     /// over a new connection (a new process, for a stdio server), with `initialize` alone.
-    async fn connect(&self) -> Result<(Client, Option<u32>), String> {
+    async fn connect(&self) -> Result<(Client, Option<u32>), StartError> {
         match self.start(lifecycle()).await {
             Ok(started) => Ok(started),
-            Err(StartError::Final(message)) => Err(message),
+            Err(error @ StartError::Final(_)) => Err(error),
             Err(StartError::Handshake(discover)) => {
                 tracing::info!(
                     server = %self.config.namespace,
@@ -412,7 +415,9 @@ impl McpTools {
                     .await
                     .map_err(|error| match error {
                         StartError::Final(message) | StartError::Handshake(message) => {
-                            format!("{message} (and before that, with server/discover: {discover})")
+                            StartError::Final(format!(
+                                "{message} (and before that, with server/discover: {discover})"
+                            ))
                         }
                     })
             }
@@ -876,7 +881,10 @@ async fn follow_task(
 #[async_trait::async_trait]
 impl ToolProvider for McpTools {
     async fn list_tools(&self) -> Result<Vec<ToolDefinition>, ToolListError> {
-        let (peer, generation) = self.client().await.map_err(ToolListError::unavailable)?;
+        let (peer, generation) = self
+            .client()
+            .await
+            .map_err(|error| ToolListError::unavailable(error.to_string()))?;
         // What the server says of using its tools (its `instructions`): part of each tool's
         // description, as a cell reads it in `ALL_TOOLS`.
         let instructions = peer
@@ -961,7 +969,10 @@ impl ToolProvider for McpTools {
         let mut attempts_left = 2;
         let answer = loop {
             attempts_left -= 1;
-            let (peer, generation) = self.client().await.map_err(ToolError::unavailable)?;
+            let (peer, generation) = self
+                .client()
+                .await
+                .map_err(|error| ToolError::unavailable(error.to_string()))?;
             // Dropping the request (on cancellation or timeout) tells the server to cancel it.
             let answer = tokio::select! {
                 answer = tokio::time::timeout(self.config.call_timeout, self.call_once(&peer, &params, &progress)) => answer,
@@ -1072,8 +1083,25 @@ fn process_alive(pid: u32) -> bool {
 /// Checks `value` against `schema` as codemode reads schemas ([`codemode_protocol::schema`]): the
 /// keywords a tool's TypeScript declaration shows, so that a value that passes is what the model
 /// was told to expect. `at` names where `value` is, for the message.
-pub fn check_against_schema(value: &Value, schema: &Value, at: &str) -> Result<(), String> {
+pub fn check_against_schema(
+    value: &Value,
+    schema: &Value,
+    at: &str,
+) -> Result<(), codemode_protocol::schema::SchemaMismatch> {
     codemode_protocol::schema::check(value, &codemode_protocol::schema::Schema::read(schema), at)
+}
+
+/// Why a tool's result cannot be handed to the cell (the call then rejects with this text).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CallResultError {
+    /// Its `structuredContent` is not what the tool's output schema (and so its declaration)
+    /// says.
+    #[error("the server's structuredContent does not match the tool's output schema: {0}")]
+    SchemaMismatch(codemode_protocol::schema::SchemaMismatch),
+    /// It cannot be written as JSON.
+    #[error("cannot read the tool's result: {0}")]
+    Unreadable(serde_json::Error),
 }
 
 /// A tool's description with its server's instructions after it (the tool's own text first, so
@@ -1100,14 +1128,12 @@ fn with_instructions(description: &str, instructions: Option<&str>) -> String {
 pub fn call_result_to_value(
     result: CallToolResult,
     output_schema: Option<&Value>,
-) -> Result<Value, String> {
+) -> Result<Value, CallResultError> {
     if let (Some(schema), Some(structured)) = (output_schema, &result.structured_content) {
-        check_against_schema(structured, schema, "structuredContent").map_err(|why| {
-            format!("the server's structuredContent does not match the tool's output schema: {why}")
-        })?;
+        check_against_schema(structured, schema, "structuredContent")
+            .map_err(CallResultError::SchemaMismatch)?;
     }
-    let mut value = serde_json::to_value(&result)
-        .map_err(|error| format!("cannot read the tool's result: {error}"))?;
+    let mut value = serde_json::to_value(&result).map_err(CallResultError::Unreadable)?;
     if let Value::Object(fields) = &mut value {
         fields.remove("resultType");
     }
@@ -1207,7 +1233,7 @@ mod tests {
                 "structuredContent should be object, and is an array",
             ),
         ] {
-            let error = with(bad).unwrap_err();
+            let error = with(bad).unwrap_err().to_string();
             assert!(
                 error.contains("does not match the tool's output schema") && error.contains(why),
                 "{error}"

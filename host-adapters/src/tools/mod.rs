@@ -7,4 +7,4 @@ mod mcp;
 
 pub use composite::CompositeTools;
 pub use in_process::InProcessTools;
-pub use mcp::{McpServerConfig, McpTools, McpTransport, call_result_to_value};
+pub use mcp::{CallResultError, McpServerConfig, McpTools, McpTransport, call_result_to_value};
