@@ -50,6 +50,7 @@ text("weather " + JSON.stringify(values.fx__weather.structuredContent));
 text("broken " + values.fx__broken.isError + " " + values.fx__broken.content[0].text);
 text("keys " + JSON.stringify(Object.keys(values.fx__weather).sort()));
 image(values.fx__picture.content[0]);
+generatedImage({ ...values.fx__picture.content[0], output_hint: "the fixture's picture" });
 text("description " + JSON.stringify(fx.find((tool) => tool.name === "fx__weather").description));
 text("VALUES " + JSON.stringify(values));
 text("DECLARATIONS " + JSON.stringify(fx.map((tool) => tool.declaration)));
@@ -138,5 +139,29 @@ text("DECLARATIONS " + JSON.stringify(fx.map((tool) => tool.declaration)));
         .and_then(|meta| meta.0.get("codex/imageDetail"))
         .cloned();
     assert_eq!(detail, Some(json!("original")), "{image:?}");
+    // 4g: `generatedImage` adds the image (its detail from the block, as `image` reads it), then
+    // the result's output hint.
+    let images: Vec<_> = result
+        .content
+        .iter()
+        .filter_map(|block| match block {
+            ContentBlock::Image(image) => Some(image.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(images.len(), 2, "{result:?}");
+    assert_eq!(images[1].data, images[0].data);
+    assert_eq!(images[1].meta, images[0].meta);
+    let after_image = result
+        .content
+        .iter()
+        .skip_while(|block| !matches!(block, ContentBlock::Image(_)))
+        .skip(1)
+        .skip_while(|block| !matches!(block, ContentBlock::Image(_)))
+        .nth(1);
+    assert!(
+        matches!(after_image, Some(ContentBlock::Text(text)) if text.text.contains("the fixture's picture")),
+        "{result:?}"
+    );
     client.cancel().await.unwrap();
 }

@@ -24,6 +24,7 @@
   const OP_TOOL_CALL = 9;
   const OP_SET_TIMEOUT = 10;
   const OP_CLEAR_TIMEOUT = 11;
+  const OP_GENERATED_IMAGE = 12;
   const OP_TEST_PANIC = 99;
 
   // The kinds of `dispatch(kind, id, payload)`.
@@ -105,6 +106,10 @@
 
   function image(urlOrItem, detail) {
     host(OP_IMAGE, jsonOrUndefined(urlOrItem), detail == null ? undefined : $String(detail));
+  }
+
+  function generatedImage(result) {
+    host(OP_GENERATED_IMAGE, jsonOrUndefined(result));
   }
 
   function audio(urlOrItem) {
@@ -234,6 +239,7 @@
 
   defineGlobal('text', text);
   defineGlobal('image', image);
+  defineGlobal('generatedImage', generatedImage);
   defineGlobal('audio', audio);
   defineGlobal('store', store);
   defineGlobal('load', load);

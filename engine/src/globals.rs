@@ -423,6 +423,30 @@ pub fn image_item(
     }))
 }
 
+/// `generatedImage(result)`, as upstream code mode has it: the result of an image-generation
+/// tool (anything `image` takes as an object: `{ image_url, detail? }` or an MCP image block) with
+/// an optional `output_hint` string. The image is emitted first, then the hint as text; both or
+/// neither (a refusal emits nothing). The detail is the result's own; there is no override.
+pub fn generated_image_items(value: Option<Value>) -> Result<Vec<OutputItem>, Refusal> {
+    let Some(Value::Object(mut result)) = value else {
+        return Err(Refusal::new(
+            "generatedImage expects an image generation result object, such as { image_url, \
+             output_hint? } or an MCP image block",
+        ));
+    };
+    let hint = match result.remove("output_hint") {
+        None => None,
+        Some(Value::String(hint)) => Some(hint),
+        Some(_) => {
+            return Err(Refusal::new(
+                "generatedImage output_hint must be a string when provided",
+            ));
+        }
+    };
+    let image = image_item(Some(Value::Object(result)), None)?;
+    Ok(std::iter::once(image).chain(hint.map(text_item)).collect())
+}
+
 /// `audio(urlOrItem)`: a `data:` URL string, `{ audio_url }`, or an MCP audio block.
 pub fn audio_item(value: Option<Value>) -> Result<OutputItem, Refusal> {
     let url = match value {

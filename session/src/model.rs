@@ -180,6 +180,7 @@ Globals:
 - ALL_TOOLS: [{{ name, description, declaration }}] of every tool; search_tools("words") returns the tools whose name or description has every word.
 - text(value): add text to the output; objects and arrays are JSON-encoded.
 - image(urlOrItem, detail?): add an image from a base64 data: URL, {{ image_url, detail }}, or an MCP image block {{ type: "image", data, mimeType }}. detail: "auto" | "low" | "high" (default) | "original". Remote URLs are not fetched.
+- generatedImage(result): add the image of an image-generation result ({{ image_url, detail?, output_hint? }} or an MCP image block), then its output_hint as text.
 - audio(urlOrItem): add audio from a base64 data: URL or an MCP audio block.
 - store(key, value) / load(key): keep JSON-serialisable values across the cells of this session. load returns a copy, or undefined. Values are saved when the cell finishes (also with an error), not when it is terminated.
 - notify(value): send a short progress message right away, outside the output.

@@ -44,6 +44,7 @@ const OP_EXIT: i32 = 8;
 const OP_TOOL_CALL: i32 = 9;
 const OP_SET_TIMEOUT: i32 = 10;
 const OP_CLEAR_TIMEOUT: i32 = 11;
+const OP_GENERATED_IMAGE: i32 = 12;
 /// The op of `__codemode_test_panic()`, a global that exists only with test hooks on.
 const OP_TEST_PANIC: i32 = 99;
 
@@ -61,6 +62,7 @@ const OPS: &[(&str, i32)] = &[
     ("OP_TOOL_CALL", OP_TOOL_CALL),
     ("OP_SET_TIMEOUT", OP_SET_TIMEOUT),
     ("OP_CLEAR_TIMEOUT", OP_CLEAR_TIMEOUT),
+    ("OP_GENERATED_IMAGE", OP_GENERATED_IMAGE),
     ("OP_TEST_PANIC", OP_TEST_PANIC),
 ];
 
@@ -166,6 +168,19 @@ impl Host for CellHost {
                 Ok(item) => self.emit_reply(RuntimeEvent::ContentItem(item)),
                 Err(refusal) => refused(refusal),
             },
+            OP_GENERATED_IMAGE => {
+                match globals::generated_image_items(parse_json(plain(raw_a).as_deref())) {
+                    Ok(items) => {
+                        for item in items {
+                            if !self.emit(RuntimeEvent::ContentItem(item)) {
+                                return HostReply::Terminate;
+                            }
+                        }
+                        HostReply::Undefined
+                    }
+                    Err(refusal) => refused(refusal),
+                }
+            }
             OP_AUDIO => match globals::audio_item(parse_json(plain(raw_a).as_deref())) {
                 Ok(item) => self.emit_reply(RuntimeEvent::ContentItem(item)),
                 Err(refusal) => refused(refusal),

@@ -77,6 +77,51 @@ pub fn image_accepts_data_urls_objects_and_mcp_blocks_with_detail_overrides() {
 }
 
 /// A conformance test.
+pub fn generated_image_emits_the_image_then_its_output_hint() {
+    let finished = run(&format!(
+        r#"
+        generatedImage({{ image_url: "{PNG}", output_hint: "saved as cat.png", revised_prompt: "a cat" }});
+        generatedImage({{ type: "image", data: "iVBORw0KGgo=", mimeType: "image/png", detail: "low" }});
+        for (const value of [
+            {{ image_url: "{PNG}", output_hint: 7 }},
+            {{ image_url: "{PNG}", output_hint: null }},
+            "{PNG}",
+            {{ output_hint: "no image" }},
+        ]) {{
+            try {{ generatedImage(value); text("accepted"); }} catch (error) {{ text(error.message); }}
+        }}
+        "#
+    ));
+    assert_eq!(finished.error(), None);
+    let text = |text: &str| OutputItem::Text { text: text.into() };
+    assert_eq!(
+        finished.items,
+        [
+            OutputItem::Image(ImageItem {
+                image_url: PNG.into(),
+                detail: ImageDetail::High,
+            }),
+            text("saved as cat.png"),
+            // An MCP block's own `detail` key is not its detail (its `_meta` is).
+            OutputItem::Image(ImageItem {
+                image_url: PNG.into(),
+                detail: ImageDetail::High,
+            }),
+            text("generatedImage output_hint must be a string when provided"),
+            text("generatedImage output_hint must be a string when provided"),
+            text(
+                "generatedImage expects an image generation result object, such as { image_url, \
+                 output_hint? } or an MCP image block"
+            ),
+            text(
+                "image expects a data: URL string, an object { image_url, detail? }, or an MCP \
+                 image block { type: \"image\", data, mimeType }"
+            ),
+        ]
+    );
+}
+
+/// A conformance test.
 pub fn image_refusals_are_thrown_as_errors_the_cell_can_catch() {
     let texts = texts_of(
         r#"

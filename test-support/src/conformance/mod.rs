@@ -168,6 +168,7 @@ macro_rules! __conformance_tests {
         globals::a_throwing_to_json_surfaces_as_the_cells_error,
         globals::image_accepts_data_urls_objects_and_mcp_blocks_with_detail_overrides,
         globals::image_refusals_are_thrown_as_errors_the_cell_can_catch,
+        globals::generated_image_emits_the_image_then_its_output_hint,
         globals::audio_accepts_data_urls_and_mcp_blocks_and_refuses_remote_urls,
         globals::store_and_load_share_values_within_the_cell_as_deep_copies,
         globals::store_refuses_values_without_a_json_form,
