@@ -64,7 +64,7 @@ text("DECLARATIONS " + JSON.stringify(fx.map((tool) => tool.declaration)));
     // 4d: `foo-bar` and `foo_bar` are one identifier: the first keeps it, the log says the other
     // was left out, and every other call of the session works.
     assert!(
-        output.contains("names fx__foo_bar,fx__weather,fx__broken,fx__picture\n"),
+        output.contains("names fx__foo_bar,fx__weather,fx__broken,fx__picture,fx__sound\n"),
         "{output}"
     );
     assert!(output.contains("foo_bar first"), "{output}");
@@ -162,6 +162,49 @@ text("DECLARATIONS " + JSON.stringify(fx.map((tool) => tool.declaration)));
     assert!(
         matches!(after_image, Some(ContentBlock::Text(text)) if text.text.contains("the fixture's picture")),
         "{result:?}"
+    );
+
+    // 4e: with media in the output, the budget is spent in order, as upstream spends it: texts
+    // cost their tokens, an image nothing, an audio clip 10 tokens a second of its duration
+    // (one second of WAV is 10 tokens, though its data URL is about 10.7 KB); what does not fit
+    // is left out and counted.
+    let code = r#"// @exec: {"max_output_tokens": 60}
+const short = await tools.fx__sound({ seconds: 1 });
+const long = await tools.fx__sound({ seconds: 30 });
+const picture = await tools.fx__picture({});
+text("a".repeat(100));
+audio(short.content[0]);
+image(picture.content[0]);
+audio(long.content[0]);
+text("b".repeat(200));
+text("c".repeat(8));
+"#;
+    let params = CallToolRequestParams::new("exec")
+        .with_arguments(json!({ "code": code }).as_object().unwrap().clone());
+    let result = within("exec", client.call_tool(params)).await.unwrap();
+    let audio: Vec<_> = result
+        .content
+        .iter()
+        .filter_map(|block| match block {
+            ContentBlock::Audio(audio) => Some(audio.data.len()),
+            _ => None,
+        })
+        .collect();
+    let images = result
+        .content
+        .iter()
+        .filter(|block| matches!(block, ContentBlock::Image(_)))
+        .count();
+    let output = text_of(&result);
+    assert_eq!((audio.len(), images), (1, 1), "{result:?}");
+    assert!(audio[0] > 10_000, "{audio:?}");
+    assert!(output.contains(&"a".repeat(100)), "{output}");
+    assert!(!output.contains(&"b".repeat(100)), "{output}");
+    assert!(!output.contains("cccccccc"), "{output}");
+    assert!(
+        output.contains("[omitted 1 text items ...]")
+            && output.contains("[omitted 1 audio items ...]"),
+        "{output}"
     );
     client.cancel().await.unwrap();
 }

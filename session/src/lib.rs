@@ -49,6 +49,6 @@ pub use ports::{
     SessionKey, Store, StoreError, StoreErrorKind, ToolCallContext, ToolListError,
     ToolListErrorKind, ToolProgress, ToolProvider,
 };
-pub use render::{render_report, render_text, truncate};
+pub use render::{audio_tokens, fit_output, render_report, render_text, truncate};
 pub use session::{CellReport, Session, SessionError, SessionEvent, WaitOutcome};
 pub use stored::StoredBytesBudget;

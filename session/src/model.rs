@@ -173,7 +173,7 @@ TypeScript is accepted too: types are erased before the script runs (annotations
 Optionally start the source with a pragma line:
 // @exec: {{"yield_time_ms": {yield_ms}, "max_output_tokens": {tokens}}}
 - yield_time_ms: how long to wait for the script before returning (default {yield_ms}). A script still running then keeps running in the background; the result says "Script running with cell ID <id>", and `wait` picks it up.
-- max_output_tokens: the output budget of the result (default {tokens}); longer output keeps its beginning and end.
+- max_output_tokens: the output budget of the result (default {tokens}); longer text keeps its beginning and end; images cost nothing, audio 10 tokens a second, and items past the budget are left out and counted.
 
 Globals:
 - tools.<name>(args): call a tool; returns a Promise of the type its declaration names; an MCP tool declared `Promise<CallToolResult<T>>` resolves with the server's result {{ content: [MCP content blocks], structuredContent?: T, isError? }}, isError: true when the tool reported a failure. A call that cannot be made rejects with an Error whose message says why. Calls run in parallel with Promise.all.

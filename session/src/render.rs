@@ -1,5 +1,6 @@
 //! The model-facing rendering of an observation (output and rendering): a status header, the wall time, the output
-//! (cut to `max_output_tokens` with its head and tail kept and a marker stating the original size),
+//! (fitted to `max_output_tokens` as upstream fits it: text alone with its head and tail kept and
+//! a marker stating the original size, output with media budgeted in order, see [`fit_output`]),
 //! and for a failed cell its error with hints.
 //!
 //! ```text
@@ -51,7 +52,7 @@ pub fn render_report(report: &CellReport, max_output_tokens: u64) -> Vec<OutputI
     ));
     let mut items = vec![OutputItem::text(header)];
     let output = report.event.output().clone().into_items();
-    items.extend(truncate(join_texts(output), max_output_tokens));
+    items.extend(fit_output(output, max_output_tokens));
     if let CellEvent::Terminated { tool_calls, .. } = &report.event
         && !tool_calls.is_empty()
     {
@@ -119,6 +120,135 @@ fn join_texts(items: Vec<OutputItem>) -> Vec<OutputItem> {
         }
     }
     joined
+}
+
+/// Fits a cell's output to `max_tokens`, as upstream code mode does. Text alone is joined and cut
+/// in the middle ([`truncate`]). Output with images or audio is budgeted in order, as upstream
+/// budgets it: each text item costs its tokens (≈ bytes / 4, rounded up), the one that passes
+/// the budget is cut in the middle to what is left, and later ones are left out; an image costs
+/// nothing and is always kept; an audio clip costs its estimated tokens ([`audio_tokens`]) and
+/// is left out when they pass what is left. What was left out is counted in a last line of each
+/// kind (`[omitted 2 audio items ...]`). Consecutive texts that remain are then joined.
+pub fn fit_output(items: Vec<OutputItem>, max_tokens: u64) -> Vec<OutputItem> {
+    if items
+        .iter()
+        .all(|item| matches!(item, OutputItem::Text { .. }))
+    {
+        return truncate(join_texts(items), max_tokens);
+    }
+    let mut remaining = max_tokens;
+    let mut kept = Vec::with_capacity(items.len());
+    let (mut omitted_texts, mut omitted_audio) = (0usize, 0usize);
+    for item in items {
+        match item {
+            OutputItem::Text { text } if text.is_empty() => {}
+            OutputItem::Text { .. } if remaining == 0 => omitted_texts += 1,
+            OutputItem::Text { text } => {
+                let cost = tokens_of(&text);
+                if cost <= remaining {
+                    remaining -= cost;
+                    kept.push(OutputItem::Text { text });
+                } else {
+                    kept.extend(truncate(vec![OutputItem::Text { text }], remaining));
+                    remaining = 0;
+                }
+            }
+            OutputItem::Audio(audio) => {
+                let cost = audio_tokens(&audio.audio_url);
+                if cost <= remaining {
+                    remaining -= cost;
+                    kept.push(OutputItem::Audio(audio));
+                } else {
+                    omitted_audio += 1;
+                }
+            }
+            image => kept.push(image),
+        }
+    }
+    if omitted_texts > 0 {
+        kept.push(OutputItem::text(format!(
+            "[omitted {omitted_texts} text items ...]"
+        )));
+    }
+    if omitted_audio > 0 {
+        kept.push(OutputItem::text(format!(
+            "[omitted {omitted_audio} audio items ...]"
+        )));
+    }
+    join_texts(kept)
+}
+
+/// The tokens a text costs: its bytes / 4, rounded up.
+fn tokens_of(text: &str) -> u64 {
+    (text.len() as u64).div_ceil(BYTES_PER_TOKEN)
+}
+
+/// The tokens an audio clip costs the output budget, as upstream estimates them: 10 per second of
+/// its duration, read from the clip's container (WAV, MP3, MP4/M4A, Ogg, WebM); a clip whose
+/// duration cannot be read costs its `data:` URL's bytes / 4.
+pub fn audio_tokens(audio_url: &str) -> u64 {
+    const TOKENS_PER_SECOND: f64 = 10.0;
+    // The clip is the cell's: a container reader that panics on it costs the clip its estimate,
+    // never the rendering.
+    let duration = std::panic::catch_unwind(|| audio_duration_seconds(audio_url))
+        .ok()
+        .flatten();
+    match duration {
+        Some(seconds) if seconds.is_finite() && seconds >= 0.0 => {
+            // Saturates at u64::MAX for an absurd duration.
+            (seconds * TOKENS_PER_SECOND).ceil() as u64
+        }
+        _ => tokens_of(audio_url),
+    }
+}
+
+/// The duration a base64 `data:` URL of audio declares in its container, without decoding the
+/// audio itself.
+fn audio_duration_seconds(audio_url: &str) -> Option<f64> {
+    use base64::Engine as _;
+    use symphonia::core::formats::FormatOptions;
+    use symphonia::core::io::MediaSourceStream;
+    use symphonia::core::meta::MetadataOptions;
+    use symphonia::core::probe::Hint;
+
+    let (header, payload) = audio_url.split_once(',')?;
+    let mut parts = header.get("data:".len()..)?.split(';');
+    let mime = parts.next()?.to_ascii_lowercase();
+    let extension = match mime.as_str() {
+        "audio/wav" | "audio/x-wav" | "audio/wave" | "audio/vnd.wave" => "wav",
+        "audio/mpeg" | "audio/mp3" => "mp3",
+        "audio/mp4" | "audio/m4a" | "audio/x-m4a" => "m4a",
+        "audio/webm" => "webm",
+        "audio/ogg" => "ogg",
+        _ => return None,
+    };
+    if !parts.any(|part| part.eq_ignore_ascii_case("base64")) {
+        return None;
+    }
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(payload)
+        .ok()?;
+    let stream = MediaSourceStream::new(Box::new(std::io::Cursor::new(bytes)), Default::default());
+    let mut hint = Hint::new();
+    hint.with_extension(extension);
+    let probed = symphonia::default::get_probe()
+        .format(
+            &hint,
+            stream,
+            &FormatOptions::default(),
+            &MetadataOptions::default(),
+        )
+        .ok()?;
+    let parameters = &probed.format.default_track()?.codec_params;
+    let frames = parameters.n_frames?;
+    match (parameters.time_base, parameters.sample_rate) {
+        (Some(time_base), _) => {
+            let time = time_base.calc_time(frames);
+            Some(time.seconds as f64 + time.frac)
+        }
+        (None, Some(rate)) if rate > 0 => Some(frames as f64 / f64::from(rate)),
+        _ => None,
+    }
 }
 
 /// Cuts the text of `items` to `max_tokens` (≈ bytes / 4), keeping the head and the tail and
@@ -295,5 +425,99 @@ mod tests {
             };
             assert!(text.chars().all(|character| character == 'é') || text.starts_with("[..."));
         }
+    }
+
+    /// A WAV `data:` URL of `seconds` of silence (8 kHz, 8-bit, mono).
+    fn wav(seconds: u32) -> String {
+        use base64::Engine as _;
+        let samples = 8000 * seconds;
+        let mut bytes = Vec::new();
+        bytes.extend_from_slice(b"RIFF");
+        bytes.extend_from_slice(&(36 + samples).to_le_bytes());
+        bytes.extend_from_slice(b"WAVEfmt ");
+        for field in [16u32, 1 | (1 << 16), 8000, 8000, 1 | (8 << 16)] {
+            bytes.extend_from_slice(&field.to_le_bytes());
+        }
+        bytes.extend_from_slice(b"data");
+        bytes.extend_from_slice(&samples.to_le_bytes());
+        bytes.resize(bytes.len() + samples as usize, 0x80);
+        format!(
+            "data:audio/wav;base64,{}",
+            base64::engine::general_purpose::STANDARD.encode(bytes)
+        )
+    }
+
+    fn audio(url: String) -> OutputItem {
+        OutputItem::Audio(codemode_protocol::AudioItem { audio_url: url })
+    }
+
+    fn image() -> OutputItem {
+        OutputItem::Image(codemode_protocol::ImageItem {
+            image_url: "data:image/png;base64,AA==".into(),
+            detail: Default::default(),
+        })
+    }
+
+    #[test]
+    fn audio_costs_ten_tokens_a_second_of_its_duration_or_its_size_when_unreadable() {
+        assert_eq!(audio_tokens(&wav(1)), 10);
+        assert_eq!(audio_tokens(&wav(3)), 30);
+        // Not a container symphonia reads: its data URL's bytes / 4.
+        let garbage = "data:audio/wav;base64,AAAAAAAA";
+        assert_eq!(audio_tokens(garbage), (garbage.len() as u64).div_ceil(4));
+        let unknown = "data:audio/flac;base64,AAAA";
+        assert_eq!(audio_tokens(unknown), (unknown.len() as u64).div_ceil(4));
+    }
+
+    #[test]
+    fn with_media_the_budget_is_spent_in_order_and_what_does_not_fit_is_counted() {
+        let items = vec![
+            OutputItem::text("a".repeat(100)),
+            audio(wav(1)),
+            image(),
+            audio(wav(30)),
+            OutputItem::text("b".repeat(200)),
+            OutputItem::text("c".repeat(8)),
+            image(),
+            audio(wav(1)),
+        ];
+        let fitted = fit_output(items.clone(), 60);
+        // 25 tokens of text, 10 of audio, the image free, 300 of audio left out, the rest of the
+        // budget (25 tokens) for the cut text, nothing for the last text or audio.
+        assert_eq!(fitted[..3], items[..3]);
+        let OutputItem::Text { text: cut } = &fitted[3] else {
+            panic!("{fitted:?}")
+        };
+        assert!(cut.starts_with(&"b".repeat(40)), "{cut}");
+        assert!(!cut.contains(&"b".repeat(101)), "{cut}");
+        assert!(!cut.contains("cccc"), "{cut}");
+        // The second image is kept in its place; the counts close the output.
+        assert_eq!(
+            fitted[4..],
+            [
+                image(),
+                OutputItem::text("[omitted 1 text items ...]\n[omitted 2 audio items ...]")
+            ]
+        );
+        // Within the budget nothing changes but the joining of texts.
+        assert_eq!(fit_output(items[..3].to_vec(), 60), items[..3]);
+    }
+
+    #[test]
+    fn text_alone_is_joined_and_cut_in_the_middle() {
+        let items = vec![
+            OutputItem::text("x".repeat(400)),
+            OutputItem::text("y".repeat(400)),
+        ];
+        let fitted = fit_output(items, 50);
+        let texts: Vec<_> = fitted
+            .iter()
+            .map(|item| match item {
+                OutputItem::Text { text } => text.as_str(),
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert!(texts[0].starts_with('x') && texts.last().unwrap().ends_with('y'));
+        assert!(texts.iter().any(|text| text.contains("output truncated")));
     }
 }

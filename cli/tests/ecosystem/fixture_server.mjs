@@ -7,7 +7,8 @@
 // - `foo-bar` and `foo_bar`: two names that are the same JavaScript identifier;
 // - `weather`: an output schema, answered with text and `structuredContent`;
 // - `broken`: answers `isError: true` with a message;
-// - `picture`: an image block whose `_meta["codex/imageDetail"]` is `original`.
+// - `picture`: an image block whose `_meta["codex/imageDetail"]` is `original`;
+// - `sound`: an audio block, a WAV of silence `seconds` long (8 kHz, 8-bit, mono).
 // Its `instructions` say how to use it.
 
 import { pathToFileURL } from "node:url";
@@ -21,6 +22,26 @@ const { ListToolsRequestSchema, CallToolRequestSchema } = await sdk("types.js");
 
 // A 1x1 PNG.
 const PIXEL = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==";
+
+// A WAV file of `seconds` of silence, as base64.
+function silence(seconds) {
+  const rate = 8000;
+  const samples = Math.round(rate * seconds);
+  const wav = Buffer.alloc(44 + samples, 0x80);
+  wav.write("RIFF", 0);
+  wav.writeUInt32LE(36 + samples, 4);
+  wav.write("WAVEfmt ", 8);
+  wav.writeUInt32LE(16, 16); // the fmt chunk's size
+  wav.writeUInt16LE(1, 20); // PCM
+  wav.writeUInt16LE(1, 22); // one channel
+  wav.writeUInt32LE(rate, 24);
+  wav.writeUInt32LE(rate, 28); // bytes per second
+  wav.writeUInt16LE(1, 32); // bytes per frame
+  wav.writeUInt16LE(8, 34); // bits per sample
+  wav.write("data", 36);
+  wav.writeUInt32LE(samples, 40);
+  return wav.toString("base64");
+}
 
 const server = new Server(
   { name: "fixture", version: "1.0.0" },
@@ -46,6 +67,11 @@ const tools = [
   },
   { name: "broken", description: "Always fails.", inputSchema: noArguments },
   { name: "picture", description: "A picture at its original detail.", inputSchema: noArguments },
+  {
+    name: "sound",
+    description: "Silence, as WAV audio.",
+    inputSchema: { type: "object", properties: { seconds: { type: "number" } }, required: ["seconds"] },
+  },
 ];
 
 server.setRequestHandler(ListToolsRequestSchema, async () => ({ tools }));
@@ -69,6 +95,10 @@ server.setRequestHandler(CallToolRequestSchema, async (request) => {
         content: [
           { type: "image", data: PIXEL, mimeType: "image/png", _meta: { "codex/imageDetail": "original" } },
         ],
+      };
+    case "sound":
+      return {
+        content: [{ type: "audio", data: silence(request.params.arguments.seconds), mimeType: "audio/wav" }],
       };
     default:
       throw new Error(`no tool ${request.params.name}`);
