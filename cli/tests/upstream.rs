@@ -206,5 +206,22 @@ text("c".repeat(8));
             && output.contains("[omitted 1 audio items ...]"),
         "{output}"
     );
+
+    // 4f: no internal name is visible to a cell, marked or not, while a thrown value that is not
+    // an Error still has its position.
+    let code = r#"const names = Object.getOwnPropertyNames(globalThis).filter((name) => name.includes("$"));
+text("dollar globals " + JSON.stringify(names));
+await tools.fx__foo_bar({});
+  throw null;
+"#;
+    let params = CallToolRequestParams::new("exec")
+        .with_arguments(json!({ "code": code }).as_object().unwrap().clone());
+    let result = within("exec", client.call_tool(params)).await.unwrap();
+    let output = text_of(&result);
+    assert!(output.contains("dollar globals []"), "{output}");
+    assert!(
+        output.contains("Script error:\nnull\n    at cell.js:4:3"),
+        "{output}"
+    );
     client.cancel().await.unwrap();
 }

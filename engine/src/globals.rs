@@ -91,15 +91,37 @@ const LONE_SURROGATE_REASON: &str = "has a string with a lone surrogate (half of
 /// How deeply stored values and tool arguments may nest.
 pub const MAX_JSON_DEPTH: usize = 128;
 
-/// The global every engine defines as a setter that throws the value assigned to it, recording
-/// where the assignment is as the throw's position (line, and the column of the `throw` it stands
-/// for), so that a thrown value that is not an `Error` (`throw null`, `throw { code: 1 }`), which
-/// JavaScript engines keep no position for, still has one in the cell's error text.
+/// The module every engine resolves for a cell that imports it (and only this one): it exports
+/// [`THROW_SITE_BINDING`], an object whose property [`THROW_SITE_PROPERTY`] has a setter that
+/// throws the value assigned to it, recording where the assignment is as the throw's position
+/// (line, and the column of the `throw` it stands for), so that a thrown value that is not an
+/// `Error` (`throw null`, `throw { code: 1 }`), which JavaScript engines keep no position for,
+/// still has one in the cell's error text.
 ///
-/// The session writes each `throw` statement of a cell as an assignment to it, the same length
-/// (`throw x;` runs as `$$t$= x;`), so every other line and column is unchanged. It leaves a cell
-/// that names this global itself as it is. Its setter is not enumerable and cannot be deleted.
-pub const THROW_SITE_GLOBAL: &str = "$$t$";
+/// The session writes each `throw` statement of a cell as [`THROW_SITE_MARKER`], the same length
+/// (`throw x;` runs as `$$.t= x;`), so every other line and column is unchanged, and appends
+/// [`THROW_SITE_IMPORT`] as a last line of its own (imports are hoisted). The binding is the
+/// module's own: no global is defined, so a cell's view of `globalThis` is the same whether it was
+/// marked or not. A cell that names the binding itself is left as written. The V8 shim keeps the
+/// same names (`kThrowSiteModule`, `kThrowSiteBinding`, `kThrowSiteProperty`).
+pub const THROW_SITE_MODULE: &str = "codemode:throw-site";
+
+/// The name the throw-site module exports its object under, and the cell imports it as.
+pub const THROW_SITE_BINDING: &str = "$$";
+
+/// The property of the throw-site object whose setter throws.
+pub const THROW_SITE_PROPERTY: &str = "t";
+
+/// What each marked `throw` keyword is written as: an assignment to the throw-site object's
+/// property, exactly as long as `throw`.
+pub const THROW_SITE_MARKER: &str = "$$.t=";
+
+/// The line the session appends to a marked cell: the import of the throw-site object.
+pub const THROW_SITE_IMPORT: &str = "\nimport { $$ } from \"codemode:throw-site\";";
+
+const _: () = {
+    assert!(THROW_SITE_MARKER.len() == "throw".len());
+};
 
 /// Why `serialized` (the output of `JSON.stringify`) is not a value codemode can keep: a phrase
 /// that follows "the value" or "the argument".
@@ -759,6 +781,18 @@ mod tests {
                 call_id: "call-1".into(),
                 text: "half way".into()
             }
+        );
+    }
+
+    #[test]
+    fn the_throw_site_names_agree() {
+        assert_eq!(
+            THROW_SITE_MARKER,
+            format!("{THROW_SITE_BINDING}.{THROW_SITE_PROPERTY}=")
+        );
+        assert_eq!(
+            THROW_SITE_IMPORT,
+            format!("\nimport {{ {THROW_SITE_BINDING} }} from {THROW_SITE_MODULE:?};")
         );
     }
 

@@ -13,7 +13,7 @@ use codemode_engine::script::CELL_RESOURCE_NAME;
 use rquickjs::{Ctx, Value};
 
 /// How many columns before the position QuickJS reports for a marked throw's assignment
-/// (`$$t$= value`) the `throw` keyword is: QuickJS reports where the assignment starts, which is
+/// (`$$.t= value`) the `throw` keyword is: QuickJS reports where the assignment starts, which is
 /// where the keyword was.
 pub(crate) const THROW_SITE_COLUMN_OFFSET: u32 = 0;
 

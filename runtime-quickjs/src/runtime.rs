@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use codemode_engine::EngineError;
-use codemode_engine::globals::THROW_SITE_GLOBAL;
+use codemode_engine::globals::{THROW_SITE_BINDING, THROW_SITE_MODULE, THROW_SITE_PROPERTY};
 use codemode_engine::script::{
     BOOTSTRAP_RESOURCE_NAME, CELL_RESOURCE_NAME, CellHost, CpuWatch, Host, HostReply, ModuleState,
     RunStatus, ScriptRuntime, ScriptTerminator,
@@ -114,9 +114,12 @@ struct Flags {
 }
 
 /// Refuses every import: a cell has no modules to import.
-struct RefuseImports;
+struct CellImports {
+    /// Where the throw-site module's setter records what it throws.
+    thrown: ThrownRecord,
+}
 
-impl Resolver for RefuseImports {
+impl Resolver for CellImports {
     fn resolve<'js>(
         &mut self,
         ctx: &Ctx<'js>,
@@ -124,6 +127,9 @@ impl Resolver for RefuseImports {
         name: &str,
         _attributes: Option<ImportAttributes<'js>>,
     ) -> rquickjs::Result<String> {
+        if name == THROW_SITE_MODULE {
+            return Ok(name.to_owned());
+        }
         Err(Exception::throw_message(
             ctx,
             &format!("Unsupported import in exec: {name}"),
@@ -131,17 +137,31 @@ impl Resolver for RefuseImports {
     }
 }
 
-impl Loader for RefuseImports {
+impl Loader for CellImports {
+    /// The throw-site module (see `codemode_engine::globals::THROW_SITE_MODULE`): its object's
+    /// setter reaches the module through its `import.meta`, which only the module itself reads.
     fn load<'js>(
         &mut self,
         ctx: &Ctx<'js>,
         name: &str,
         _attributes: Option<ImportAttributes<'js>>,
     ) -> rquickjs::Result<Module<'js, Declared>> {
-        Err(Exception::throw_message(
-            ctx,
-            &format!("Unsupported import in exec: {name}"),
-        ))
+        if name != THROW_SITE_MODULE {
+            return Err(Exception::throw_message(
+                ctx,
+                &format!("Unsupported import in exec: {name}"),
+            ));
+        }
+        let source = format!(
+            "const set = import.meta.set;\n\
+             export const {THROW_SITE_BINDING} = Object.freeze(Object.defineProperty(\
+             Object.create(null), {THROW_SITE_PROPERTY:?}, \
+             {{ get() {{ return undefined; }}, set, enumerable: false, configurable: false }}));"
+        );
+        let module = Module::declare(ctx.clone(), name, source)?;
+        let meta = module.meta()?;
+        meta.set("set", throw_site_setter(ctx, Rc::clone(&self.thrown))?)?;
+        Ok(module)
     }
 }
 
@@ -192,7 +212,15 @@ impl QuickJsRuntime {
         })?;
         runtime.set_memory_limit(heap_limit_bytes);
         runtime.set_max_stack_size(MAX_STACK_BYTES);
-        runtime.set_loader(RefuseImports, RefuseImports);
+        let thrown: ThrownRecord = Rc::default();
+        runtime.set_loader(
+            CellImports {
+                thrown: Rc::clone(&thrown),
+            },
+            CellImports {
+                thrown: Rc::clone(&thrown),
+            },
+        );
         let halt = Halt::default();
         let budget: Rc<RefCell<Option<CpuBudget>>> = Rc::default();
         {
@@ -229,7 +257,7 @@ impl QuickJsRuntime {
             halt,
             flags: Rc::default(),
             budget,
-            thrown: Rc::default(),
+            thrown,
             heap_limit_bytes,
         })
     }
@@ -290,7 +318,7 @@ impl QuickJsRuntime {
     /// Whether the heap still holds an eighth of its limit after a failed call: QuickJS frees a
     /// failed operation's temporaries at once, so what remains is what the cell kept, and a bare
     /// `null` with that much kept is the limit's doing (a cell that throws `null` itself is
-    /// recorded by the throw-site global). Only outside the context.
+    /// recorded by the throw-site setter). Only outside the context.
     fn memory_is_short(&self) -> bool {
         let used = usize::try_from(self.runtime.memory_usage().malloc_size).unwrap_or(usize::MAX);
         used >= self.heap_limit_bytes / 8
@@ -322,24 +350,13 @@ impl QuickJsRuntime {
             Err(error) => self.failed(ctx, error),
         }
     }
-
-    /// Defines the throw-site global: a setter that records the value and where the cell assigned
-    /// it (the `throw` it stands for), then throws it.
-    fn define_throw_site<'js>(&self, ctx: &Ctx<'js>) -> rquickjs::Result<()> {
-        let setter = throw_site_setter(ctx, Rc::clone(&self.thrown))?;
-        let define: Function<'js> = ctx.eval(format!(
-            "(setter) => Object.defineProperty(globalThis, {name:?}, {{ get() {{ return undefined; }}, set: setter, enumerable: false, configurable: false }})",
-            name = THROW_SITE_GLOBAL
-        ))?;
-        define.call::<_, Value<'js>>((setter,))?;
-        Ok(())
-    }
 }
 
 /// What the throw-site setter records: the value, and its line and column.
 type ThrownRecord = Rc<RefCell<Option<(Persistent<Value<'static>>, u32, u32)>>>;
 
-/// The throw-site setter (see `codemode_engine::globals::THROW_SITE_GLOBAL`).
+/// The throw-site setter (see `codemode_engine::globals::THROW_SITE_MODULE`): records the value and
+/// where the cell assigned it (the `throw` it stands for), then throws it.
 fn throw_site_setter<'js>(ctx: &Ctx<'js>, thrown: ThrownRecord) -> rquickjs::Result<Function<'js>> {
     Function::new(
         ctx.clone(),
@@ -519,7 +536,6 @@ impl ScriptRuntime for QuickJsRuntime {
                 )?;
                 let dispatch: Function<'_> = installer.call((host_function, config))?;
                 self.dispatch = Some(Persistent::save(&ctx, dispatch));
-                self.define_throw_site(&ctx)?;
                 // QuickJS builds an error's stack under `Error.stackTraceLimit` and
                 // `Error.prepareStackTrace`: the cell gets properties of its own to set, and the
                 // engine keeps its own, so that a cell cannot take the positions out of its own

@@ -103,12 +103,16 @@ namespace {
 constexpr const char* kCellResourceName = "cell.js";
 // The resource name of the bootstrap script; its frames are dropped from error texts.
 constexpr const char* kBootstrapResourceName = "codemode:bootstrap";
-// The global whose setter throws the value assigned and records where (`codemode_engine::
-// THROW_SITE_GLOBAL`): the session writes each `throw` of the cell as `$$t$=`, same length, so a
-// thrown value that is not an Error still has a position. V8 reports an assignment at its `=`,
-// just past the name, so the `throw` keyword is that many columns before.
-constexpr const char* kThrowSiteGlobal = "$$t$";
-constexpr int kThrowSiteGlobalLength = 4;
+// The throw-site module (`codemode_engine::globals::THROW_SITE_MODULE`): the only module a cell
+// may import. It exports an object (`THROW_SITE_BINDING`) whose property (`THROW_SITE_PROPERTY`)
+// has a setter that throws the value assigned and records where: the session writes each `throw`
+// of the cell as `$$.t=`, same length, and appends the import, so a thrown value that is not an
+// Error still has a position, and no global is defined for it. V8 reports a property store at its
+// `=`, so the `throw` keyword is that many columns before.
+constexpr const char* kThrowSiteModule = "codemode:throw-site";
+constexpr const char* kThrowSiteBinding = "$$";
+constexpr const char* kThrowSiteProperty = "t";
+constexpr int kThrowSiteColumnOffset = 4;
 
 // The platform lives as long as the process and is deliberately never destroyed: isolates on other
 // threads (pre-warmed runtimes, cells still running) may outlive static destruction at exit, and
@@ -168,7 +172,7 @@ struct cm_runtime {
   void* host_data = nullptr;
   std::atomic<bool> heap_limit_hit{false};
   std::string last_error;
-  // Where the cell last threw through the throw-site global, or where the last promise rejected
+  // Where the cell last threw through the throw-site object, or where the last promise rejected
   // without a handler was rejected in the cell (line, 1-based column; 0 when unknown), and with
   // what value: a thrown value that is not an Error carries no position of its own, so its error
   // text is located from here.
@@ -377,8 +381,8 @@ void HostCall(const FunctionCallbackInfo<Value>& info) {
   }
 }
 
-// The setter of the throw-site global: records the value and the cell position of the assignment
-// (the marked `throw`), then throws the value, as the `throw` it stands for would.
+// The setter of the throw-site object's property: records the value and the cell position of the
+// assignment (the marked `throw`), then throws the value, as the `throw` it stands for would.
 void ThrowAtSite(const FunctionCallbackInfo<Value>& info) {
   Isolate* isolate = info.GetIsolate();
   cm_runtime* rt = static_cast<cm_runtime*>(info.Data().As<External>()->Value());
@@ -389,16 +393,48 @@ void ThrowAtSite(const FunctionCallbackInfo<Value>& info) {
     if (IsCellResource(isolate, frame->GetScriptName())) {
       rt->rejected_value.Reset(isolate, value);
       rt->rejected_line = frame->GetLineNumber();
-      rt->rejected_column = std::max(1, frame->GetColumn() - kThrowSiteGlobalLength);
+      rt->rejected_column = std::max(1, frame->GetColumn() - kThrowSiteColumnOffset);
     }
   }
   isolate->ThrowException(value);
 }
 
-// `import x from "y"` inside the cell.
-MaybeLocal<Module> RefuseStaticImport(Local<Context> context, Local<String> specifier,
-                                      Local<FixedArray>, Local<Module>) {
+// The throw-site module's evaluation: its object, with the throwing setter, as its one export.
+MaybeLocal<Value> EvaluateThrowSiteModule(Local<Context> context, Local<Module> module) {
   Isolate* isolate = context->GetIsolate();
+  cm_runtime* rt = static_cast<cm_runtime*>(isolate->GetData(0));
+  Local<Function> getter;
+  Local<Function> setter;
+  // V8 10.2 needs both halves of an accessor; reading the property gives undefined.
+  if (!Function::New(context, [](const FunctionCallbackInfo<Value>&) {}).ToLocal(&getter) ||
+      !Function::New(context, ThrowAtSite, External::New(isolate, rt)).ToLocal(&setter)) {
+    return MaybeLocal<Value>();
+  }
+  Local<Object> site = Object::New(isolate, Null(isolate), nullptr, nullptr, 0);
+  site->SetAccessorProperty(NewString(isolate, kThrowSiteProperty), getter, setter,
+                            static_cast<PropertyAttribute>(DontEnum | DontDelete));
+  if (site->SetIntegrityLevel(context, IntegrityLevel::kFrozen).IsNothing() ||
+      module->SetSyntheticModuleExport(isolate, NewString(isolate, kThrowSiteBinding), site)
+          .IsNothing()) {
+    return MaybeLocal<Value>();
+  }
+  Local<Promise::Resolver> resolver;
+  if (!Promise::Resolver::New(context).ToLocal(&resolver) ||
+      resolver->Resolve(context, Undefined(isolate)).IsNothing()) {
+    return MaybeLocal<Value>();
+  }
+  return resolver->GetPromise();
+}
+
+// `import x from "y"` inside the cell: the throw-site module, or an error.
+MaybeLocal<Module> ResolveCellImport(Local<Context> context, Local<String> specifier,
+                                     Local<FixedArray>, Local<Module>) {
+  Isolate* isolate = context->GetIsolate();
+  if (ToStdString(isolate, specifier) == kThrowSiteModule) {
+    std::vector<Local<String>> exports = {NewString(isolate, kThrowSiteBinding)};
+    return Module::CreateSyntheticModule(isolate, NewString(isolate, kThrowSiteModule), exports,
+                                         EvaluateThrowSiteModule);
+  }
   std::string text = "Unsupported import in exec: " + ToStdString(isolate, specifier);
   isolate->ThrowException(Exception::Error(NewString(isolate, text)));
   return MaybeLocal<Module>();
@@ -602,16 +638,6 @@ int32_t cm_runtime_bootstrap(cm_runtime* rt, cm_str source, cm_str config) {
   if (!Function::New(context, HostCall, External::New(isolate, rt)).ToLocal(&host_function)) {
     return Settle(rt, context, try_catch, false);
   }
-  // V8 10.2 needs both halves of an accessor; reading the global gives undefined.
-  Local<Function> throw_getter;
-  Local<Function> throw_setter;
-  if (!Function::New(context, [](const FunctionCallbackInfo<Value>&) {}).ToLocal(&throw_getter) ||
-      !Function::New(context, ThrowAtSite, External::New(isolate, rt)).ToLocal(&throw_setter)) {
-    return Settle(rt, context, try_catch, false);
-  }
-  context->Global()->SetAccessorProperty(NewString(isolate, kThrowSiteGlobal), throw_getter,
-                                         throw_setter,
-                                         static_cast<PropertyAttribute>(DontEnum | DontDelete));
   Local<Value> arguments[2] = {host_function, NewString(isolate, config.ptr, config.len)};
   Local<Value> dispatch;
   if (!installer.As<Function>()->Call(context, Undefined(isolate), 2, arguments).ToLocal(&dispatch)) {
@@ -657,7 +683,7 @@ int32_t cm_runtime_evaluate_module(cm_runtime* rt, cm_str source) {
   if (!ScriptCompiler::CompileModule(isolate, &compiler_source).ToLocal(&module)) {
     return Settle(rt, context, try_catch, false);
   }
-  if (module->InstantiateModule(context, RefuseStaticImport).IsNothing()) {
+  if (module->InstantiateModule(context, ResolveCellImport).IsNothing()) {
     return Settle(rt, context, try_catch, false);
   }
   Local<Value> evaluation;

@@ -615,10 +615,11 @@ pub fn any_thrown_value_is_rendered_by_the_engine_with_its_position_when_it_has_
             "{source}: {error}"
         );
     }
-    // Marked as the session marks each `throw` (an assignment to the throw-site global, the same
-    // length), the same values have the position of the throw, from the module's body, after an
-    // await, in a function, and in a timer.
-    let throw = format!("{}=", codemode_engine::globals::THROW_SITE_GLOBAL);
+    // Marked as the session marks each `throw` (an assignment to the throw-site object's property,
+    // the same length, and its import as a last line), the same values have the position of the
+    // throw, from the module's body, after an await, in a function, and in a timer.
+    let throw = codemode_engine::globals::THROW_SITE_MARKER;
+    let import = codemode_engine::globals::THROW_SITE_IMPORT;
     for (source, rendered) in [
         (
             format!("text(1);\n{throw} null;"),
@@ -636,14 +637,31 @@ pub fn any_thrown_value_is_rendered_by_the_engine_with_its_position_when_it_has_
             "late\n    at cell.js:1:20",
         ),
     ] {
+        let source = format!("{source}{import}");
         assert_eq!(error_of(&source), rendered, "{source}");
     }
-    // Caught, a marked throw is an ordinary throw.
+    // Caught, a marked throw is an ordinary throw; and marking defines no global.
     assert_eq!(
         texts_of(&format!(
-            "try {{ {throw} 7; }} catch (value) {{ text(value); }}"
+            "try {{ {throw} 7; }} catch (value) {{ text(value); }}\n\
+             text(Object.getOwnPropertyNames(globalThis).filter((name) => name.includes(\"$\")).length);\n\
+             text(typeof globalThis.$$);{import}"
         )),
-        ["7"]
+        ["7", "0", "undefined"]
+    );
+    // The throw-site object cannot be changed by the cell that imported it.
+    assert_eq!(
+        texts_of(&format!(
+            "try {{ $$.t = 1; }} catch (value) {{ text(value); }}\n\
+             text(Object.isFrozen($$));{import}"
+        )),
+        ["1", "true"]
+    );
+    // Any other import is refused, naming it.
+    let refused = error_of("import fs from \"node:fs\";");
+    assert!(
+        refused.contains("Unsupported import in exec: node:fs"),
+        "{refused}"
     );
     // An object whose toString throws is rendered without running it.
     assert!(
