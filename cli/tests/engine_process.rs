@@ -606,6 +606,8 @@ fn native_code_in_an_engine_process_reaches_nothing_of_the_server_or_the_machine
     assert!(allowed, "its own limits: {detail}");
     let (allowed, detail) = attack("mmap", "small");
     assert!(allowed, "a private mapping: {detail}");
+    let (allowed, detail) = attack("stat", "/dev/null");
+    assert!(allowed, "what it reads: {detail}");
     // A socket of the host this test holds open: an engine process that shared the host's
     // network namespace would see it listed.
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -641,7 +643,22 @@ fn native_code_in_an_engine_process_reaches_nothing_of_the_server_or_the_machine
         ("mmap", "shared"),
         ("mmap", "growsdown"),
         ("sockets", ""),
-    ] {
+    ]
+    .into_iter()
+    .chain(
+        // With a root of its own (as root), another tenant's store file and the token file do
+        // not even exist for it: their size and time cannot be read.
+        nix::unistd::geteuid()
+            .is_root()
+            .then_some([
+                ("stat", document.as_str()),
+                ("stat", token_file.as_str()),
+                ("stat", "/etc/passwd"),
+                ("stat", concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml")),
+            ])
+            .into_iter()
+            .flatten(),
+    ) {
         let (allowed, detail) = attack(name, target);
         assert!(!allowed, "{name} {target} was allowed: {detail}");
         if name == "clone3" {
@@ -672,6 +689,78 @@ fn native_code_in_an_engine_process_reaches_nothing_of_the_server_or_the_machine
     assert_eq!(ended.texts, ["2000000"]);
     drop(listener);
     let _ = std::fs::remove_dir_all(&folder);
+}
+
+/// Native code that took over an engine process starts threads without end, or touches memory
+/// past its data limit: where the server may make control groups (as root, which RLIMIT_NPROC
+/// does not bind), each engine process has one of its own that bounds both, and it goes when
+/// the process does.
+#[test]
+fn an_engine_process_is_bounded_by_a_control_group_of_its_own() {
+    const CEILING: u64 = 3 << 30;
+    let engine = ProcessEngine::new(
+        config()
+            .with_threads_per_process(64)
+            .with_memory_ceiling_bytes(Some(CEILING)),
+    );
+    let ended = start(&engine, tenant_cell("attacker", r#"text("up")"#)).finish();
+    assert_eq!(ended.texts, ["up"]);
+    let folders = engine.control_group_folders();
+    if !nix::unistd::geteuid().is_root() {
+        // Elsewhere a delegated group may still give one; without, SECURITY.md says what holds.
+        return;
+    }
+    assert!(
+        !folders.is_empty(),
+        "no control group for the engine process"
+    );
+    let pid = engine.process_ids()[0].to_string();
+    let read = |folder: &std::path::Path, file: &str| {
+        std::fs::read_to_string(folder.join(file))
+            .map(|text| text.trim().to_owned())
+            .ok()
+    };
+    let (mut threads, mut memory) = (None, None);
+    for folder in &folders {
+        let procs = read(folder, "cgroup.procs").unwrap_or_default();
+        assert!(
+            procs.lines().any(|line| line == pid),
+            "{pid} is not in {}: {procs}",
+            folder.display()
+        );
+        threads = threads.or(read(folder, "pids.max"));
+        memory = memory
+            .or(read(folder, "memory.max"))
+            .or(read(folder, "memory.limit_in_bytes"));
+    }
+    assert_eq!(threads.as_deref(), Some("64"));
+    assert_eq!(memory, Some(CEILING.to_string()));
+    let attack = |attack: &str, target: &str| {
+        engine
+            .probe_sandbox(Probe::Native {
+                attack: attack.to_owned(),
+                target: target.to_owned(),
+            })
+            .unwrap()
+    };
+    let (allowed, detail) = attack("threads", "8");
+    assert!(allowed, "a few threads: {detail}");
+    let (allowed, detail) = attack("threads", "2000");
+    assert!(!allowed, "2000 threads were started: {detail}");
+    assert!(detail.contains("errno 11"), "{detail}");
+    // The process goes on serving cells.
+    let ended = start(&engine, tenant_cell("attacker", r#"text("still up")"#)).finish();
+    assert_eq!(ended.texts, ["still up"]);
+    // Its groups go with it.
+    drop(engine);
+    let deadline = std::time::Instant::now() + HANG_GUARD;
+    while folders.iter().any(|folder| folder.exists()) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "control groups left behind: {folders:?}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
 }
 
 #[test]
@@ -707,6 +796,19 @@ fn engine_processes_run_as_the_engine_user() {
         "Groups:",
         "no supplementary groups: {groups}"
     );
+    // Without root's capabilities, it still gets a root and a network of its own, through a user
+    // namespace of its own, where the kernel allows one (as here).
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    for (attack, target) in [("stat", "/etc/passwd"), ("sockets", "")] {
+        let (allowed, detail) = engine
+            .probe_sandbox(Probe::Native {
+                attack: attack.to_owned(),
+                target: target.to_owned(),
+            })
+            .unwrap();
+        assert!(!allowed, "{attack} {target} was allowed: {detail}");
+    }
+    drop(listener);
 }
 
 /// `config`, with each process held before it runs the engine host while the file `hold`

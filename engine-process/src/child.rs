@@ -178,7 +178,7 @@ fn run(
     };
     let engine = make_engine(&settings).map_err(|error| ChildError::from(error).reported())?;
     crate::sandbox::enter(&settings).map_err(|error| ChildError::from(error).reported())?;
-    tracing::debug!(landlock = %early.landlock, network = %early.network, "engine process sandboxed");
+    tracing::debug!(landlock = %early.landlock, network = %early.network, root = %early.root, user = %early.user, "engine process sandboxed");
     send(ToParent::Ready {
         engine: engine.describe(),
         wire_version: WIRE_VERSION,

@@ -39,6 +39,7 @@
 // Only `descriptors` may use `unsafe` (two system calls, its rules written at its top).
 #![deny(unsafe_code)]
 
+mod cgroup;
 pub mod child;
 #[allow(unsafe_code)]
 mod descriptors;
@@ -68,6 +69,11 @@ pub const DEFAULT_STALL_DEADLINE: Duration = Duration::from_secs(10);
 
 /// How many live cells one engine process hosts by default.
 pub const DEFAULT_CELLS_PER_PROCESS: usize = 16;
+
+/// The most threads an engine process may have where its control group bounds them: its cells'
+/// runtime threads (16) and warm runtimes, V8's platform workers, the writer, the watchdog, with
+/// room to spare; far below what an attack needs to exhaust the machine.
+pub const DEFAULT_THREADS_PER_PROCESS: u64 = 256;
 
 /// How an engine process is started and what it may do.
 #[derive(Debug, Clone)]
@@ -101,6 +107,11 @@ pub struct ProcessEngineConfig {
     pub warm_runtimes: usize,
     /// The user and group ids the child runs as (`None`: this process's).
     pub user: Option<(u32, u32)>,
+    /// Whether each process gets a control group of its own where one can be made (Linux, as
+    /// root or in a delegated group), bounding its threads and the memory it touches.
+    pub control_groups: bool,
+    /// The most threads a process may have, where its control group bounds them.
+    pub threads_per_process: u64,
     /// Test hooks in the child (probes, forged frames). Only builds with the `test-hooks` feature
     /// have them; never for real cells.
     #[doc(hidden)]
@@ -135,8 +146,23 @@ impl ProcessEngineConfig {
             warm_heap_limit_bytes: DEFAULT_HEAP_LIMIT_BYTES,
             warm_runtimes: 2,
             user: None,
+            control_groups: true,
+            threads_per_process: DEFAULT_THREADS_PER_PROCESS,
             test_hooks: false,
         }
+    }
+
+    /// With or without a control group per process (on by default; without one, threads are
+    /// unbounded for a server run as root).
+    pub fn with_control_groups(mut self, control_groups: bool) -> Self {
+        self.control_groups = control_groups;
+        self
+    }
+
+    /// With another bound on each process's threads (see [`DEFAULT_THREADS_PER_PROCESS`]).
+    pub fn with_threads_per_process(mut self, threads: u64) -> Self {
+        self.threads_per_process = threads;
+        self
     }
 
     /// Run engine processes as user `uid` and group `gid`, with no supplementary groups (this
@@ -251,6 +277,14 @@ impl ProcessEngine {
     /// The process ids of the engine processes alive now.
     pub fn process_ids(&self) -> Vec<u32> {
         self.pool.process_ids()
+    }
+
+    /// The folders of the control groups of the engine process hosting the most recent cell
+    /// (empty without one). Only with test hooks.
+    #[doc(hidden)]
+    #[cfg(feature = "test-hooks")]
+    pub fn control_group_folders(&self) -> Vec<PathBuf> {
+        self.pool.control_group_folders()
     }
 
     /// Asks the engine process hosting the most recent cell to try `what`, which its sandbox

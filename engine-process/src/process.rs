@@ -51,6 +51,10 @@ pub(crate) struct Pool {
     next_cell: AtomicU64,
     engine: OnceLock<String>,
     grace_kills: Arc<GraceKills>,
+    /// Where each engine process gets a control group of its own (found once).
+    cgroups: crate::cgroup::Cgroups,
+    /// Names the control groups of this pool's processes apart from other pools' and servers'.
+    cgroup_prefix: String,
     /// Where the answer to a sandbox probe goes.
     #[cfg(feature = "test-hooks")]
     probe_answer: Mutex<Option<std::sync::mpsc::Sender<(bool, String)>>>,
@@ -131,8 +135,20 @@ impl CellRoute {
 
 impl Pool {
     pub(crate) fn new(config: ProcessEngineConfig) -> Arc<Pool> {
+        static POOLS: AtomicU64 = AtomicU64::new(0);
+        let cgroups = if config.control_groups {
+            crate::cgroup::Cgroups::discover()
+        } else {
+            crate::cgroup::Cgroups::default()
+        };
         let pool = Arc::new_cyclic(|myself| Pool {
             config,
+            cgroups,
+            cgroup_prefix: format!(
+                "codemode-engine-{}-{}",
+                std::process::id(),
+                POOLS.fetch_add(1, Ordering::Relaxed)
+            ),
             processes: Mutex::default(),
             next_cell: AtomicU64::new(1),
             engine: OnceLock::new(),
@@ -164,6 +180,22 @@ impl Pool {
             .filter(|process| process.alive())
             .map(|process| process.pid)
             .collect()
+    }
+
+    /// The control-group folders of the process that took the most recent cell (test hooks).
+    #[cfg(feature = "test-hooks")]
+    pub(crate) fn control_group_folders(&self) -> Vec<std::path::PathBuf> {
+        let latest = lock(&self.processes)
+            .latest
+            .as_ref()
+            .and_then(Weak::upgrade);
+        latest
+            .and_then(|process| {
+                lock(&process.cgroup)
+                    .as_ref()
+                    .map(|cgroup| cgroup.folders().to_vec())
+            })
+            .unwrap_or_default()
     }
 
     #[cfg(feature = "test-hooks")]
@@ -599,6 +631,23 @@ impl Pool {
             Err(error) => return Err(failed(&mut child, error.to_string())),
         };
         let mut writer = parent_end;
+        // Its control group, before it takes its settings: it runs no cell outside it.
+        let cgroup = self
+            .cgroups
+            .create(
+                &format!("{}-{pid}", self.cgroup_prefix),
+                crate::cgroup::Bounds {
+                    threads: self.config.threads_per_process,
+                    memory_bytes: self.config.memory_ceiling(),
+                },
+            )
+            .filter(|cgroup| match cgroup.admit(pid) {
+                Ok(()) => true,
+                Err(error) => {
+                    tracing::warn!(pid, %error, "cannot move an engine process into its control group");
+                    false
+                }
+            });
         let settings = ChildSettings {
             wire_version: WIRE_VERSION,
             warm_heap_limit_bytes: self.config.warm_heap_limit_bytes,
@@ -670,6 +719,7 @@ impl Pool {
             direct: writer.try_clone().ok(),
             state: Mutex::new(ProcessState::default()),
             child: Mutex::new(Some(child)),
+            cgroup: Mutex::new(cgroup),
             output_readers: Mutex::new(readers),
             fatal_line,
         });
@@ -767,6 +817,8 @@ struct EngineProcess {
     state: Mutex<ProcessState>,
     /// `None` once reaped.
     child: Mutex<Option<Child>>,
+    /// Its control group, if one could be made; removed once the process is reaped.
+    cgroup: Mutex<Option<crate::cgroup::ProcessCgroup>>,
     /// The threads reading what the process prints; they end once it is gone.
     output_readers: Mutex<Vec<std::thread::JoinHandle<()>>>,
     /// The last fatal-error line the process printed, if any.
@@ -1164,6 +1216,7 @@ impl EngineProcess {
         let status = lock(&self.child)
             .take()
             .and_then(|mut child| child.wait().ok());
+        drop(lock(&self.cgroup).take());
         let (cells, hard_stop, killed_for, misbehaved) = {
             let mut state = lock(&self.state);
             state.ended = true;

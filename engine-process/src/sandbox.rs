@@ -88,6 +88,38 @@ pub(crate) struct EarlyConfinement {
     pub(crate) landlock: String,
     /// Whether the process has a network namespace of its own.
     pub(crate) network: String,
+    /// Whether the process has a file system of its own (a private root holding only what it
+    /// reads).
+    pub(crate) root: String,
+    /// Whether it made a user namespace of its own to make the others (as a user without the
+    /// capability to make them, such as the engine user).
+    pub(crate) user: String,
+}
+
+/// A user namespace of its own, for a process that lacks the capability to make namespaces (one
+/// started as `--engine-user`, or by a server not run as root): in it, the process may make the
+/// network and mount namespaces below, and every capability it has there is dropped with the
+/// others before any cell runs. Where the kernel allows no unprivileged user namespaces, the
+/// process goes on without (and SECURITY.md says what that leaves).
+#[cfg(target_os = "linux")]
+fn own_user_namespace() -> String {
+    use caps::{CapSet, Capability};
+    if caps::has_cap(None, CapSet::Effective, Capability::CAP_SYS_ADMIN).unwrap_or(false) {
+        return "not needed".to_owned();
+    }
+    if let Err(error) = nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWUSER) {
+        return format!("none ({error})");
+    }
+    // Its own ids map to themselves (a file it makes in its new root needs a mapped owner); no
+    // other id is mapped, and it may not change its groups.
+    let (uid, gid) = (nix::unistd::getuid(), nix::unistd::getgid());
+    let mapped = std::fs::write("/proc/self/uid_map", format!("{uid} {uid} 1"))
+        .and_then(|()| std::fs::write("/proc/self/setgroups", "deny"))
+        .and_then(|()| std::fs::write("/proc/self/gid_map", format!("{gid} {gid} 1")));
+    match mapped {
+        Ok(()) => "own".to_owned(),
+        Err(error) => format!("own, ids not mapped ({error})"),
+    }
 }
 
 /// The first step of the sandbox; must run before the process starts any thread. Fails only when
@@ -103,11 +135,21 @@ pub(crate) fn enter_early(
     {
         return Err(Step::LeaveTerminalSession.failed(error));
     }
+    // Before it is made non-dumpable: its id maps are files of its own /proc, which a
+    // non-dumpable process of another user than root may not write.
+    let user = own_user_namespace();
     nix::sys::prctl::set_dumpable(false).map_err(|error| Step::MakeNonDumpable.failed(error))?;
     let network = private_network();
-    let landlock = landlock_file_system(library_path);
+    let (libraries, data) = visible_paths(library_path);
+    let root = private_root(&libraries, &data);
+    let landlock = landlock_file_system(&libraries, &data);
     drop_capabilities()?;
-    Ok(EarlyConfinement { landlock, network })
+    Ok(EarlyConfinement {
+        landlock,
+        network,
+        root,
+        user,
+    })
 }
 
 #[cfg(not(target_os = "linux"))]
@@ -117,6 +159,8 @@ pub(crate) fn enter_early(
     Ok(EarlyConfinement {
         landlock: "not on this system".to_owned(),
         network: "shared".to_owned(),
+        root: "shared".to_owned(),
+        user: "shared".to_owned(),
     })
 }
 
@@ -156,18 +200,12 @@ fn drop_capabilities() -> Result<(), ConfinementError> {
     Ok(())
 }
 
-/// The Landlock ruleset: read-only access to what the engine reads, nothing else of the file
-/// system, no TCP, no signals or abstract sockets outside the sandbox. Best effort: returns how
-/// far the kernel enforced it.
+/// What an engine process reads: its libraries and program (read and executed), and its data
+/// (read). Paths this system lacks are in the lists too; each user skips them.
 #[cfg(target_os = "linux")]
-fn landlock_file_system(library_path: Option<&std::ffi::OsStr>) -> String {
-    use landlock::{
-        ABI, Access, AccessFs, AccessNet, Ruleset, RulesetAttr, RulesetCreatedAttr, Scope,
-        path_beneath_rules,
-    };
-    let abi = ABI::V6;
-    let read_files = AccessFs::ReadFile | AccessFs::ReadDir;
-    let read_libraries = read_files | AccessFs::Execute;
+fn visible_paths(
+    library_path: Option<&std::ffi::OsStr>,
+) -> (Vec<std::path::PathBuf>, Vec<std::path::PathBuf>) {
     let mut libraries: Vec<std::path::PathBuf> = ["/lib", "/lib64", "/usr/lib", "/usr/lib64"]
         .map(Into::into)
         .to_vec();
@@ -183,14 +221,180 @@ fn landlock_file_system(library_path: Option<&std::ffi::OsStr>) -> String {
         "/dev/urandom",
         "/dev/random",
         "/dev/null",
-        // Its own process only: /proc/self is resolved now, to this process's folder.
+        // Its own process only: /proc/self is resolved when Landlock's rule is made, to this
+        // process's folder.
         "/proc/self",
         "/sys/devices/system/cpu",
         "/etc/localtime",
         "/usr/share/zoneinfo",
         "/usr/share/zoneinfo-icu",
         "/usr/share/icu",
-    ];
+    ]
+    .map(Into::into)
+    .to_vec();
+    (libraries, data)
+}
+
+/// A file system of its own: a new mount namespace whose root is an empty, read-only `tmpfs`
+/// holding only what the engine reads (`libraries` and `data`, each bound read-only at its own
+/// path, and `/proc`), so that nothing else of the host (other tenants' store files, the token
+/// file, the server's folders) exists for it, not even to `stat()`. Needs the capability to make
+/// a mount namespace (a server run as root has it); elsewhere the root stays the host's, which
+/// Landlock still narrows for everything but metadata. Best effort: returns how far it went.
+#[cfg(target_os = "linux")]
+fn private_root(libraries: &[std::path::PathBuf], data: &[std::path::PathBuf]) -> String {
+    match enter_private_root(libraries, data) {
+        Ok(()) => "private".to_owned(),
+        Err(error) => format!("shared with the host ({error})"),
+    }
+}
+
+#[cfg(target_os = "linux")]
+fn enter_private_root(
+    libraries: &[std::path::PathBuf],
+    data: &[std::path::PathBuf],
+) -> Result<(), String> {
+    use std::os::fd::{AsRawFd, OwnedFd};
+    use std::path::{Path, PathBuf};
+
+    use nix::fcntl::{OFlag, open};
+    use nix::mount::{MntFlags, MsFlags, mount, umount2};
+    use nix::sys::stat::Mode;
+
+    let step = |what: &'static str| move |error: nix::Error| format!("{what}: {error}");
+    nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNS).map_err(step("unshare"))?;
+    // Nothing done here reaches the host's mounts.
+    mount(
+        None::<&str>,
+        "/",
+        None::<&str>,
+        MsFlags::MS_REC | MsFlags::MS_PRIVATE,
+        None::<&str>,
+    )
+    .map_err(step("make the mounts private"))?;
+    // Each path is opened before the new root is mounted over /tmp, which may hold some of them
+    // (`O_PATH`, following links such as /etc/localtime's), and in the new namespace: a bind's
+    // source must be a mount of the caller's namespace.
+    let mut sources: Vec<(PathBuf, OwnedFd)> = Vec::new();
+    for path in libraries
+        .iter()
+        .chain(data.iter().filter(|path| !path.starts_with("/proc")))
+        .map(PathBuf::as_path)
+        .chain([Path::new("/proc")])
+    {
+        if let Ok(fd) = open(path, OFlag::O_PATH | OFlag::O_CLOEXEC, Mode::empty()) {
+            sources.push((path.to_path_buf(), fd));
+        }
+    }
+    let new_root = Path::new("/tmp");
+    mount(
+        Some("tmpfs"),
+        new_root,
+        Some("tmpfs"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
+        Some("size=1m,mode=0755"),
+    )
+    .map_err(step("mount the new root"))?;
+    for (path, fd) in &sources {
+        let Ok(relative) = path.strip_prefix("/") else {
+            continue;
+        };
+        let target = new_root.join(relative);
+        let is_folder = nix::sys::stat::fstat(fd)
+            .map(|stat| stat.st_mode & libc::S_IFMT == libc::S_IFDIR)
+            .unwrap_or(false);
+        let made = if is_folder {
+            std::fs::create_dir_all(&target)
+        } else {
+            target
+                .parent()
+                .map_or(Ok(()), std::fs::create_dir_all)
+                .and_then(|()| std::fs::File::create(&target).map(drop))
+        };
+        if let Err(error) = made {
+            return Err(format!("make {}: {error}", target.display()));
+        }
+        let source = format!("/proc/self/fd/{}", fd.as_raw_fd());
+        mount(
+            Some(source.as_str()),
+            &target,
+            None::<&str>,
+            MsFlags::MS_BIND | MsFlags::MS_REC,
+            None::<&str>,
+        )
+        .map_err(|error| format!("bind {}: {error}", path.display()))?;
+        // Read-only, keeping what the source's mount already forbids.
+        let kept = nix::sys::statvfs::statvfs(&target)
+            .map(|stat| {
+                let flags = stat.flags();
+                let mut kept = MsFlags::empty();
+                // A user namespace may not clear these on a mount of its parent's (they are
+                // locked), so all are kept.
+                for (held, flag) in [
+                    (nix::sys::statvfs::FsFlags::ST_NOSUID, MsFlags::MS_NOSUID),
+                    (nix::sys::statvfs::FsFlags::ST_NODEV, MsFlags::MS_NODEV),
+                    (nix::sys::statvfs::FsFlags::ST_NOEXEC, MsFlags::MS_NOEXEC),
+                    (nix::sys::statvfs::FsFlags::ST_NOATIME, MsFlags::MS_NOATIME),
+                    (
+                        nix::sys::statvfs::FsFlags::ST_NODIRATIME,
+                        MsFlags::MS_NODIRATIME,
+                    ),
+                    (
+                        nix::sys::statvfs::FsFlags::ST_RELATIME,
+                        MsFlags::MS_RELATIME,
+                    ),
+                ] {
+                    if flags.contains(held) {
+                        kept |= flag;
+                    }
+                }
+                kept
+            })
+            .unwrap_or(MsFlags::empty());
+        mount(
+            None::<&str>,
+            &target,
+            None::<&str>,
+            MsFlags::MS_BIND | MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY | kept,
+            None::<&str>,
+        )
+        .map_err(|error| format!("make {} read-only: {error}", path.display()))?;
+    }
+    drop(sources);
+    let old_root = new_root.join(".old-root");
+    std::fs::create_dir(&old_root)
+        .map_err(|error| format!("make the old root's folder: {error}"))?;
+    nix::unistd::pivot_root(new_root, &old_root).map_err(step("pivot_root"))?;
+    nix::unistd::chdir("/").map_err(step("chdir"))?;
+    umount2("/.old-root", MntFlags::MNT_DETACH).map_err(step("detach the old root"))?;
+    let _ = std::fs::remove_dir("/.old-root");
+    mount(
+        None::<&str>,
+        "/",
+        None::<&str>,
+        MsFlags::MS_REMOUNT
+            | MsFlags::MS_RDONLY
+            | MsFlags::MS_NOSUID
+            | MsFlags::MS_NODEV
+            | MsFlags::MS_NOEXEC,
+        None::<&str>,
+    )
+    .map_err(step("make the new root read-only"))?;
+    Ok(())
+}
+
+/// The Landlock ruleset: read-only access to what the engine reads (`libraries` may also be
+/// executed), nothing else of the file system, no TCP, no signals or abstract sockets outside the
+/// sandbox. Best effort: returns how far the kernel enforced it.
+#[cfg(target_os = "linux")]
+fn landlock_file_system(libraries: &[std::path::PathBuf], data: &[std::path::PathBuf]) -> String {
+    use landlock::{
+        ABI, Access, AccessFs, AccessNet, Ruleset, RulesetAttr, RulesetCreatedAttr, Scope,
+        path_beneath_rules,
+    };
+    let abi = ABI::V6;
+    let read_files = AccessFs::ReadFile | AccessFs::ReadDir;
+    let read_libraries = read_files | AccessFs::Execute;
     let ruleset = (|| -> Result<_, landlock::RulesetError> {
         Ruleset::default()
             .handle_access(AccessFs::from_all(abi))?
@@ -198,7 +402,7 @@ fn landlock_file_system(library_path: Option<&std::ffi::OsStr>) -> String {
             .scope(Scope::Signal | Scope::AbstractUnixSocket)?
             .create()?
             // Paths this system lacks are skipped by the helper.
-            .add_rules(path_beneath_rules(&libraries, read_libraries))?
+            .add_rules(path_beneath_rules(libraries, read_libraries))?
             .add_rules(path_beneath_rules(data, read_files))?
             .restrict_self()
     })();

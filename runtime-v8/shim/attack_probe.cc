@@ -12,7 +12,12 @@
 #include <cstring>
 #include <string>
 
+#include <condition_variable>
+#include <mutex>
+#include <vector>
+
 #include <dirent.h>
+#include <pthread.h>
 #include <fcntl.h>
 #include <linux/sched.h>
 #include <sched.h>
@@ -22,6 +27,7 @@
 #include <sys/ptrace.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <termios.h>
@@ -66,6 +72,13 @@ extern "C" int cm_attack_probe(const char* attack, const char* target, char* det
     ssize_t got = pread(fd, &byte, 1, 0x400000);
     close(fd);
     return allowed(detail, detail_len, "opened mem (pread gave " + std::to_string(got) + ")");
+  }
+  if (name == "stat") {
+    struct stat status;
+    if (stat(target, &status) != 0) return refused(detail, detail_len, "stat");
+    return allowed(detail, detail_len,
+                   "saw " + std::to_string(status.st_size) + " bytes, changed at " +
+                       std::to_string(status.st_mtime));
   }
   if (name == "list") {
     DIR* folder = opendir(target);
@@ -190,6 +203,49 @@ extern "C" int cm_attack_probe(const char* attack, const char* target, char* det
       return refused(detail, detail_len, "no socket of the host listed");
     }
     return allowed(detail, detail_len, "listed " + std::to_string(listed) + " sockets");
+  }
+  if (name == "threads") {
+    // As many threads as the target says (small stacks, so that only the count binds), each
+    // waiting until all have been tried; then all end.
+    long wanted = strtol(target, nullptr, 10);
+    static std::mutex gate;
+    static std::condition_variable opened;
+    static bool open = false;
+    {
+      std::lock_guard<std::mutex> lock(gate);
+      open = false;
+    }
+    pthread_attr_t attributes;
+    pthread_attr_init(&attributes);
+    pthread_attr_setstacksize(&attributes, 64 * 1024);
+    std::vector<pthread_t> started;
+    int failure = 0;
+    for (long index = 0; index < wanted; index++) {
+      pthread_t thread;
+      failure = pthread_create(
+          &thread, &attributes,
+          [](void*) -> void* {
+            std::unique_lock<std::mutex> lock(gate);
+            opened.wait(lock, [] { return open; });
+            return nullptr;
+          },
+          nullptr);
+      if (failure != 0) break;
+      started.push_back(thread);
+    }
+    pthread_attr_destroy(&attributes);
+    {
+      std::lock_guard<std::mutex> lock(gate);
+      open = true;
+    }
+    opened.notify_all();
+    for (pthread_t thread : started) pthread_join(thread, nullptr);
+    if (failure != 0) {
+      errno = failure;
+      std::string what = "pthread_create after " + std::to_string(started.size()) + " threads";
+      return refused(detail, detail_len, what.c_str());
+    }
+    return allowed(detail, detail_len, "started " + std::to_string(started.size()) + " threads");
   }
   if (name == "dumpable") {
     int dumpable = prctl(PR_GET_DUMPABLE, 0, 0, 0, 0);
