@@ -20,7 +20,7 @@ use codemode_engine::{
     CellStart, Engine, EngineError, EngineHandles, EventSender, PendingMode, RuntimeCommand,
     RuntimeEvent, Terminate, TerminateHandle,
 };
-use codemode_protocol::{OutputItem, ToolKind, ToolName};
+use codemode_protocol::{JsonText, OutputItem, ToolKind, ToolName};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
@@ -35,15 +35,15 @@ impl CellHost for MapHost {
         &self,
         invocation: ToolInvocation,
         _cancellation: CancellationToken,
-    ) -> Result<Value, ToolError> {
+    ) -> Result<JsonText, ToolError> {
         eprintln!("[host] tool {} called", invocation.name.global_name());
+        // The argument arrives as the JSON text the cell made: read it here, where it is used.
+        let input: Value = invocation
+            .input
+            .and_then(|text| text.to_value().ok())
+            .unwrap_or_default();
         match invocation.name.name.as_str() {
-            "double" => Ok(json!(
-                invocation.input.unwrap_or_default()["n"]
-                    .as_i64()
-                    .unwrap_or(0)
-                    * 2
-            )),
+            "double" => Ok(json!(input["n"].as_i64().unwrap_or(0) * 2).into()),
             other => Err(ToolError::not_found(format!("no tool {other}"))),
         }
     }
@@ -89,7 +89,7 @@ impl Engine for ScriptedEngine {
                 id: "tool-1".to_owned(),
                 name: ToolName::plain("double"),
                 kind: ToolKind::Function,
-                input: Some(json!({"n": 21})),
+                input: Some(json!({"n": 21}).into()),
             });
             let Ok(RuntimeCommand::ToolResponse { result, .. }) = command_receiver.recv() else {
                 return;
@@ -104,7 +104,7 @@ impl Engine for ScriptedEngine {
             let _ = events.send_blocking(RuntimeEvent::Result {
                 stored_value_writes: codemode_protocol::stored_values_from([(
                     "answer".to_owned(),
-                    result,
+                    result.to_value().unwrap_or_default(),
                 )]),
                 error_text: None,
             });

@@ -17,8 +17,7 @@ use codemode_engine::{
     CellStart, Engine, EngineError, EngineHandles, EventReceiver, PendingMode, RuntimeCommand,
     RuntimeControl, RuntimeEvent, event_channel,
 };
-use codemode_protocol::{ToolKind, ToolName};
-use serde_json::Value;
+use codemode_protocol::{JsonText, ToolKind, ToolName};
 use tokio::sync::mpsc;
 use tokio::task::{JoinError, JoinSet};
 use tokio::time::Instant;
@@ -246,7 +245,7 @@ impl ToolLedger {
 
 /// How a tool task ended.
 enum ToolTaskEnd {
-    Finished(Result<Value, ToolError>),
+    Finished(Result<JsonText, ToolError>),
     Cancelled,
 }
 
@@ -503,7 +502,13 @@ impl<H: CellHost> CellActor<H> {
         }
     }
 
-    fn on_tool_call(&mut self, id: String, name: ToolName, kind: ToolKind, input: Option<Value>) {
+    fn on_tool_call(
+        &mut self,
+        id: String,
+        name: ToolName,
+        kind: ToolKind,
+        input: Option<JsonText>,
+    ) {
         if self.lifecycle == Lifecycle::Terminating {
             self.ledger.record(&id, &name, CallState::NotStarted);
             return;

@@ -2,8 +2,7 @@
 
 use std::future::Future;
 
-use codemode_protocol::{ToolKind, ToolName};
-use serde_json::Value;
+use codemode_protocol::{JsonText, ToolKind, ToolName};
 use tokio_util::sync::CancellationToken;
 
 use crate::state::{CompletionClaim, CompletionCommit};
@@ -17,8 +16,9 @@ pub struct ToolInvocation {
     pub name: ToolName,
     /// What kind of tool the cell called.
     pub kind: ToolKind,
-    /// The JSON argument; `None` when the tool was called without one.
-    pub input: Option<Value>,
+    /// The argument, as the JSON text the cell made of it; `None` when the tool was called
+    /// without one. Passed on as text: whoever reads it parses it.
+    pub input: Option<JsonText>,
 }
 
 /// Why a tool call failed: its message rejects the cell's promise (as an `Error` whose message it
@@ -100,7 +100,8 @@ impl From<&str> for ToolError {
 
 /// What the cell actor needs from its owner. Every method may be called concurrently.
 pub trait CellHost: Send + Sync + 'static {
-    /// Runs a tool. `Ok` resolves the cell's promise with the value; `Err` rejects it with the
+    /// Runs a tool. `Ok` resolves the cell's promise with the value (JSON text, handed to the
+    /// cell as it is); `Err` rejects it with the
     /// error's message. The token is cancelled when the cell completes or is terminated; the actor also stops
     /// waiting then, so a tool that ignores it only wastes its own work. A panic here rejects the
     /// promise; it never takes down the cell.
@@ -108,7 +109,7 @@ pub trait CellHost: Send + Sync + 'static {
         &self,
         invocation: ToolInvocation,
         cancellation: CancellationToken,
-    ) -> impl Future<Output = Result<Value, ToolError>> + Send;
+    ) -> impl Future<Output = Result<JsonText, ToolError>> + Send;
 
     /// Delivers a `notify(...)` from the cell. On completion pending notifications are awaited;
     /// on termination they are cancelled. Notifications are best effort: one the host cannot

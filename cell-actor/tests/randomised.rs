@@ -230,7 +230,7 @@ async fn run_case(
                         id,
                         name: ToolName::plain(name),
                         kind: ToolKind::Function,
-                        input: Some(json!({})),
+                        input: Some(json!({}).into()),
                     })
                     .await;
             }

@@ -39,7 +39,7 @@ fn tool_call(id: &str, name: &str) -> RuntimeEvent {
         id: id.into(),
         name: ToolName::plain(name),
         kind: ToolKind::Function,
-        input: Some(json!({"id": id})),
+        input: Some(json!({"id": id}).into()),
     }
 }
 
@@ -542,7 +542,7 @@ async fn tool_results_and_failures_are_sent_back_to_the_engine() {
             },
             RuntimeCommand::ToolResponse {
                 id: "tool-1".into(),
-                result: json!({"id": "tool-1"})
+                result: json!({"id": "tool-1"}).into()
             },
         ]
     );

@@ -128,8 +128,8 @@ async fn a_pending_frontier_with_two_outstanding_calls_is_answered_resumed_and_c
     assert_eq!(
         calls,
         [
-            ("tool-1".to_owned(), Some(json!({"n": 1}))),
-            ("tool-2".to_owned(), Some(json!({"n": 2})))
+            ("tool-1".to_owned(), Some(json!({"n": 1}).into())),
+            ("tool-2".to_owned(), Some(json!({"n": 2}).into()))
         ]
     );
     host.open_gates();

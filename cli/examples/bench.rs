@@ -275,6 +275,61 @@ async fn tool_round_trip(engine: Arc<dyn Engine>, iterations: usize) -> f64 {
     timings[0].saturating_sub(timings[1]).as_secs_f64() * 1e6 / (iterations - 1) as f64
 }
 
+/// An 11 MB tool argument echoed back by an in-process tool, in milliseconds from the cell's
+/// call to its answer, beside the cell's own `JSON.parse(JSON.stringify(x))` of the same value
+/// (both timed inside the cell): what the way from the cell to the tool and back costs beside
+/// what the cell itself pays to copy the value. `runs` pairs.
+async fn large_round_trip(engine: Arc<dyn Engine>, runs: usize) -> (Vec<f64>, Vec<f64>) {
+    let tools = InProcessTools::new().function("echo", "Echo.", json!({}), |input| async move {
+        Ok(input.unwrap_or(Value::Null))
+    });
+    let session = Session::open(
+        "bench-payload",
+        engine,
+        Arc::new(MemoryStore::new()),
+        Arc::new(tools),
+        SessionConfig::default(),
+    )
+    .await
+    .unwrap();
+    // About 11 MB of JSON: objects, numbers and strings, as a tool's data is.
+    let source = r#"
+const big = { items: Array.from({ length: 110000 }, (_, i) => ({ id: i, name: "item number " + i, price: i * 1.25, tags: ["alpha", "beta"], ok: i % 2 === 0 })) };
+let began = Date.now();
+const copy = JSON.parse(JSON.stringify(big));
+const own = Date.now() - began;
+began = Date.now();
+const echoed = await tools.echo(big);
+const trip = Date.now() - began;
+if (echoed.items.length !== copy.items.length) throw new Error("the echo lost items");
+text(JSON.stringify({ own, trip, bytes: JSON.stringify(big).length }));
+"#;
+    let (mut trips, mut owns) = (Vec::new(), Vec::new());
+    for _ in 0..runs {
+        let request = ExecuteRequest {
+            call_id: "bench".into(),
+            source: source.into(),
+            yield_time_ms: Some(120_000),
+            max_output_tokens: None,
+        };
+        let report = session.execute(request).await.unwrap();
+        let CellEvent::Completed {
+            output,
+            error_text: None,
+            ..
+        } = &report.event
+        else {
+            panic!("{:?}", report.event);
+        };
+        let text = codemode_session::render_text(&output.clone().into_items());
+        let measured: Value = serde_json::from_str(text.trim()).unwrap();
+        trips.push(measured["trip"].as_f64().unwrap());
+        owns.push(measured["own"].as_f64().unwrap());
+    }
+    session.shutdown().await;
+    (trips, owns)
+}
+
 /// Microseconds per one-byte ping-pong over a Unix socket pair between two plain threads that
 /// block: the floor of a round trip that crosses a process boundary (two blocking wake-ups).
 fn socket_ping_pong(iterations: usize) -> f64 {
@@ -714,6 +769,28 @@ fn main() {
         }
         return;
     }
+    if args.iter().any(|arg| arg == "--payload-only") {
+        // The large-payload row alone, for profiling: not part of the suite's table.
+        let (codemode, runtime) = quick_setup(&args);
+        for (name, engine) in [
+            ("in-process", Arc::new(V8Engine::new()) as Arc<dyn Engine>),
+            (
+                "engine processes",
+                Arc::new(process_engine(&codemode, 2)) as Arc<dyn Engine>,
+            ),
+        ] {
+            let (trips, owns) = runtime.block_on(large_round_trip(engine, 7));
+            let (trip, own) = (stats(trips), stats(owns));
+            println!(
+                "11 MB echo, {name}: {:.1} ms (p99 {:.1}), the cell's own copy {:.1} ms: {:.2}x",
+                trip.median,
+                trip.p99,
+                own.median,
+                trip.median / own.median
+            );
+        }
+        return;
+    }
     if args.iter().any(|arg| arg == "--stored-only") {
         // A quick look at the stored-value rows, for profiling: not part of the suite's table.
         let (codemode, runtime) = quick_setup(&args);
@@ -896,6 +973,17 @@ fn main() {
         None,
         "B/B",
         Some(single(held_process)),
+    ));
+
+    let (trips, owns) = runtime.block_on(large_round_trip(Arc::clone(&engine), 15));
+    let (trips_process, _) = runtime.block_on(large_round_trip(Arc::clone(&process), 15));
+    rows.push(row(
+        "11 MB tool argument echoed back",
+        stats(trips),
+        "the cell's own JSON stringify + parse",
+        Some(stats(owns)),
+        "ms",
+        Some(stats(trips_process)),
     ));
 
     for (label, spacing) in [("back to back", 0u64), ("50 ms apart", 50)] {

@@ -78,7 +78,7 @@ impl Running {
                     RuntimeEvent::ToolCall { id, input, .. } => {
                         let _ = commands.send(RuntimeCommand::ToolResponse {
                             id,
-                            result: input.unwrap_or(Value::Null),
+                            result: input.unwrap_or_else(|| Value::Null.into()),
                         });
                     }
                     RuntimeEvent::Result {
@@ -438,7 +438,7 @@ fn tenant_cell(tenant: &str, source: &str) -> CellStart {
 }
 
 /// Waits until the cell has made its first tool call (so it is running in its process).
-fn until_tool_call(running: &mut Running) -> (String, Option<Value>) {
+fn until_tool_call(running: &mut Running) -> (String, Option<codemode_protocol::JsonText>) {
     let deadline = std::time::Instant::now() + HANG_GUARD;
     loop {
         assert!(std::time::Instant::now() < deadline, "hung: no tool call");
@@ -460,7 +460,7 @@ impl Running {
     fn answer_and_finish(self, id: String) -> Ended {
         let _ = self.handles.commands.send(RuntimeCommand::ToolResponse {
             id,
-            result: Value::Null,
+            result: Value::Null.into(),
         });
         self.finish()
     }
@@ -513,6 +513,10 @@ fn a_forged_or_oversized_frame_ends_its_process_and_reaches_no_cell() {
         (
             Forgery::StoredValuesPastTheLimit(2),
             "bytes of stored values for one cell",
+        ),
+        (
+            Forgery::UnreadableToolCall(2),
+            "a tool call whose argument no tool could read: it has a string with a lone surrogate",
         ),
         (Forgery::HugeHeader, "not valid"),
     ] {

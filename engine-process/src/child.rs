@@ -350,31 +350,6 @@ fn send(message: ToParent) {
     lock(writer).queued -= 1;
 }
 
-/// Whether `value` holds at most about `budget` bytes of strings and scalars (stops counting as
-/// soon as it does not).
-fn within_size(value: &serde_json::Value, budget: &mut usize) -> bool {
-    use serde_json::Value;
-    let cost = match value {
-        Value::String(text) => text.len() + 2,
-        Value::Array(_) | Value::Object(_) => 2,
-        _ => 8,
-    };
-    if cost > *budget {
-        return false;
-    }
-    *budget -= cost;
-    match value {
-        Value::Array(items) => items.iter().all(|item| within_size(item, budget)),
-        Value::Object(fields) => fields.iter().all(|(key, item)| {
-            key.len() + 3 <= *budget && {
-                *budget -= key.len() + 3;
-                within_size(item, budget)
-            }
-        }),
-        _ => true,
-    }
-}
-
 impl ToParent {
     /// Whether encoding this costs little enough to do on a runtime thread.
     fn is_small(&self) -> bool {
@@ -383,7 +358,7 @@ impl ToParent {
                 RuntimeEvent::ContentItem(item) => item.payload_len() <= INLINE_PAYLOAD_BYTES,
                 RuntimeEvent::ToolCall { input, .. } => input
                     .as_ref()
-                    .is_none_or(|input| within_size(input, &mut { INLINE_PAYLOAD_BYTES })),
+                    .is_none_or(|input| input.len() <= INLINE_PAYLOAD_BYTES),
                 RuntimeEvent::Result {
                     stored_value_writes,
                     error_text,
@@ -479,16 +454,27 @@ fn probe(what: Probe) -> Option<(bool, String)> {
                 Forgery::OversizedToolCall(cell) => forged_tool_call(
                     cell,
                     0,
-                    Some(serde_json::Value::String(
-                        "x".repeat(7 * codemode_protocol::limits::MAX_TOOL_INPUT_BYTES),
-                    )),
+                    Some(
+                        serde_json::Value::String(
+                            "x".repeat(7 * codemode_protocol::limits::MAX_TOOL_INPUT_BYTES),
+                        )
+                        .into(),
+                    ),
+                ),
+                Forgery::UnreadableToolCall(cell) => forged_tool_call(
+                    cell,
+                    0,
+                    // Deserialising checks only the syntax: the forged text gets through here.
+                    serde_json::from_str(r#"{"text": "\ud800"}"#).ok(),
                 ),
                 Forgery::ToolCallsPastTheInFlightLimit(cell) => {
                     use codemode_protocol::limits::{
                         MAX_TOOL_INPUT_BYTES, MAX_TOOL_INPUT_BYTES_IN_FLIGHT,
                     };
                     let calls = MAX_TOOL_INPUT_BYTES_IN_FLIGHT / MAX_TOOL_INPUT_BYTES + 1;
-                    let input = serde_json::Value::String("x".repeat(MAX_TOOL_INPUT_BYTES - 2));
+                    let input = codemode_protocol::JsonText::from(serde_json::Value::String(
+                        "x".repeat(MAX_TOOL_INPUT_BYTES - 2),
+                    ));
                     for call in 0..calls {
                         send_forged(&forged_tool_call(cell, call, Some(input.clone())));
                     }
@@ -547,7 +533,11 @@ fn probe(what: Probe) -> Option<(bool, String)> {
 
 /// A forged call of `echo` numbered `call`, for cell `cell` (its id starts with `tool-forged`).
 #[cfg(feature = "test-hooks")]
-fn forged_tool_call(cell: u64, call: usize, input: Option<serde_json::Value>) -> ToParent {
+fn forged_tool_call(
+    cell: u64,
+    call: usize,
+    input: Option<codemode_protocol::JsonText>,
+) -> ToParent {
     ToParent::Event {
         cell,
         event: RuntimeEvent::ToolCall {
@@ -564,19 +554,5 @@ fn forged_tool_call(cell: u64, call: usize, input: Option<serde_json::Value>) ->
 fn send_forged(forged: &ToParent) {
     if let (Ok(frame), Some(writer)) = (wire::encode(forged), WRITER.get()) {
         let _ = lock(writer).stream.write_all(&frame);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    #[test]
-    fn within_size_counts_strings_keys_and_scalars_and_stops_early() {
-        assert!(within_size(&json!({"a": "xx", "b": [1, 2]}), &mut { 100 }));
-        assert!(!within_size(&json!("x".repeat(200)), &mut { 100 }));
-        assert!(!within_size(&json!({"k".repeat(200): 1}), &mut { 100 }));
-        assert!(!within_size(&json!(vec![1; 100]), &mut { 100 }));
     }
 }

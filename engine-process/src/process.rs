@@ -18,6 +18,7 @@ use codemode_engine::{
     CellStart, CommandSender, EngineError, EngineHandles, EventSender, HardStopReason,
     RuntimeEvent, Terminate, TerminateHandle,
 };
+use codemode_protocol::JsonText;
 
 use crate::ProcessEngineConfig;
 #[cfg(feature = "test-hooks")]
@@ -1171,7 +1172,10 @@ impl EngineProcess {
                                 limit: slot.max_tool_calls,
                             });
                         }
-                        let bytes = input.as_ref().map_or(0, wire::json_length);
+                        let bytes = input.as_ref().map_or(0, JsonText::len);
+                        if let Some(Err(why)) = input.as_ref().map(JsonText::check_readable) {
+                            return Err(Misbehaviour::UnreadableToolInput(why));
+                        }
                         if bytes > MAX_TOOL_INPUT_BYTES {
                             return Err(Misbehaviour::OversizedToolInput { bytes });
                         }
@@ -1313,6 +1317,8 @@ enum Misbehaviour {
         codemode_protocol::limits::MAX_TOOL_INPUT_BYTES_IN_FLIGHT
     )]
     ToolInputInFlight { bytes: usize },
+    #[error("it sent a tool call whose argument no tool could read: it {0}")]
+    UnreadableToolInput(codemode_protocol::JsonTextError),
     #[error("it sent tool call {0:?} twice")]
     RepeatedToolCall(String),
     #[error(

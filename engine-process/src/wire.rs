@@ -62,23 +62,6 @@ pub(crate) fn event_frame_limit(event: &RuntimeEvent) -> Option<usize> {
     }
 }
 
-/// The length of `value` as compact JSON, counted without building the text.
-pub(crate) fn json_length(value: &serde_json::Value) -> usize {
-    struct Count(usize);
-    impl io::Write for Count {
-        fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
-            self.0 += bytes.len();
-            Ok(bytes.len())
-        }
-        fn flush(&mut self) -> io::Result<()> {
-            Ok(())
-        }
-    }
-    let mut count = Count(0);
-    let _ = serde_json::to_writer(&mut count, value);
-    count.0
-}
-
 /// The parent's number for a cell, unique within one engine.
 pub(crate) type CellNumber = u64;
 
@@ -174,6 +157,9 @@ pub enum Forgery {
     ToolCallsPastTheCallLimit(u64),
     /// A result whose stored values pass the per-cell limit, for a cell it hosts.
     StoredValuesPastTheLimit(u64),
+    /// A tool call whose argument is JSON no tool could read (a lone surrogate), for a cell it
+    /// hosts: the engine would have refused it, and so does the parent.
+    UnreadableToolCall(u64),
     /// A frame header announcing more bytes than any message may have, then nothing.
     HugeHeader,
 }

@@ -81,7 +81,7 @@ fn run(
                     id: id.clone(),
                     name: ToolName::plain(rest),
                     kind: ToolKind::Function,
-                    input: Some(json!({"from": "toy"})),
+                    input: Some(json!({"from": "toy"}).into()),
                 });
                 // Wait for this call's answer; the actor sends it as a command.
                 let answer = match commands.recv() {
@@ -129,7 +129,7 @@ fn main() {
             RuntimeEvent::ToolCall { id, .. } => {
                 let _ = handles.commands.send(RuntimeCommand::ToolResponse {
                     id,
-                    result: json!("12:00"),
+                    result: json!("12:00").into(),
                 });
             }
             RuntimeEvent::Result { error_text, .. } => {

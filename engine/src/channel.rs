@@ -10,8 +10,7 @@
 
 use codemode_protocol::StoredValues;
 
-use codemode_protocol::{OutputItem, ToolKind, ToolName};
-use serde_json::Value;
+use codemode_protocol::{JsonText, OutputItem, ToolKind, ToolName};
 use tokio::sync::mpsc;
 
 /// What a runtime thread reports to its cell actor. Serialisable, so that an engine in another
@@ -32,8 +31,9 @@ pub enum RuntimeEvent {
         name: ToolName,
         /// Its kind.
         kind: ToolKind,
-        /// The JSON-serialised argument; `None` when the tool was called without one.
-        input: Option<Value>,
+        /// The argument, as the JSON text the cell made of it (never expanded on its way to the
+        /// tool); `None` when the tool was called without one.
+        input: Option<JsonText>,
     },
     /// The cell called `notify`; delivered to the host at once, not into the output.
     Notify {
@@ -65,8 +65,8 @@ pub enum RuntimeCommand {
     ToolResponse {
         /// The tool call's id.
         id: String,
-        /// Its JSON result.
-        result: Value,
+        /// Its result, as JSON text (handed to the cell's `JSON.parse` as it is).
+        result: JsonText,
     },
     /// A tool call failed: its promise rejects with an `Error` whose message is `error_text`.
     ToolError {

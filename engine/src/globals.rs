@@ -18,8 +18,8 @@ use codemode_protocol::limits::{
     MAX_TOOL_INPUT_BYTES, MAX_TOOL_INPUT_BYTES_IN_FLIGHT,
 };
 use codemode_protocol::{
-    AudioItem, ImageDetail, ImageItem, OutputItem, StoredValue, StoredValues, ToolDefinition,
-    ToolKind, ToolName, stored_entry_bytes,
+    AudioItem, ImageDetail, ImageItem, JsonText, JsonTextError, OutputItem, StoredValue,
+    StoredValues, ToolDefinition, ToolKind, ToolName, stored_entry_bytes,
 };
 use serde_json::Value;
 
@@ -139,6 +139,18 @@ fn unrepresentable(serialized: &str, error: &serde_json::Error) -> String {
     }
 }
 
+/// Why JSON text a cell made cannot be passed on: a phrase that follows "the argument".
+fn unreadable_text(error: &JsonTextError) -> String {
+    match error {
+        JsonTextError::LoneSurrogate => LONE_SURROGATE_REASON.to_owned(),
+        JsonTextError::TooDeep => format!(
+            "is nested more than {MAX_JSON_DEPTH} levels deep, past the limit; flatten it, or pass \
+             it as a JSON string"
+        ),
+        other => other.to_string(),
+    }
+}
+
 /// Whether JSON text has a `\\uD800`-`\\uDFFF` escape: `JSON.stringify` writes lone surrogates
 /// so (and paired ones as plain UTF-8).
 fn has_surrogate_escape(json: &str) -> bool {
@@ -240,13 +252,13 @@ impl CellGlobals {
     pub fn tool_call(
         &mut self,
         tool_index: usize,
-        input_json: Option<&str>,
+        input_json: Option<String>,
     ) -> Result<RuntimeEvent, Refusal> {
         let tool = self
             .tools
             .get(tool_index)
             .ok_or_else(|| Refusal::new(format!("unknown tool index {tool_index}")))?;
-        if let Some(json) = input_json
+        if let Some(json) = &input_json
             && json.len() > MAX_TOOL_INPUT_BYTES
         {
             return Err(Refusal::new(format!(
@@ -265,7 +277,7 @@ impl CellGlobals {
                 self.tool_calls_made
             )));
         }
-        let bytes = input_json.map_or(0, str::len);
+        let bytes = input_json.as_ref().map_or(0, String::len);
         let in_flight = self.tool_input_in_flight_bytes.saturating_add(bytes);
         if in_flight > MAX_TOOL_INPUT_BYTES_IN_FLIGHT {
             return Err(Refusal::new(format!(
@@ -276,13 +288,14 @@ impl CellGlobals {
                 MAX_TOOL_INPUT_BYTES_IN_FLIGHT >> 20
             )));
         }
+        // Kept as the text it is: checked to be JSON a tool can read, never expanded here.
         let input = match input_json {
             None => None,
-            Some(json) => Some(serde_json::from_str(json).map_err(|error| {
+            Some(json) => Some(JsonText::parse(json).map_err(|error| {
                 Refusal::new(format!(
                     "tools.{}: the argument {}",
                     tool.global_name(),
-                    unrepresentable(json, &error)
+                    unreadable_text(&error)
                 ))
             })?),
         };
@@ -558,13 +571,13 @@ mod tests {
     fn a_tool_argument_past_the_limit_is_refused_with_the_limit() {
         let mut globals = globals();
         let big = format!("\"{}\"", "x".repeat(MAX_TOOL_INPUT_BYTES));
-        let refusal = globals.tool_call(0, Some(&big)).unwrap_err();
+        let refusal = globals.tool_call(0, Some(big.clone())).unwrap_err();
         assert!(
             refusal.message.contains("past the limit of 16 MiB"),
             "{refusal}"
         );
         // A refused call takes no id: the next call is still tool-1.
-        let next = globals.tool_call(0, Some("1")).unwrap();
+        let next = globals.tool_call(0, Some("1".into())).unwrap();
         assert!(matches!(next, RuntimeEvent::ToolCall { ref id, .. } if id == "tool-1"));
     }
 
@@ -593,7 +606,7 @@ mod tests {
         let eight_mib = format!("\"{}\"", "x".repeat(8 << 20));
         let mut ids = Vec::new();
         let refusal = loop {
-            match globals.tool_call(0, Some(&eight_mib)) {
+            match globals.tool_call(0, Some(eight_mib.clone())) {
                 Ok(RuntimeEvent::ToolCall { id, .. }) => ids.push(id),
                 Ok(other) => panic!("{other:?}"),
                 Err(refusal) => break refusal,
@@ -609,7 +622,7 @@ mod tests {
         assert!(globals.has_unanswered_tool_calls());
         assert!(globals.tool_call_settled(&ids[0]));
         assert!(!globals.tool_call_settled(&ids[0]), "settled once");
-        globals.tool_call(0, Some(&eight_mib)).unwrap();
+        globals.tool_call(0, Some(eight_mib.clone())).unwrap();
         for id in &ids[1..] {
             globals.tool_call_settled(id);
         }
@@ -645,9 +658,9 @@ mod tests {
     fn tool_calls_past_the_cap_are_refused_by_name() {
         let mut globals = globals().with_max_tool_calls(3);
         for _ in 0..3 {
-            globals.tool_call(0, Some("1")).unwrap();
+            globals.tool_call(0, Some("1".into())).unwrap();
         }
-        let refusal = globals.tool_call(0, Some("1")).unwrap_err();
+        let refusal = globals.tool_call(0, Some("1".into())).unwrap_err();
         assert!(
             refusal.message.contains("made 3 tool calls")
                 && refusal.message.contains("max_tool_calls"),
@@ -672,7 +685,7 @@ mod tests {
     #[test]
     fn tool_calls_get_sequential_ids_and_parsed_input() {
         let mut globals = globals();
-        let first = globals.tool_call(0, Some(r#"{"q":"x"}"#)).unwrap();
+        let first = globals.tool_call(0, Some(r#"{"q":"x"}"#.into())).unwrap();
         let second = globals.tool_call(0, None).unwrap();
         assert_eq!(
             first,
@@ -680,7 +693,7 @@ mod tests {
                 id: "tool-1".into(),
                 name: ToolName::namespaced("web", "search"),
                 kind: ToolKind::Function,
-                input: Some(json!({"q": "x"})),
+                input: Some(json!({"q": "x"}).into()),
             }
         );
         assert!(

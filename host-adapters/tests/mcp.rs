@@ -410,7 +410,7 @@ fn invocation(namespace: &str, name: &str, input: serde_json::Value) -> ToolInvo
             namespace => ToolName::namespaced(namespace, name),
         },
         kind: ToolKind::Function,
-        input: Some(input),
+        input: Some(input.into()),
     }
 }
 

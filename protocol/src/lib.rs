@@ -10,6 +10,7 @@
 #![deny(missing_docs)]
 
 mod cell_id;
+mod json_text;
 pub mod limits;
 mod output;
 mod pragma;
@@ -20,6 +21,7 @@ mod tool;
 mod typescript;
 
 pub use cell_id::CellId;
+pub use json_text::{JsonText, JsonTextError, MAX_JSON_TEXT_DEPTH};
 pub use output::{
     AudioItem, ImageDetail, ImageItem, MCP_IMAGE_DETAIL_META, OutputItem, ParseImageDetailError,
 };

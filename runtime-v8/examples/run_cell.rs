@@ -65,7 +65,9 @@ fn main() -> ExitCode {
                 id, name, input, ..
             } => {
                 let commands = handles.commands.clone();
-                let input = input.unwrap_or(serde_json::Value::Null);
+                let input = input
+                    .and_then(|text| text.to_value().ok())
+                    .unwrap_or(serde_json::Value::Null);
                 match name.name.as_str() {
                     "sleep" => {
                         let ms = input
@@ -76,12 +78,15 @@ fn main() -> ExitCode {
                             std::thread::sleep(Duration::from_millis(ms));
                             let _ = commands.send(RuntimeCommand::ToolResponse {
                                 id,
-                                result: json!(null),
+                                result: json!(null).into(),
                             });
                         });
                     }
                     _ => {
-                        let _ = commands.send(RuntimeCommand::ToolResponse { id, result: input });
+                        let _ = commands.send(RuntimeCommand::ToolResponse {
+                            id,
+                            result: input.into(),
+                        });
                     }
                 }
             }

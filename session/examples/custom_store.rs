@@ -18,7 +18,6 @@ use codemode_session::{
     Session, SessionConfig, SessionKey, Store, StoreError, ToolCallContext, ToolError,
     ToolInvocation, ToolListError, ToolProvider, render_text,
 };
-use serde_json::Value;
 
 /// Stored values per session, in a map; every commit is printed.
 #[derive(Default)]
@@ -71,7 +70,7 @@ impl ToolProvider for NoTools {
         &self,
         call: ToolInvocation,
         _context: ToolCallContext,
-    ) -> Result<Value, ToolError> {
+    ) -> Result<codemode_session::JsonText, ToolError> {
         Err(ToolError::not_found(format!(
             "no tool is named {}",
             call.name.global_name()

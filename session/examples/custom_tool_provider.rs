@@ -3,7 +3,8 @@
 //! A provider lists its tools once, when a session opens, and answers calls. Names may carry a
 //! namespace (`ToolName::namespaced("weather", "today")` is `tools.weather__today` in a cell); the
 //! input schema becomes the TypeScript declaration the model reads in the `exec` description.
-//! `call_tool` gets a token that is cancelled when the cell no longer needs the answer.
+//! `call_tool` gets the argument as the JSON text the cell made (parse it where the tool reads it)
+//! and a token that is cancelled when the cell no longer needs the answer; it answers JSON text.
 //!
 //! ```text
 //! cargo run -p codemode-session --example custom_tool_provider
@@ -16,7 +17,7 @@ use async_trait::async_trait;
 use codemode_protocol::{ToolDefinition, ToolName};
 use codemode_runtime_v8::V8Engine;
 use codemode_session::{
-    Session, SessionConfig, SessionKey, Store, StoreError, ToolCallContext, ToolError,
+    JsonText, Session, SessionConfig, SessionKey, Store, StoreError, ToolCallContext, ToolError,
     ToolInvocation, ToolListError, ToolProvider, render_text,
 };
 use serde_json::{Value, json};
@@ -52,8 +53,12 @@ impl ToolProvider for WeatherTools {
         &self,
         call: ToolInvocation,
         context: ToolCallContext,
-    ) -> Result<Value, ToolError> {
-        let input = call.input.unwrap_or(Value::Null);
+    ) -> Result<JsonText, ToolError> {
+        let input: Value = match &call.input {
+            Some(text) => serde_json::from_str(text.as_str())
+                .map_err(|error| ToolError::invalid_arguments(error.to_string()))?,
+            None => Value::Null,
+        };
         let answer = async {
             match call.name.name.as_str() {
                 "today" => {
@@ -74,7 +79,7 @@ impl ToolProvider for WeatherTools {
             }
         };
         tokio::select! {
-            answer = answer => answer,
+            answer = answer => answer.map(JsonText::from),
             _ = context.cancellation.cancelled() => Err(ToolError::cancelled("cancelled")),
         }
     }

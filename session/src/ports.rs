@@ -8,8 +8,7 @@ use codemode_protocol::StoredValues;
 
 use async_trait::async_trait;
 use codemode_cell_actor::{ToolError, ToolInvocation};
-use codemode_protocol::ToolDefinition;
-use serde_json::Value;
+use codemode_protocol::{JsonText, ToolDefinition};
 use tokio_util::sync::CancellationToken;
 
 /// Which session's stored values: whose (its tenant, when the embedder has several) and its
@@ -212,15 +211,17 @@ pub trait ToolProvider: Send + Sync + 'static {
     /// when [`ToolProvider::tools_version`] has moved.
     async fn list_tools(&self) -> Result<Vec<ToolDefinition>, ToolListError>;
 
-    /// Calls a tool. `Ok` resolves the cell's promise with the value, `Err` rejects it with the
-    /// error's message. Stop when `context.cancellation` fires (the cell completed or was
+    /// Calls a tool. Its argument (`call.input`) is the JSON text the cell made, checked to be
+    /// readable and never expanded on its way: parse it where the tool reads it. `Ok` resolves
+    /// the cell's promise with the result's JSON text (handed to the cell as it is; build it from
+    /// a tree with `JsonText::from`), `Err` rejects it with the error's message. Stop when `context.cancellation` fires (the cell completed or was
     /// terminated); report the tool's progress while it runs (a downstream MCP server's progress
     /// notifications) to `context.progress`. A provider that wraps others hands the context on.
     async fn call_tool(
         &self,
         call: ToolInvocation,
         context: ToolCallContext,
-    ) -> Result<Value, ToolError>;
+    ) -> Result<JsonText, ToolError>;
 
     /// A number that changes whenever the provider's tool list may have changed (a downstream
     /// server said so, or was started again): a session lists the tools again before its next

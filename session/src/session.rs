@@ -16,10 +16,9 @@ use codemode_cell_actor::{
 };
 use codemode_engine::{CellLimits, CellStart, Engine, EngineError, PendingMode};
 use codemode_protocol::limits::MAX_SOURCE_BYTES;
-use codemode_protocol::{ExecuteRequest, StoredValues, ToolDefinition, WaitRequest};
+use codemode_protocol::{ExecuteRequest, JsonText, StoredValues, ToolDefinition, WaitRequest};
 
 use crate::stored::HeldValues;
-use serde_json::Value;
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -673,7 +672,7 @@ impl CellHost for SessionCellHost {
         &self,
         invocation: ToolInvocation,
         cancellation: CancellationToken,
-    ) -> Result<Value, ToolError> {
+    ) -> Result<JsonText, ToolError> {
         let tool = invocation.name.global_name();
         if let Some(hook) = &self.shared.config.on_cell_activity {
             hook(crate::CellActivity::ToolCallStarted {

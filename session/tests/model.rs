@@ -177,8 +177,8 @@ impl ToolProvider for RealisticTools {
         &self,
         call: ToolInvocation,
         _context: ToolCallContext,
-    ) -> Result<Value, ToolError> {
-        Ok(json!({"called": call.name.global_name()}))
+    ) -> Result<codemode_protocol::JsonText, ToolError> {
+        Ok(json!({"called": call.name.global_name()}).into())
     }
 }
 
@@ -357,8 +357,8 @@ impl ToolProvider for GeneratedTools {
         &self,
         call: ToolInvocation,
         _context: ToolCallContext,
-    ) -> Result<Value, ToolError> {
-        Ok(json!({"called": call.name.global_name()}))
+    ) -> Result<codemode_protocol::JsonText, ToolError> {
+        Ok(json!({"called": call.name.global_name()}).into())
     }
 }
 

@@ -14,7 +14,7 @@ use codemode_engine::{
     CellLimits, CellStart, Engine, EngineError, EngineHandles, EventSender, PendingMode,
     RuntimeCommand, RuntimeControl, Terminate, TerminateHandle,
 };
-use codemode_protocol::{ToolDefinition, ToolName};
+use codemode_protocol::{JsonText, ToolDefinition, ToolName};
 use serde_json::{Value, json};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
@@ -138,11 +138,13 @@ impl CellHost for TestHost {
         &self,
         invocation: ToolInvocation,
         cancellation: CancellationToken,
-    ) -> Result<Value, ToolError> {
+    ) -> Result<JsonText, ToolError> {
         self.tool_calls.lock().unwrap().push(invocation.clone());
         self.tool_tokens.lock().unwrap().push(cancellation.clone());
         match invocation.name.name.as_str() {
-            "echo" => Ok(invocation.input.unwrap_or(Value::Null)),
+            "echo" => Ok(invocation
+                .input
+                .unwrap_or_else(|| JsonText::from(Value::Null))),
             "fail" => Err("it failed".into()),
             "panic" => panic!("the tool exploded"),
             // The cancellation lands while the tool is being polled, and the tool answers it.
@@ -152,7 +154,7 @@ impl CellHost for TestHost {
             }
             "gate" => {
                 tokio::select! {
-                    _ = self.gates.cancelled() => Ok(json!({"released": invocation.id})),
+                    _ = self.gates.cancelled() => Ok(json!({"released": invocation.id}).into()),
                     _ = cancellation.cancelled() => Err("cancelled".into()),
                 }
             }

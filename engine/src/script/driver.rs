@@ -632,8 +632,8 @@ impl<R: ScriptRuntime> CellThread<R> {
             RuntimeCommand::ToolResponse { id, result } => {
                 self.idle_reported = false;
                 self.runtime.host().globals.tool_call_settled(&id);
-                let payload = result.to_string();
-                self.runtime.dispatch(DISPATCH_RESOLVE, &id, Some(&payload))
+                self.runtime
+                    .dispatch(DISPATCH_RESOLVE, &id, Some(result.as_str()))
             }
             RuntimeCommand::ToolError { id, error_text } => {
                 self.idle_reported = false;

@@ -206,7 +206,10 @@ impl Host for CellHost {
                 let index = plain(raw_a)
                     .and_then(|index| index.parse::<usize>().ok())
                     .unwrap_or(usize::MAX);
-                match self.globals.tool_call(index, plain(raw_b).as_deref()) {
+                match self
+                    .globals
+                    .tool_call(index, plain(raw_b).map(std::borrow::Cow::into_owned))
+                {
                     Ok(event) => {
                         let RuntimeEvent::ToolCall { id, .. } = &event else {
                             unreachable!("tool_call returns a ToolCall event");

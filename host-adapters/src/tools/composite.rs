@@ -6,9 +6,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use codemode_protocol::ToolDefinition;
+use codemode_protocol::{JsonText, ToolDefinition};
 use codemode_session::{ToolCallContext, ToolError, ToolInvocation, ToolListError, ToolProvider};
-use serde_json::Value;
 
 /// Several providers as one. Calls are routed by the tool's global name.
 #[derive(Default)]
@@ -84,7 +83,7 @@ impl ToolProvider for CompositeTools {
         &self,
         call: ToolInvocation,
         context: ToolCallContext,
-    ) -> Result<Value, ToolError> {
+    ) -> Result<JsonText, ToolError> {
         let global_name = call.name.global_name();
         let route = self
             .routes

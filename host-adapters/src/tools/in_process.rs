@@ -23,7 +23,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 
-use codemode_protocol::{ToolDefinition, ToolName};
+use codemode_protocol::{JsonText, ToolDefinition, ToolName};
 use codemode_session::{ToolCallContext, ToolError, ToolInvocation, ToolListError, ToolProvider};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
@@ -119,7 +119,7 @@ impl ToolProvider for InProcessTools {
         &self,
         call: ToolInvocation,
         context: ToolCallContext,
-    ) -> Result<Value, ToolError> {
+    ) -> Result<JsonText, ToolError> {
         let global_name = call.name.global_name();
         let handler = self
             .tools
@@ -129,6 +129,17 @@ impl ToolProvider for InProcessTools {
             .ok_or_else(|| {
                 ToolError::not_found(format!("no in-process tool is named tools.{global_name}"))
             })?;
-        handler(call.input, context.cancellation).await
+        // The handler reads a tree: the text becomes one here, and its answer text again.
+        let input = call
+            .input
+            .map(|input| input.to_value())
+            .transpose()
+            .map_err(|error| {
+                ToolError::invalid_arguments(format!(
+                    "tools.{global_name}: the argument cannot be read ({error})"
+                ))
+            })?;
+        let result = handler(input, context.cancellation).await?;
+        Ok(JsonText::from(&result))
     }
 }

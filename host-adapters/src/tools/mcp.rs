@@ -35,7 +35,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use codemode_protocol::{ResultType, ToolDefinition, ToolKind, ToolName};
+use codemode_protocol::{JsonText, ResultType, ToolDefinition, ToolKind, ToolName};
 use codemode_session::{
     ToolCallContext, ToolError, ToolInvocation, ToolListError, ToolProgress, ToolProvider,
 };
@@ -937,14 +937,24 @@ impl ToolProvider for McpTools {
         &self,
         call: ToolInvocation,
         context: ToolCallContext,
-    ) -> Result<Value, ToolError> {
+    ) -> Result<JsonText, ToolError> {
         let ToolCallContext {
             cancellation,
             progress,
             ..
         } = context;
         let global_name = call.name.global_name();
-        let arguments: Option<Map<String, Value>> = match call.input {
+        // rmcp sends a tree: the argument's text becomes one here, where it is sent.
+        let input = call
+            .input
+            .map(|input| input.to_value())
+            .transpose()
+            .map_err(|error| {
+                ToolError::invalid_arguments(format!(
+                    "tools.{global_name}: the argument cannot be read ({error})"
+                ))
+            })?;
+        let arguments: Option<Map<String, Value>> = match input {
             None | Some(Value::Null) => None,
             Some(Value::Object(arguments)) => Some(arguments),
             Some(other) => {
@@ -1023,6 +1033,7 @@ impl ToolProvider for McpTools {
                     .get(&call.name.name)
                     .cloned();
                 call_result_to_value(result, schema.as_ref())
+                    .map(|value| JsonText::from(&value))
                     .map_err(|why| ToolError::failed(format!("tools.{global_name}: {why}")))
             }
         }

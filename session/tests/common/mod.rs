@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use codemode_protocol::{ExecuteRequest, ToolDefinition, ToolName};
+use codemode_protocol::{ExecuteRequest, JsonText, ToolDefinition, ToolName};
 use codemode_runtime_v8::V8Engine;
 use codemode_session::{
     CellReport, Session, SessionConfig, SessionKey, Store, StoreError, ToolCallContext, ToolError,
@@ -135,19 +135,19 @@ impl ToolProvider for TestTools {
         &self,
         call: ToolInvocation,
         context: ToolCallContext,
-    ) -> Result<Value, ToolError> {
+    ) -> Result<JsonText, ToolError> {
         let cancellation = context.cancellation;
         self.calls.lock().unwrap().push(call.clone());
         self.tokens.lock().unwrap().push(cancellation.clone());
         match call.name.name.as_str() {
-            "echo" => Ok(call.input.unwrap_or(Value::Null)),
+            "echo" => Ok(call.input.unwrap_or_else(|| JsonText::from(Value::Null))),
             "fail" => Err("the tool failed".into()),
             "gate" => tokio::select! {
-                _ = self.gate.cancelled() => Ok(json!({"released": call.id})),
+                _ = self.gate.cancelled() => Ok(json!({"released": call.id}).into()),
                 _ = cancellation.cancelled() => Err("cancelled".into()),
             },
-            "search" => Ok(json!({"results": ["a", "b"]})),
-            added => Ok(json!({ "added": added })),
+            "search" => Ok(json!({"results": ["a", "b"]}).into()),
+            added => Ok(json!({ "added": added }).into()),
         }
     }
 }

@@ -11,7 +11,7 @@ use codemode_engine::{
     CellLimits, CellStart, Engine, EngineHandles, EventReceiver, PendingMode, RuntimeCommand,
     RuntimeEvent, event_channel,
 };
-use codemode_protocol::{OutputItem, ToolDefinition, ToolName};
+use codemode_protocol::{JsonText, OutputItem, ToolDefinition, ToolName};
 use serde_json::{Value, json};
 
 pub use crate::HANG_GUARD;
@@ -211,11 +211,11 @@ impl Cell {
 
     /// The standard answers: `echo` resolves with its input, `fail` fails with "it failed",
     /// anything else resolves with `{tool, input}`.
-    pub fn answer(&self, id: String, name: &ToolName, input: Option<Value>) {
+    pub fn answer(&self, id: String, name: &ToolName, input: Option<JsonText>) {
         let command = match name.name.as_str() {
             "echo" => RuntimeCommand::ToolResponse {
                 id,
-                result: input.unwrap_or(Value::Null),
+                result: input.unwrap_or_else(|| JsonText::from(Value::Null)),
             },
             "fail" => RuntimeCommand::ToolError {
                 id,
@@ -223,7 +223,11 @@ impl Cell {
             },
             _ => RuntimeCommand::ToolResponse {
                 id,
-                result: json!({"tool": name.global_name(), "input": input}),
+                result: json!({
+                    "tool": name.global_name(),
+                    "input": input.map(|input| input.to_value().expect("the engine checked it")),
+                })
+                .into(),
             },
         };
         self.handles.commands.send(command).unwrap();

@@ -37,7 +37,7 @@ pub fn a_tool_call_is_answered_with_its_json_result() {
                 id: "tool-1".into(),
                 name: ToolName::plain("echo"),
                 kind: ToolKind::Function,
-                input: Some(json!({"q": "x", "n": [1, 2]})),
+                input: Some(json!({"q": "x", "n": [1, 2]}).into()),
             },
             &RuntimeEvent::ToolCall {
                 id: "tool-2".into(),
@@ -92,14 +92,14 @@ pub fn two_tool_calls_run_in_parallel_with_promise_all() {
         .commands
         .send(RuntimeCommand::ToolResponse {
             id: second_id,
-            result: json!("B"),
+            result: json!("B").into(),
         })
         .unwrap();
     cell.handles
         .commands
         .send(RuntimeCommand::ToolResponse {
             id: first_id,
-            result: json!("A"),
+            result: json!("A").into(),
         })
         .unwrap();
     let finished = cell.finish();
@@ -184,7 +184,7 @@ pub fn a_terminate_handle_is_harmless_after_its_cell_has_ended() {
 /// Waits for the next tool call and the `Pending` that follows it; returns the call.
 fn call_then_pending(
     cell: &mut super::harness::Cell,
-) -> (String, ToolName, Option<serde_json::Value>) {
+) -> (String, ToolName, Option<codemode_protocol::JsonText>) {
     let mut seen = Vec::new();
     let RuntimeEvent::ToolCall {
         id, name, input, ..
@@ -237,7 +237,7 @@ pub fn a_paused_cell_runs_nothing_until_resumed() {
         .commands
         .send(RuntimeCommand::ToolResponse {
             id,
-            result: json!("y"),
+            result: json!("y").into(),
         })
         .unwrap();
     // Paused: the answer waits. (A short look; it can only miss a bug, never fail a correct run.)
