@@ -330,6 +330,57 @@ text(JSON.stringify({ own, trip, bytes: JSON.stringify(big).length }));
     (trips, owns)
 }
 
+/// The resident memory of process `pid` and every descendant, in KiB (0 once it is gone).
+fn tree_rss_kib(pid: u32) -> f64 {
+    let own = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|status| {
+            status
+                .lines()
+                .find_map(|line| line.strip_prefix("VmRSS:"))
+                .and_then(|value| value.trim().trim_end_matches("kB").trim().parse().ok())
+        })
+        .unwrap_or(0.0);
+    let children: Vec<u32> = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|task| std::fs::read_to_string(task.path().join("children")).ok())
+        .flat_map(|list| {
+            list.split_whitespace()
+                .filter_map(|child| child.parse().ok())
+                .collect::<Vec<u32>>()
+        })
+        .collect();
+    own + children.into_iter().map(tree_rss_kib).sum::<f64>()
+}
+
+/// The peak resident memory, in MiB, of `codemode run ARGS` running `source` (the server and its
+/// engine processes together, sampled every 2 ms until it exits).
+fn peak_run_memory_mib(codemode: &str, source: &str, args: &[&str]) -> f64 {
+    let file = std::env::temp_dir().join(format!("codemode-bench-{}.js", std::process::id()));
+    std::fs::write(&file, source).unwrap();
+    let mut child = std::process::Command::new(codemode)
+        .arg("run")
+        .args(args)
+        .arg(&file)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut peak: f64 = 0.0;
+    while child.try_wait().unwrap().is_none() {
+        peak = peak.max(tree_rss_kib(child.id()));
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let _ = std::fs::remove_file(&file);
+    peak / 1024.0
+}
+
+/// The cell of the corpus that piles up large tool arguments (40 calls of 8 MB each, awaited
+/// together), ended by its wall-clock limit or its caps.
+const PILED_ARGUMENTS: &str = r#"text("before"); const big = "x".repeat(8e6); const calls = []; for (let i = 0; i < 40; i++) calls.push(tools.echo(big)); await Promise.all(calls)"#;
+
 /// Microseconds per one-byte ping-pong over a Unix socket pair between two plain threads that
 /// block: the floor of a round trip that crosses a process boundary (two blocking wake-ups).
 fn socket_ping_pong(iterations: usize) -> f64 {
@@ -789,6 +840,22 @@ fn main() {
                 trip.median / own.median
             );
         }
+        let limits = ["--heap-limit-mb", "64", "--timeout-ms", "5000"];
+        for isolation in ["in-process", "process"] {
+            let peaks: Vec<f64> = (0..3)
+                .map(|_| {
+                    peak_run_memory_mib(
+                        &codemode,
+                        PILED_ARGUMENTS,
+                        &[&limits[..], &["--isolation", isolation]].concat(),
+                    )
+                })
+                .collect();
+            println!(
+                "40 × 8 MB tool calls, {isolation}: peak {:.0} MiB",
+                stats(peaks).median
+            );
+        }
         return;
     }
     if args.iter().any(|arg| arg == "--stored-only") {
@@ -984,6 +1051,29 @@ fn main() {
         Some(stats(owns)),
         "ms",
         Some(stats(trips_process)),
+    ));
+
+    let limits = ["--heap-limit-mb", "64", "--timeout-ms", "5000"];
+    let peak = |isolation: &str, source: &str| {
+        stats(
+            (0..5)
+                .map(|_| {
+                    peak_run_memory_mib(
+                        &codemode,
+                        source,
+                        &[&limits[..], &["--isolation", isolation]].concat(),
+                    )
+                })
+                .collect(),
+        )
+    };
+    rows.push(row(
+        "peak memory, 40 × 8 MB tool calls (codemode run)",
+        peak("in-process", PILED_ARGUMENTS),
+        "codemode run of text(\"hi\")",
+        Some(peak("in-process", "text(\"hi\")")),
+        "MiB",
+        Some(peak("process", PILED_ARGUMENTS)),
     ));
 
     for (label, spacing) in [("back to back", 0u64), ("50 ms apart", 50)] {

@@ -580,6 +580,20 @@ const CASES: &[Case] = &[
     ),
     case(
         "server memory",
+        "an 11 MB argument echoed back, as JSON text all the way",
+        r#"const big = { items: Array.from({ length: 110000 }, (_, i) => ({ id: i, name: "item number " + i, price: i * 1.25, tags: ["alpha", "beta"] })) }; const back = await tools.echo(big); text("echoed " + back.items.length)"#,
+        Completed,
+        Some("echoed 110000"),
+    ),
+    case(
+        "server memory",
+        "arguments no tool can read: nested past the limit, a lone surrogate",
+        r#"let deep = 0; for (let i = 0; i < 200; i++) deep = [deep]; for (const argument of [deep, { text: "\ud800" }]) { try { await tools.echo(argument); text("accepted"); } catch (error) { text(error.message); } } text("done")"#,
+        Completed,
+        Some("done"),
+    ),
+    case(
+        "server memory",
         "100,000 keys stored by one cell",
         r#"for (let i = 0; i < 1e5; i++) store("key-" + i, i); text("stored")"#,
         Completed,

@@ -800,6 +800,18 @@ fn engine_processes_run_as_the_engine_user() {
         "Groups:",
         "no supplementary groups: {groups}"
     );
+    // All its user's threads together are bounded, which they are not for root.
+    let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).unwrap();
+    let processes = limits
+        .lines()
+        .find(|line| line.starts_with("Max processes"))
+        .unwrap();
+    let ceiling = (codemode_engine_process::DEFAULT_THREADS_PER_PROCESS * 64).to_string();
+    assert_eq!(
+        processes.split_whitespace().nth(2),
+        Some(ceiling.as_str()),
+        "{processes}"
+    );
     // Without root's capabilities, it still gets a root and a network of its own, through a user
     // namespace of its own, where the kernel allows one (as here).
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();

@@ -654,6 +654,11 @@ impl Pool {
             warm_heap_limit_bytes: self.config.warm_heap_limit_bytes,
             warm_runtimes: self.config.warm_runtimes,
             memory_ceiling_bytes: Some(self.config.memory_ceiling()),
+            user_threads_ceiling: self.config.user.map(|_| {
+                self.config
+                    .threads_per_process
+                    .saturating_mul(USER_THREADS_PROCESSES)
+            }),
             seccomp: self.config.seccomp,
             hard_stop_grace_ms: u64::try_from(self.config.hard_stop_grace.as_millis())
                 .unwrap_or(u64::MAX),
@@ -1293,6 +1298,11 @@ fn failure(error_text: String) -> RuntimeEvent {
         error_text: Some(error_text),
     }
 }
+
+/// How many engine processes' worth of threads the engine user may have together
+/// (`RLIMIT_NPROC` counts every thread of a user): where no control group bounds each process,
+/// this bounds them all, far below what exhausts the machine.
+const USER_THREADS_PROCESSES: u64 = 64;
 
 /// Why the parent ended an engine process: a frame that breaks what the parent sent it, or a
 /// channel it stopped reading. The child is hostile native code once it has run a cell, so each

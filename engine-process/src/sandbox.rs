@@ -50,6 +50,7 @@ pub(crate) enum Step {
     DropCapabilities,
     TurnOffCoreDumps,
     SetMemoryCeiling(u64),
+    SetThreadCeiling(u64),
     BuildSeccompFilter,
     ApplySeccompFilter,
 }
@@ -64,6 +65,12 @@ impl std::fmt::Display for Step {
             Step::TurnOffCoreDumps => formatter.write_str("turn off core dumps"),
             Step::SetMemoryCeiling(bytes) => {
                 write!(formatter, "set the memory ceiling of {bytes} bytes")
+            }
+            Step::SetThreadCeiling(threads) => {
+                write!(
+                    formatter,
+                    "set the ceiling of {threads} threads for the engine user"
+                )
             }
             Step::BuildSeccompFilter => formatter.write_str("build the seccomp filter"),
             Step::ApplySeccompFilter => formatter.write_str("apply the seccomp filter"),
@@ -428,6 +435,10 @@ fn limits(settings: &ChildSettings) -> Result<(), ConfinementError> {
     if let Some(ceiling) = settings.memory_ceiling_bytes {
         setrlimit(Resource::RLIMIT_DATA, ceiling, ceiling)
             .map_err(|error| Step::SetMemoryCeiling(ceiling).failed(error))?;
+    }
+    if let Some(ceiling) = settings.user_threads_ceiling {
+        setrlimit(Resource::RLIMIT_NPROC, ceiling, ceiling)
+            .map_err(|error| Step::SetThreadCeiling(ceiling).failed(error))?;
     }
     Ok(())
 }

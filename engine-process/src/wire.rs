@@ -76,6 +76,9 @@ pub struct ChildSettings {
     pub warm_runtimes: usize,
     /// The most memory the process may map for data (`RLIMIT_DATA`), if any.
     pub memory_ceiling_bytes: Option<u64>,
+    /// The most threads all processes of its user may have together (`RLIMIT_NPROC`), set when
+    /// it runs as a user of its own (`--engine-user`), whom root's exemption does not cover.
+    pub user_threads_ceiling: Option<u64>,
     /// Whether to apply the seccomp filter.
     pub seccomp: bool,
     /// How long a cell past its CPU-time limit may go on before the process is ended.
