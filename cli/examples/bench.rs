@@ -820,6 +820,16 @@ fn main() {
         }
         return;
     }
+    if args.iter().any(|arg| arg == "--spawn-only") {
+        // An engine process's spawn to ready alone, for comparing builds: not the suite.
+        let (codemode, _runtime) = quick_setup(&args);
+        let (spawn, idle) = process_cost(&codemode, 40);
+        println!(
+            "spawn to ready {:.1} ms (p99 {:.1}), idle {idle:.1} MiB",
+            spawn.median, spawn.p99
+        );
+        return;
+    }
     if args.iter().any(|arg| arg == "--payload-only") {
         // The large-payload row alone, for profiling: not part of the suite's table.
         let (codemode, runtime) = quick_setup(&args);
