@@ -279,18 +279,41 @@ fn enter_private_root(
         None::<&str>,
     )
     .map_err(step("make the mounts private"))?;
-    // Each path is opened before the new root is mounted over /tmp, which may hold some of them
-    // (`O_PATH`, following links such as /etc/localtime's), and in the new namespace: a bind's
-    // source must be a mount of the caller's namespace.
-    let mut sources: Vec<(PathBuf, OwnedFd)> = Vec::new();
-    for path in libraries
+    // What is bound: each path as it really is (links followed), each once, and none that lies
+    // inside another (it is seen through that one); a path that is a link, or passes through one
+    // (/lib to usr/lib, /etc/localtime, a library folder that links elsewhere), is made again as
+    // a link to where it leads, so that it resolves in the new root as it did before.
+    let wanted: Vec<&Path> = libraries
         .iter()
         .chain(data.iter().filter(|path| !path.starts_with("/proc")))
         .map(PathBuf::as_path)
-        .chain([Path::new("/proc")])
-    {
-        if let Ok(fd) = open(path, OFlag::O_PATH | OFlag::O_CLOEXEC, Mode::empty()) {
-            sources.push((path.to_path_buf(), fd));
+        .collect();
+    let mut real: Vec<PathBuf> = wanted
+        .iter()
+        .filter_map(|path| std::fs::canonicalize(path).ok())
+        .chain([PathBuf::from("/proc")])
+        .collect();
+    real.sort();
+    real.dedup();
+    let mut bound: Vec<PathBuf> = Vec::new();
+    for path in real {
+        if !bound.iter().any(|outer| path.starts_with(outer)) {
+            bound.push(path);
+        }
+    }
+    let links: Vec<(PathBuf, PathBuf)> = wanted
+        .iter()
+        .filter_map(|path| {
+            let real = std::fs::canonicalize(path).ok()?;
+            (real != *path).then(|| (path.to_path_buf(), real))
+        })
+        .collect();
+    // Each is opened before the new root is mounted over /tmp, which may hold some of them, and
+    // in the new namespace: a bind's source must be a mount of the caller's namespace.
+    let mut sources: Vec<(PathBuf, OwnedFd)> = Vec::new();
+    for path in bound {
+        if let Ok(fd) = open(&path, OFlag::O_PATH | OFlag::O_CLOEXEC, Mode::empty()) {
+            sources.push((path, fd));
         }
     }
     let new_root = Path::new("/tmp");
@@ -366,6 +389,25 @@ fn enter_private_root(
             None::<&str>,
         )
         .map_err(|error| format!("make {} read-only: {error}", path.display()))?;
+    }
+    for (path, real) in &links {
+        let Ok(relative) = path.strip_prefix("/") else {
+            continue;
+        };
+        let location = new_root.join(relative);
+        // Inside a bound folder it is there already, as the link it is.
+        if location.symlink_metadata().is_ok()
+            || sources.iter().any(|(outer, _)| path.starts_with(outer))
+        {
+            continue;
+        }
+        let made = location
+            .parent()
+            .map_or(Ok(()), std::fs::create_dir_all)
+            .and_then(|()| std::os::unix::fs::symlink(real, &location));
+        if let Err(error) = made {
+            return Err(format!("link {}: {error}", path.display()));
+        }
     }
     drop(sources);
     let old_root = new_root.join(".old-root");
