@@ -702,6 +702,10 @@ fn native_code_in_an_engine_process_reaches_nothing_of_the_server_or_the_machine
 #[test]
 fn an_engine_process_is_bounded_by_a_control_group_of_its_own() {
     const CEILING: u64 = 3 << 30;
+    // A group an ended server left behind (named for a process id no process has) goes when the
+    // next engine starts.
+    let stale = std::path::Path::new("/sys/fs/cgroup/pids/codemode-engine-4194304000-0-1");
+    let made_stale = nix::unistd::geteuid().is_root() && std::fs::create_dir(stale).is_ok();
     let engine = ProcessEngine::new(
         config()
             .with_threads_per_process(64)
@@ -718,6 +722,9 @@ fn an_engine_process_is_bounded_by_a_control_group_of_its_own() {
         !folders.is_empty(),
         "no control group for the engine process"
     );
+    if made_stale {
+        assert!(!stale.exists(), "a stale control group was left");
+    }
     let pid = engine.process_ids()[0].to_string();
     let read = |folder: &std::path::Path, file: &str| {
         std::fs::read_to_string(folder.join(file))

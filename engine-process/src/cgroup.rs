@@ -19,6 +19,10 @@
 
 use std::path::{Path, PathBuf};
 
+/// How the groups of engine processes are named: `codemode-engine-SERVER-POOL-PROCESS`, with the
+/// server's process id first.
+pub(crate) const PREFIX: &str = "codemode-engine-";
+
 /// The controllers an engine process is bounded by, where they were found.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Cgroups {
@@ -121,7 +125,35 @@ impl Cgroups {
         } else {
             Vec::new()
         };
-        Cgroups { parents }
+        let cgroups = Cgroups { parents };
+        cgroups.remove_stale();
+        cgroups
+    }
+
+    /// Removes the empty groups that servers which have ended left behind (a server that exits
+    /// without reaping its engine processes cannot remove their groups): those named for a
+    /// server process that no longer exists. A group that still holds a process is kept (the
+    /// kernel refuses to remove it).
+    fn remove_stale(&self) {
+        for parent in &self.parents {
+            let Ok(entries) = std::fs::read_dir(&parent.folder) else {
+                continue;
+            };
+            for entry in entries.flatten() {
+                let name = entry.file_name();
+                let Some(server) = name
+                    .to_str()
+                    .and_then(|name| name.strip_prefix(PREFIX))
+                    .and_then(|rest| rest.split('-').next())
+                    .and_then(|pid| pid.parse::<u32>().ok())
+                else {
+                    continue;
+                };
+                if !Path::new(&format!("/proc/{server}")).exists() {
+                    let _ = std::fs::remove_dir(entry.path());
+                }
+            }
+        }
     }
 
     /// Makes the groups of one engine process, named `name`, with `bounds`; `None` where they

@@ -146,7 +146,8 @@ impl Pool {
             config,
             cgroups,
             cgroup_prefix: format!(
-                "codemode-engine-{}-{}",
+                "{}{}-{}",
+                crate::cgroup::PREFIX,
                 std::process::id(),
                 POOLS.fetch_add(1, Ordering::Relaxed)
             ),
