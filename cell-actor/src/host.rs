@@ -21,6 +21,23 @@ pub struct ToolInvocation {
     pub input: Option<JsonText>,
 }
 
+impl ToolInvocation {
+    /// The argument as a tree, for a tool that reads it (`None` without one); an
+    /// invalid-arguments error naming the tool when the text cannot be read.
+    pub fn input_value(&self) -> Result<Option<serde_json::Value>, ToolError> {
+        self.input
+            .as_ref()
+            .map(JsonText::to_value)
+            .transpose()
+            .map_err(|error| {
+                ToolError::invalid_arguments(format!(
+                    "tools.{}: the argument cannot be read ({error})",
+                    self.name.global_name()
+                ))
+            })
+    }
+}
+
 /// Why a tool call failed: its message rejects the cell's promise (as an `Error` whose message it
 /// is), and its kind says what failed, for logs, for the rendering and for an MCP `isError`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -238,19 +238,24 @@ fn many_keys_loop_only(engine: &dyn Engine) -> f64 {
 }
 
 /// Microseconds per awaited in-process tool call, from a cell that loops over one.
-async fn tool_round_trip(engine: Arc<dyn Engine>, iterations: usize) -> f64 {
+/// A session on `engine` whose one tool, `echo`, answers with its argument.
+async fn echo_session(id: &str, engine: Arc<dyn Engine>) -> Session {
     let tools = InProcessTools::new().function("echo", "Echo.", json!({}), |input| async move {
         Ok(input.unwrap_or(Value::Null))
     });
-    let session = Session::open(
-        "bench",
+    Session::open(
+        id,
         engine,
         Arc::new(MemoryStore::new()),
         Arc::new(tools),
         SessionConfig::default(),
     )
     .await
-    .unwrap();
+    .unwrap()
+}
+
+async fn tool_round_trip(engine: Arc<dyn Engine>, iterations: usize) -> f64 {
+    let session = echo_session("bench", engine).await;
     let mut timings = Vec::new();
     for loops in [iterations, 1] {
         let request = ExecuteRequest {
@@ -280,18 +285,7 @@ async fn tool_round_trip(engine: Arc<dyn Engine>, iterations: usize) -> f64 {
 /// (both timed inside the cell): what the way from the cell to the tool and back costs beside
 /// what the cell itself pays to copy the value. `runs` pairs.
 async fn large_round_trip(engine: Arc<dyn Engine>, runs: usize) -> (Vec<f64>, Vec<f64>) {
-    let tools = InProcessTools::new().function("echo", "Echo.", json!({}), |input| async move {
-        Ok(input.unwrap_or(Value::Null))
-    });
-    let session = Session::open(
-        "bench-payload",
-        engine,
-        Arc::new(MemoryStore::new()),
-        Arc::new(tools),
-        SessionConfig::default(),
-    )
-    .await
-    .unwrap();
+    let session = echo_session("bench-payload", engine).await;
     // About 11 MB of JSON: objects, numbers and strings, as a tool's data is.
     let source = r#"
 const big = { items: Array.from({ length: 110000 }, (_, i) => ({ id: i, name: "item number " + i, price: i * 1.25, tags: ["alpha", "beta"], ok: i % 2 === 0 })) };

@@ -130,15 +130,7 @@ impl ToolProvider for InProcessTools {
                 ToolError::not_found(format!("no in-process tool is named tools.{global_name}"))
             })?;
         // The handler reads a tree: the text becomes one here, and its answer text again.
-        let input = call
-            .input
-            .map(|input| input.to_value())
-            .transpose()
-            .map_err(|error| {
-                ToolError::invalid_arguments(format!(
-                    "tools.{global_name}: the argument cannot be read ({error})"
-                ))
-            })?;
+        let input = call.input_value()?;
         let result = handler(input, context.cancellation).await?;
         Ok(JsonText::from(&result))
     }

@@ -945,15 +945,7 @@ impl ToolProvider for McpTools {
         } = context;
         let global_name = call.name.global_name();
         // rmcp sends a tree: the argument's text becomes one here, where it is sent.
-        let input = call
-            .input
-            .map(|input| input.to_value())
-            .transpose()
-            .map_err(|error| {
-                ToolError::invalid_arguments(format!(
-                    "tools.{global_name}: the argument cannot be read ({error})"
-                ))
-            })?;
+        let input = call.input_value()?;
         let arguments: Option<Map<String, Value>> = match input {
             None | Some(Value::Null) => None,
             Some(Value::Object(arguments)) => Some(arguments),
