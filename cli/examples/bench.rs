@@ -7,7 +7,9 @@
 //! price of the process boundary is always visible. A second table puts the two engines, V8 and
 //! QuickJS, side by side on the same rows, in-process and in engine processes; a third puts the
 //! stores, files and PostgreSQL, side by side (`bench/stores.rs`; left out, saying so, on a
-//! machine without PostgreSQL). Run on a quiet machine: the figures are wall-clock times.
+//! machine without PostgreSQL); a fourth puts engine processes beside pydantic-monty's subprocess
+//! workers (`bench/monty.rs`, with the Python given by `--monty-python`; left out, saying so,
+//! without one). Run on a quiet machine: the figures are wall-clock times.
 //!
 //! ```text
 //! cargo xtask bench            # builds the release binary, then runs this
@@ -16,6 +18,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+#[path = "bench/monty.rs"]
+mod monty;
 #[path = "bench/stores.rs"]
 mod stores;
 
@@ -882,6 +886,23 @@ fn main() {
         }
         return;
     }
+    if args.iter().any(|arg| arg == "--monty-only") {
+        // The table beside Monty alone: not the whole suite.
+        let (codemode, runtime) = quick_setup(&args);
+        let python = flag(&args, "--monty-python").expect("--monty-python names Monty's Python");
+        let mut yardstick = monty::Monty::start(&python).expect("pydantic-monty starts");
+        let processes: Arc<dyn Engine> = Arc::new(process_engine(
+            &codemode,
+            codemode_runtime_v8::DEFAULT_WARM_RUNTIMES,
+        ));
+        monty::print_monty(&monty::monty_comparison(
+            &codemode,
+            &processes,
+            &runtime,
+            &mut yardstick,
+        ));
+        return;
+    }
     if args.iter().any(|arg| arg == "--engines-only") {
         // The engines' table alone: not the whole suite.
         let (codemode, runtime) = quick_setup(&args);
@@ -1152,6 +1173,22 @@ fn main() {
         }));
     }
     let json_engines = print_engines(&engine_comparison(&codemode, &runtime));
+    let json_monty = match flag(&args, "--monty-python")
+        .and_then(|python| monty::Monty::start(&python))
+    {
+        Some(mut yardstick) => monty::print_monty(&monty::monty_comparison(
+            &codemode,
+            &process,
+            &runtime,
+            &mut yardstick,
+        )),
+        None => {
+            println!(
+                "\nNo table beside Monty: pydantic-monty is not installed (cargo xtask bench installs it)."
+            );
+            Vec::new()
+        }
+    };
     let json_stores = stores::store_comparison(&codemode, &runtime)
         .map(|rows| stores::print_stores(&rows))
         .unwrap_or_default();
@@ -1175,6 +1212,7 @@ fn main() {
                 "rows": json_rows,
                 "engines": json_engines,
                 "stores": json_stores,
+                "monty": json_monty,
                 "engine_process": {"spawn_ms": {"median": spawn.median, "p99": spawn.p99}, "idle_pss_mib": idle_mib},
                 "socket_ping_pong_us": ping_pong.median,
             }))

@@ -11,9 +11,6 @@ use codemode_runtime_quickjs::QuickJsEngine;
 
 use crate::setup::JsEngine;
 
-/// How long to wait for the warm runtimes before saying ready anyway (cells then start cold).
-const WARM_TIMEOUT: Duration = Duration::from_secs(10);
-
 /// Runs the engine-process loop with the engine `engine`.
 pub fn serve(engine: JsEngine) -> ExitCode {
     // Whatever the parent's parent leaked into this process goes before anything runs.
@@ -23,13 +20,8 @@ pub fn serve(engine: JsEngine) -> ExitCode {
     }
     codemode_engine_process::child::serve_with_probe(
         |settings| {
-            // Warm before the sandbox closes and before the parent counts on this process.
-            let deadline = std::time::Instant::now() + WARM_TIMEOUT;
-            let warm = |ready: &dyn Fn() -> usize| {
-                while ready() < settings.warm_runtimes && std::time::Instant::now() < deadline {
-                    std::thread::sleep(Duration::from_millis(1));
-                }
-            };
+            // The child warms a runtime on each of its first lanes (one thread each), so the
+            // engine keeps no pool of its own: it is told the heap limit to warm for.
             match engine {
                 #[cfg(feature = "v8")]
                 JsEngine::V8 => {
@@ -38,10 +30,9 @@ pub fn serve(engine: JsEngine) -> ExitCode {
                         on_hard_stop,
                     );
                     let engine = codemode_runtime_v8::V8Engine::with_warm_runtimes_for_heap(
-                        settings.warm_runtimes,
+                        0,
                         settings.warm_heap_limit_bytes,
                     );
-                    warm(&|| engine.ready_runtimes());
                     codemode_runtime_v8::v8_available()?;
                     Ok(Box::new(engine) as Box<dyn codemode_engine::Engine>)
                 }
@@ -55,10 +46,9 @@ pub fn serve(engine: JsEngine) -> ExitCode {
                         on_hard_stop,
                     );
                     let engine = QuickJsEngine::with_warm_runtimes_for_heap(
-                        settings.warm_runtimes,
+                        0,
                         settings.warm_heap_limit_bytes,
                     );
-                    warm(&|| engine.ready_runtimes());
                     Ok(Box::new(engine) as Box<dyn codemode_engine::Engine>)
                 }
             }

@@ -333,18 +333,33 @@ fn assert_sandboxed(config: ProcessEngineConfig) {
         std::fs::read_link(format!("/proc/{pid}/cwd")).unwrap(),
         std::path::Path::new("/")
     );
-    // No descriptor but the channel (standard input and the process's own duplicates of it)
-    // and the two capture pipes, though this test leaked a pipe into it on purpose.
+    // No descriptor but the channel (standard input and the process's own duplicates of it),
+    // its lanes (unnamed Unix sockets the parent made) and the two capture pipes, though this
+    // test leaked a pipe into it on purpose.
     let channel = std::fs::read_link(format!("/proc/{pid}/fd/0")).unwrap();
+    let unnamed_unix_sockets: Vec<String> = std::fs::read_to_string("/proc/net/unix")
+        .unwrap()
+        .lines()
+        .skip(1)
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            // Num RefCount Protocol Flags Type St Inode [Path]
+            (fields.len() == 7).then(|| format!("socket:[{}]", fields[6]))
+        })
+        .collect();
+    let mut lanes = 0;
     for entry in std::fs::read_dir(format!("/proc/{pid}/fd")).unwrap() {
         let entry = entry.unwrap();
         let number: u32 = entry.file_name().to_string_lossy().parse().unwrap();
         let target = std::fs::read_link(entry.path()).unwrap();
+        let lane = unnamed_unix_sockets.contains(&target.to_string_lossy().into_owned());
+        lanes += usize::from(number > 2 && target != channel && lane);
         assert!(
-            number <= 2 || target == channel,
+            number <= 2 || target == channel || lane,
             "descriptor {number} of the engine process is {target:?}"
         );
     }
+    assert!(lanes >= 1, "the engine process has no lane");
     drop(leaked);
     // The engine still runs cells after the probes.
     let ended = start(&engine, cell(r#"text("after")"#)).finish();

@@ -1,34 +1,51 @@
 //! The child side: the loop an engine process runs. The binary that hosts engine processes (the
 //! `codemode` binary in its hidden engine-host mode) builds an engine and calls [`serve`].
 //!
-//! The channel is the process's standard input, a Unix socket the parent made. The loop reads
-//! the settings, builds the engine, sandboxes the process, says it is ready, then starts cells and
-//! forwards their commands; each cell's events are written to the channel by its runtime thread.
-//! When the parent goes away (the channel closes), the process ends.
+//! The process's channel is its standard input, a Unix socket the parent made. The loop reads the
+//! settings, builds the engine, takes the first lanes (each served by a thread of the engine that
+//! makes a runtime ready and waits on its lane for a cell: see `codemode_engine::lane`), sandboxes
+//! the process, says it is ready once those runtimes are, then takes more lanes and terminations
+//! until the parent goes away. A cell's start, commands and controls are read from its lane by its
+//! runtime thread itself, and its events written there by that thread: no other thread of the
+//! process carries them.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::io::Write;
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::net::UnixStream;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use codemode_engine::{Engine, EngineError, EngineHandles, EventSender, HardStop, RuntimeEvent};
+use codemode_engine::lane::{CellInbox, CellLane, LaneCell, Received, Wait};
+use codemode_engine::{
+    Engine, EngineError, EventSender, HardStop, RuntimeCommand, RuntimeControl, RuntimeEvent,
+    TerminateHandle,
+};
 
 #[cfg(feature = "test-hooks")]
 use crate::wire::Probe;
-use crate::wire::{self, CellNumber, ChildSettings, ToChild, ToParent, WIRE_VERSION};
+use crate::wire::{
+    self, CellNumber, ChildSettings, FrameBuffer, ToChild, ToLane, ToParent, WIRE_VERSION,
+};
 
 /// A test-only attack run by native code of the engine host inside the sandbox (builds with the
 /// `test-hooks` feature): `(attack, target)` to `Ok(what happened)` if it succeeded, `Err(why
 /// not)` if it was refused.
 pub type NativeProbe = fn(&str, &str) -> Result<String, String>;
 
-/// The channel's writing end, shared by the runtime threads, the writer thread and [`hard_stop`].
-static WRITER: OnceLock<Mutex<Writer>> = OnceLock::new();
+/// The writing end of the process's channel, shared by [`hard_stop`] and the loop.
+static CONTROL: OnceLock<SharedWriter> = OnceLock::new();
 
-/// Messages for the writer thread: large ones, and any that must wait behind them.
-static QUEUE: OnceLock<std::sync::mpsc::SyncSender<ToParent>> = OnceLock::new();
+/// Messages for the writer thread, with the channel each goes to: large ones, and any that must
+/// wait behind them.
+static QUEUE: OnceLock<std::sync::mpsc::SyncSender<(SharedWriter, ToParent)>> = OnceLock::new();
+
+/// Messages waiting for the writer thread, on every channel ([`hard_stop`] lets them go first).
+static QUEUED: AtomicUsize = AtomicUsize::new(0);
+
+/// Lanes whose thread has its runtime ready and waits for a cell.
+static WAITING_LANES: AtomicUsize = AtomicUsize::new(0);
 
 /// How many messages may wait for the writer thread before a runtime thread blocks.
 const QUEUE_CAPACITY: usize = 64;
@@ -38,19 +55,26 @@ const QUEUE_CAPACITY: usize = 64;
 /// charged to the cell's CPU time (in-process it costs the cell nothing either).
 const INLINE_PAYLOAD_BYTES: usize = 16 * 1024;
 
-/// The channel's writing end, and how many messages wait for the writer thread: while any wait,
-/// every message joins them, so that each cell's messages keep their order.
+/// How long to wait for the first lanes' runtimes before saying ready anyway (cells then wait for
+/// them).
+const WARM_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The writing end of one channel (the process's, or a lane), and how many messages wait for the
+/// writer thread to go there: while any wait, every message joins them, so that each channel's
+/// messages keep their order.
 struct Writer {
     stream: UnixStream,
     queued: usize,
 }
 
+type SharedWriter = Arc<Mutex<Writer>>;
+
 /// The settings the parent sent, for the binary's engine (see [`serve`]).
 pub use crate::wire::ChildSettings as Settings;
 
 /// Runs the engine-process loop on this process's standard input until the parent goes away.
-/// `make_engine` builds the engine from the parent's settings (and should warm it: the process is
-/// reported ready once it returns). Returns the process's exit code.
+/// `make_engine` builds the engine from the parent's settings; the process is reported ready once
+/// its first lanes have their runtimes. Returns the process's exit code.
 pub fn serve(
     make_engine: impl FnOnce(&ChildSettings) -> Result<Box<dyn Engine>, EngineError>,
 ) -> std::process::ExitCode {
@@ -106,6 +130,10 @@ enum ChannelFault {
     NotShared(std::io::Error),
     #[error("broke: {0}")]
     Broke(std::io::Error),
+    #[error("sent a lane without its socket")]
+    LaneWithoutSocket,
+    #[error("sent {0:?} where the first lanes were due")]
+    NotALane(String),
 }
 
 impl ChildError {
@@ -115,6 +143,38 @@ impl ChildError {
             error: self.to_string(),
         });
         self
+    }
+}
+
+/// The reading end of the process's channel: frames, and the lanes' sockets that come with them.
+struct ControlReader {
+    socket: UnixStream,
+    buffer: FrameBuffer,
+    sockets: VecDeque<std::os::fd::OwnedFd>,
+}
+
+impl ControlReader {
+    /// The next message, or `None` once the parent is gone.
+    fn next<T: for<'de> serde::Deserialize<'de>>(&mut self) -> std::io::Result<Option<T>> {
+        let mut chunk = [0u8; 16 * 1024];
+        loop {
+            if let Some((message, _)) = self.buffer.next(wire::MAX_FRAME_BYTES)? {
+                return Ok(Some(message));
+            }
+            let read = crate::descriptors::receive(&self.socket, &mut chunk, &mut self.sockets)?;
+            if read == 0 {
+                return Ok(None);
+            }
+            self.buffer.extend(&chunk[..read]);
+        }
+    }
+
+    /// The socket of the lane just read.
+    fn lane_socket(&mut self) -> Result<UnixStream, ChildError> {
+        self.sockets
+            .pop_front()
+            .map(UnixStream::from)
+            .ok_or(ChildError::Channel(ChannelFault::LaneWithoutSocket))
     }
 }
 
@@ -131,31 +191,35 @@ fn run(
     let writer = channel
         .try_clone()
         .map_err(|error| ChildError::Channel(ChannelFault::NotShared(error)))?;
-    let _ = WRITER.set(Mutex::new(Writer {
+    let _ = CONTROL.set(Arc::new(Mutex::new(Writer {
         stream: writer,
         queued: 0,
-    }));
-    let (queue, queued) = std::sync::mpsc::sync_channel::<ToParent>(QUEUE_CAPACITY);
+    })));
+    let (queue, queued) = std::sync::mpsc::sync_channel::<(SharedWriter, ToParent)>(QUEUE_CAPACITY);
     let _ = QUEUE.set(queue);
     std::thread::Builder::new()
         .name("codemode-engine-writer".into())
         .spawn(move || {
-            for message in queued {
+            for (writer, message) in queued {
                 let frame = wire::encode(&message);
-                let Some(writer) = WRITER.get() else { return };
-                let mut writer = lock(writer);
+                let mut writer = lock(&writer);
                 if let Ok(frame) = frame {
                     let _ = writer.stream.write_all(&frame);
                 }
                 writer.queued -= 1;
+                QUEUED.fetch_sub(1, Ordering::SeqCst);
             }
         })
         .map_err(ChildError::WriterThread)?;
-    // Buffered: a frame's header and body come in one read.
-    let mut reader = std::io::BufReader::with_capacity(64 * 1024, channel);
+    let mut control = ControlReader {
+        socket: channel,
+        buffer: FrameBuffer::default(),
+        sockets: VecDeque::new(),
+    };
+    let broke = |error| ChildError::Channel(ChannelFault::Broke(error));
     // The settings are read as plain JSON first: a parent of another version may send them in
     // another shape, and must be told so, not answered with a parse error.
-    let settings = match wire::read::<serde_json::Value>(&mut reader) {
+    let settings = match control.next::<serde_json::Value>() {
         Ok(Some(first)) => {
             let version = first
                 .pointer("/Settings/wire_version")
@@ -177,85 +241,379 @@ fn run(
         Err(error) => return Err(ChildError::Settings(error.to_string())),
     };
     let engine = make_engine(&settings).map_err(|error| ChildError::from(error).reported())?;
+    let cells: Cells = Arc::default();
+    // The first lanes come right after the settings; their runtimes are made before the sandbox
+    // closes and before the parent counts on this process.
+    for _ in 0..settings.warm_runtimes {
+        match control.next::<ToChild>().map_err(broke)? {
+            Some(ToChild::Lane { lane }) => {
+                let socket = control.lane_socket()?;
+                serve_lane(engine.as_ref(), lane, socket, &cells)
+                    .map_err(|error| error.reported())?;
+            }
+            Some(other) => {
+                return Err(
+                    ChildError::Channel(ChannelFault::NotALane(format!("{other:?}"))).reported(),
+                );
+            }
+            None => return Ok(()),
+        }
+    }
+    let deadline = Instant::now() + WARM_TIMEOUT;
+    while WAITING_LANES.load(Ordering::SeqCst) < settings.warm_runtimes && Instant::now() < deadline
+    {
+        std::thread::sleep(Duration::from_millis(1));
+    }
     crate::sandbox::enter(&settings).map_err(|error| ChildError::from(error).reported())?;
     tracing::debug!(landlock = %early.landlock, network = %early.network, root = %early.root, user = %early.user, "engine process sandboxed");
     send(ToParent::Ready {
         engine: engine.describe(),
         wire_version: WIRE_VERSION,
     });
-    // A cell's slot is reserved before it starts and holds its handles once `start` returns;
-    // the slot goes when the cell's events end (which may be before `start` returns).
-    let cells: Cells = Arc::default();
     loop {
-        let message = match wire::read::<ToChild>(&mut reader) {
+        let message = match control.next::<ToChild>() {
             Ok(Some(message)) => message,
             // The parent is gone: so are the cells' owners.
             Ok(None) => return Ok(()),
-            Err(error) => return Err(ChildError::Channel(ChannelFault::Broke(error))),
+            Err(error) => return Err(broke(error)),
         };
         match message {
             ToChild::Settings(_) => {}
-            ToChild::Start { cell, start } => {
-                lock(&cells).insert(cell, None);
-                let end = CellEnd {
-                    cell,
-                    cells: Arc::clone(&cells),
-                };
-                // Small events go to the parent from the runtime thread itself, with no hop
-                // through another thread; a full channel blocks the cell (back-pressure).
-                let events = EventSender::forward(move |event| {
-                    let _end = &end;
-                    send(ToParent::Event {
-                        cell,
-                        event: within_wire_limits(event),
-                    });
-                    Ok(())
-                });
-                // Held until the start's outcome is sent, so that a failed start is reported
-                // before the end of its events.
-                let held = events.clone();
-                match engine.start(start.into_start(cell.to_string()), events) {
-                    Ok(handles) => {
-                        if let Some(slot) = lock(&cells).get_mut(&cell) {
-                            *slot = Some(handles);
-                        }
-                    }
-                    Err(error) => send(ToParent::StartFailed {
-                        cell,
-                        error: error.to_string(),
-                    }),
-                }
-                drop(held);
-            }
-            ToChild::Command { cell, command } => {
-                if let Some(Some(handles)) = lock(&cells).get(&cell) {
-                    let _ = handles.commands.send(command);
-                }
-            }
-            ToChild::Control { cell, control } => {
-                if let Some(Some(handles)) = lock(&cells).get(&cell) {
-                    let _ = handles.control.send(control);
+            ToChild::Lane { lane } => {
+                let socket = control.lane_socket()?;
+                if let Err(error) = serve_lane(engine.as_ref(), lane, socket, &cells) {
+                    // Its cell never starts: the parent sees the lane close, and this process
+                    // end with the reason.
+                    return Err(error.reported());
                 }
             }
             ToChild::Terminate { cell } => {
-                if let Some(Some(handles)) = lock(&cells).get(&cell) {
-                    handles.terminate.terminate();
+                let mut cells = lock(&cells);
+                if let Some(hosted) = cells.get_mut(&cell) {
+                    match &hosted.terminate {
+                        Some(terminate) => terminate.terminate(),
+                        // Its thread has not said how to stop it yet: it is stopped as it does.
+                        None => hosted.terminated = true,
+                    }
                 }
             }
             #[cfg(feature = "test-hooks")]
             ToChild::Probe { what } if settings.test_hooks => {
                 if what == Probe::StopReading {
-                    // A wedged child: alive, never reading again.
+                    // A wedged child: alive, never reading again, on any channel.
+                    WEDGED.store(true, Ordering::SeqCst);
                     loop {
                         std::thread::park();
                     }
                 }
-                if let Some((allowed, detail)) = probe(what) {
+                if let Some((allowed, detail)) = probe(what, &cells) {
                     send(ToParent::ProbeResult { allowed, detail });
                 }
             }
             #[cfg(feature = "test-hooks")]
             ToChild::Probe { .. } => {}
+        }
+    }
+}
+
+/// Hands lane `number` (its `socket`) to the engine, whose thread serves it from now on.
+fn serve_lane(
+    engine: &dyn Engine,
+    number: u64,
+    socket: UnixStream,
+    cells: &Cells,
+) -> Result<(), ChildError> {
+    let writer = socket
+        .try_clone()
+        .map_err(|error| ChildError::Channel(ChannelFault::NotShared(error)))?;
+    let lane = SocketLane {
+        reader: Arc::new(Mutex::new(LaneReader {
+            socket,
+            buffer: FrameBuffer::default(),
+            cell: None,
+            commands: VecDeque::new(),
+            controls: VecDeque::new(),
+            start: None,
+            closed: false,
+        })),
+        writer: Arc::new(Mutex::new(Writer {
+            stream: writer,
+            queued: 0,
+        })),
+        cells: Arc::clone(cells),
+        cell: None,
+    };
+    tracing::trace!(lane = number, "serving a lane");
+    engine.serve_lane(Box::new(lane))?;
+    Ok(())
+}
+
+/// The cells of this process, by number, while they run.
+type Cells = Arc<Mutex<HashMap<CellNumber, Hosted>>>;
+
+/// A cell of this process: how to stop it, and its lane (which test probes forge frames on).
+struct Hosted {
+    /// `None` until its thread says.
+    terminate: Option<TerminateHandle>,
+    /// Termination was asked before its thread said how: it is stopped as soon as it does.
+    terminated: bool,
+    #[cfg_attr(not(feature = "test-hooks"), allow(dead_code))]
+    lane: SharedWriter,
+}
+
+/// Set by the `StopReading` probe: every lane stops reading too.
+#[cfg(feature = "test-hooks")]
+static WEDGED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// One lane, as its thread sees it.
+struct SocketLane {
+    reader: Arc<Mutex<LaneReader>>,
+    writer: SharedWriter,
+    cells: Cells,
+    /// The cell that arrived last.
+    cell: Option<CellNumber>,
+}
+
+/// The reading end of a lane: what has been read, sorted for the cell it is for.
+struct LaneReader {
+    socket: UnixStream,
+    buffer: FrameBuffer,
+    /// The cell being run, whose commands and controls are kept; others' are stale and dropped.
+    cell: Option<CellNumber>,
+    commands: VecDeque<RuntimeCommand>,
+    controls: VecDeque<RuntimeControl>,
+    /// The next cell, once its start has come.
+    start: Option<(CellNumber, wire::WireStart)>,
+    /// The parent closed the lane, or it broke.
+    closed: bool,
+}
+
+impl LaneReader {
+    /// Reads once, waiting as `wait` says, and sorts what completed; whether anything came.
+    fn fill(&mut self, wait: Wait) -> bool {
+        #[cfg(feature = "test-hooks")]
+        if WEDGED.load(Ordering::SeqCst) {
+            loop {
+                std::thread::park();
+            }
+        }
+        use nix::sys::socket::{MsgFlags, recv};
+        let flags = match wait {
+            Wait::No => MsgFlags::MSG_DONTWAIT,
+            Wait::Until(deadline) => {
+                let left = deadline.saturating_duration_since(Instant::now());
+                // Rounded up, so that a timer is never run before it is due.
+                let millis = left.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32;
+                let mut polled = [nix::poll::PollFd::new(
+                    self.socket.as_fd(),
+                    nix::poll::PollFlags::POLLIN,
+                )];
+                let timeout =
+                    nix::poll::PollTimeout::try_from(millis).unwrap_or(nix::poll::PollTimeout::MAX);
+                match nix::poll::poll(&mut polled, timeout) {
+                    Ok(0) => return false,
+                    Ok(_) => MsgFlags::MSG_DONTWAIT,
+                    Err(nix::errno::Errno::EINTR) => return false,
+                    Err(_) => {
+                        self.closed = true;
+                        return false;
+                    }
+                }
+            }
+            Wait::Forever => MsgFlags::empty(),
+        };
+        let wanted = self.buffer.wanted();
+        let read = if wanted > 16 * 1024 {
+            // The rest of a large frame: read in place.
+            let bytes = self.buffer.space(wanted);
+            let held = bytes.len();
+            bytes.resize(held + wanted, 0);
+            let read = recv(self.socket.as_raw_fd(), &mut bytes[held..], flags);
+            bytes.truncate(held + read.unwrap_or(0));
+            read
+        } else {
+            let mut chunk = [0u8; 16 * 1024];
+            let read = recv(self.socket.as_raw_fd(), &mut chunk, flags);
+            if let Ok(read) = read {
+                self.buffer.extend(&chunk[..read]);
+            }
+            read
+        };
+        match read {
+            Ok(0) => {
+                self.closed = true;
+                false
+            }
+            Ok(_) => {
+                self.sort();
+                true
+            }
+            Err(nix::errno::Errno::EAGAIN | nix::errno::Errno::EINTR) => false,
+            Err(_) => {
+                self.closed = true;
+                false
+            }
+        }
+    }
+
+    /// Takes the frames that completed: the next start, and the current cell's commands and
+    /// controls. A frame that is not one closes the lane (the parent never sends such).
+    fn sort(&mut self) {
+        loop {
+            let message = match self.buffer.next::<ToLane>(wire::MAX_FRAME_BYTES) {
+                Ok(Some((message, _))) => message,
+                Ok(None) => return,
+                Err(error) => {
+                    tracing::error!(%error, "engine process: a lane sent a frame that is not valid");
+                    self.closed = true;
+                    return;
+                }
+            };
+            match message {
+                ToLane::Start { cell, start } => self.start = Some((cell, start)),
+                ToLane::Command { cell, command } if self.cell == Some(cell) => {
+                    self.commands.push_back(command)
+                }
+                ToLane::Control { cell, control } if self.cell == Some(cell) => {
+                    self.controls.push_back(control)
+                }
+                ToLane::Terminate { cell } if self.cell == Some(cell) => {
+                    self.commands.push_back(RuntimeCommand::Terminate);
+                    self.controls.push_back(RuntimeControl::Terminate);
+                }
+                // For a cell that has ended.
+                ToLane::Command { .. } | ToLane::Control { .. } | ToLane::Terminate { .. } => {}
+            }
+        }
+    }
+
+    /// Whether the parent closed the lane, seen without waiting and without taking anything.
+    fn closed_now(&mut self) -> bool {
+        use nix::sys::socket::{MsgFlags, recv};
+        if !self.closed && self.buffer.is_empty() {
+            let mut byte = [0u8; 1];
+            let peeked = recv(
+                self.socket.as_raw_fd(),
+                &mut byte,
+                MsgFlags::MSG_PEEK | MsgFlags::MSG_DONTWAIT,
+            );
+            if matches!(peeked, Ok(0)) {
+                self.closed = true;
+            }
+        }
+        self.closed
+    }
+}
+
+/// A running cell's inbox: its lane, read by its own thread.
+struct LaneInbox(Arc<Mutex<LaneReader>>);
+
+impl CellInbox for LaneInbox {
+    fn next_command(&mut self, wait: Wait) -> Received<RuntimeCommand> {
+        let mut reader = lock(&self.0);
+        loop {
+            if let Some(command) = reader.commands.pop_front() {
+                return Received::Message(command);
+            }
+            if reader.closed {
+                return Received::Closed;
+            }
+            let came = reader.fill(wait);
+            if !came && wait != Wait::Forever && !reader.closed {
+                return match reader.commands.pop_front() {
+                    Some(command) => Received::Message(command),
+                    None => Received::Nothing,
+                };
+            }
+            if !came && wait == Wait::No {
+                return Received::Nothing;
+            }
+        }
+    }
+
+    fn next_control(&mut self) -> Received<RuntimeControl> {
+        let mut reader = lock(&self.0);
+        loop {
+            if let Some(control) = reader.controls.pop_front() {
+                return Received::Message(control);
+            }
+            if reader.closed {
+                return Received::Closed;
+            }
+            reader.fill(Wait::Forever);
+        }
+    }
+}
+
+impl CellLane for SocketLane {
+    fn open(&mut self) -> bool {
+        !lock(&self.reader).closed_now()
+    }
+
+    fn next_cell(&mut self) -> Option<LaneCell> {
+        let (cell, start) = {
+            let mut reader = lock(&self.reader);
+            reader.cell = None;
+            reader.commands.clear();
+            reader.controls.clear();
+            WAITING_LANES.fetch_add(1, Ordering::SeqCst);
+            let next = loop {
+                if let Some(next) = reader.start.take() {
+                    break Some(next);
+                }
+                if reader.closed {
+                    break None;
+                }
+                reader.fill(Wait::Forever);
+            };
+            WAITING_LANES.fetch_sub(1, Ordering::SeqCst);
+            let (cell, start) = next?;
+            reader.cell = Some(cell);
+            (cell, start)
+        };
+        self.cell = Some(cell);
+        lock(&self.cells).insert(
+            cell,
+            Hosted {
+                terminate: None,
+                terminated: false,
+                lane: Arc::clone(&self.writer),
+            },
+        );
+        let end = CellEnd {
+            cell,
+            lane: Arc::clone(&self.writer),
+            cells: Arc::clone(&self.cells),
+        };
+        let writer = Arc::clone(&self.writer);
+        // Events go to the parent from the runtime thread itself; a full lane blocks the cell
+        // (back-pressure).
+        let events = EventSender::forward(move |event| {
+            let _end = &end;
+            send_on(
+                &writer,
+                ToParent::Event {
+                    cell,
+                    event: within_wire_limits(event),
+                },
+            );
+            Ok(())
+        });
+        Some(LaneCell::new(
+            start.into_start(cell.to_string()),
+            events,
+            Box::new(LaneInbox(Arc::clone(&self.reader))),
+        ))
+    }
+
+    fn started(&mut self, terminate: TerminateHandle) {
+        let Some(cell) = self.cell else { return };
+        let mut cells = lock(&self.cells);
+        if let Some(hosted) = cells.get_mut(&cell) {
+            if hosted.terminated {
+                terminate.terminate();
+            }
+            hosted.terminate = Some(terminate);
         }
     }
 }
@@ -271,7 +629,7 @@ pub fn hard_stop(stop: &HardStop) -> ! {
         reason: stop.reason,
         message: stop.message.chars().take(2000).collect(),
     });
-    if let (Ok(frame), Some(writer)) = (frame, WRITER.get()) {
+    if let (Ok(frame), Some(writer)) = (frame, CONTROL.get()) {
         // Another thread may hold the writer in the middle of a frame, and output may still wait
         // for the writer thread: wait a little for both (output emitted before the stop is
         // kept), but never for long (the parent then sees a crash without the reason).
@@ -284,7 +642,7 @@ pub fn hard_stop(stop: &HardStop) -> ! {
             };
             let waiting = Instant::now() < deadline;
             match writer {
-                Some(mut writer) if writer.queued == 0 || !waiting => {
+                Some(mut writer) if QUEUED.load(Ordering::SeqCst) == 0 || !waiting => {
                     let _ = writer.stream.write_all(&frame);
                     break;
                 }
@@ -302,32 +660,34 @@ pub fn on_hard_stop(stop: &HardStop) {
     hard_stop(stop)
 }
 
-/// The cells of this process, by number: `None` while a cell is starting.
-type Cells = Arc<Mutex<HashMap<CellNumber, Option<EngineHandles>>>>;
-
 /// Held by a cell's event sender: when the runtime drops its last sender, the cell's events are
-/// over, and the parent is told.
+/// over, and the parent is told on the cell's lane.
 struct CellEnd {
     cell: CellNumber,
+    lane: SharedWriter,
     cells: Cells,
 }
 
 impl Drop for CellEnd {
     fn drop(&mut self) {
-        let handles = lock(&self.cells).remove(&self.cell);
-        // Dropped outside the lock: the handles' senders may belong to a thread that ends now.
-        drop(handles);
-        send(ToParent::Ended { cell: self.cell });
+        let hosted = lock(&self.cells).remove(&self.cell);
+        // Dropped outside the lock: its terminate handle may belong to a thread that ends now.
+        drop(hosted);
+        send_on(&self.lane, ToParent::Ended { cell: self.cell });
     }
 }
 
-/// Sends `message` to the parent: written at once when it is small and nothing waits for the
-/// writer thread, else queued for it.
+/// Sends `message` to the parent on the process's channel.
 fn send(message: ToParent) {
-    let Some(writer) = WRITER.get() else {
-        return;
-    };
-    let mut guard = lock(writer);
+    if let Some(control) = CONTROL.get() {
+        send_on(control, message);
+    }
+}
+
+/// Sends `message` on `channel`: written at once when it is small and nothing waits for the
+/// writer thread there, else queued for it.
+fn send_on(channel: &SharedWriter, message: ToParent) {
+    let mut guard = lock(channel);
     if guard.queued == 0 && message.is_small() {
         match wire::encode(&message) {
             // A parent that is gone ends the process through the reading side.
@@ -341,15 +701,16 @@ fn send(message: ToParent) {
         return;
     }
     guard.queued += 1;
+    QUEUED.fetch_add(1, Ordering::SeqCst);
     drop(guard);
     if let Some(queue) = QUEUE.get()
-        && queue.send(message).is_ok()
+        && queue.send((Arc::clone(channel), message)).is_ok()
     {
         return;
     }
-    lock(writer).queued -= 1;
+    lock(channel).queued -= 1;
+    QUEUED.fetch_sub(1, Ordering::SeqCst);
 }
-
 impl ToParent {
     /// Whether encoding this costs little enough to do on a runtime thread.
     fn is_small(&self) -> bool {
@@ -419,9 +780,11 @@ fn within_wire_limits(event: RuntimeEvent) -> RuntimeEvent {
 static NATIVE_PROBE: OnceLock<Option<NativeProbe>> = OnceLock::new();
 
 /// Tries what `what` names, for tests of the walls: whether it was allowed and what happened,
-/// or `None` when nothing answers (the process crashes, or the parent ends it).
+/// or `None` when nothing answers (the process crashes, or the parent ends it). A forgery is
+/// answered once its frames are written, so that the parent has them before anything the test
+/// does next (it may have ended the process for them already).
 #[cfg(feature = "test-hooks")]
-fn probe(what: Probe) -> Option<(bool, String)> {
+fn probe(what: Probe, cells: &Cells) -> Option<(bool, String)> {
     use crate::wire::Forgery;
     let outcome = match what {
         Probe::Native { attack, target } => {
@@ -476,16 +839,16 @@ fn probe(what: Probe) -> Option<(bool, String)> {
                         "x".repeat(MAX_TOOL_INPUT_BYTES - 2),
                     ));
                     for call in 0..calls {
-                        send_forged(&forged_tool_call(cell, call, Some(input.clone())));
+                        send_forged(cells, &forged_tool_call(cell, call, Some(input.clone())));
                     }
-                    return None;
+                    return Some((true, "forged".to_owned()));
                 }
                 Forgery::ToolCallsPastTheCallLimit(cell) => {
                     let calls = codemode_protocol::limits::DEFAULT_MAX_TOOL_CALLS_PER_CELL + 1;
                     for call in 0..calls as usize {
-                        send_forged(&forged_tool_call(cell, call, None));
+                        send_forged(cells, &forged_tool_call(cell, call, None));
                     }
-                    return None;
+                    return Some((true, "forged".to_owned()));
                 }
                 Forgery::StoredValuesPastTheLimit(cell) => ToParent::Event {
                     cell,
@@ -500,14 +863,14 @@ fn probe(what: Probe) -> Option<(bool, String)> {
                     },
                 },
                 Forgery::HugeHeader => {
-                    if let Some(writer) = WRITER.get() {
+                    if let Some(writer) = CONTROL.get() {
                         let _ = lock(writer).stream.write_all(&u32::MAX.to_le_bytes());
                     }
-                    return None;
+                    return Some((true, "forged".to_owned()));
                 }
             };
-            send_forged(&forged);
-            return None;
+            send_forged(cells, &forged);
+            return Some((true, "forged".to_owned()));
         }
         Probe::StopReading => return None,
         Probe::OpenForWriting => std::fs::OpenOptions::new()
@@ -549,10 +912,17 @@ fn forged_tool_call(
     }
 }
 
-/// Writes a forged frame straight to the channel, past the child's own checks.
+/// Writes a forged frame straight to the lane of the newest cell, past the child's own checks.
 #[cfg(feature = "test-hooks")]
-fn send_forged(forged: &ToParent) {
-    if let (Ok(frame), Some(writer)) = (wire::encode(forged), WRITER.get()) {
-        let _ = lock(writer).stream.write_all(&frame);
+fn send_forged(cells: &Cells, forged: &ToParent) {
+    let lane = {
+        let cells = lock(cells);
+        cells
+            .iter()
+            .max_by_key(|(cell, _)| **cell)
+            .map(|(_, hosted)| Arc::clone(&hosted.lane))
+    };
+    if let (Ok(frame), Some(lane)) = (wire::encode(forged), lane) {
+        let _ = lock(&lane).stream.write_all(&frame);
     }
 }

@@ -43,6 +43,7 @@ mod cgroup;
 pub mod child;
 #[allow(unsafe_code)]
 mod descriptors;
+mod lane;
 mod log;
 mod process;
 mod sandbox;

@@ -1,9 +1,16 @@
-//! The parent side: the pool of engine processes, one process's channel and reader, and what
-//! happens to a process's cells when it ends.
+//! The parent side: the pool of engine processes, one process's channel and reader, its lanes,
+//! and what happens to a process's cells when it ends.
+//!
+//! A process has its own channel (settings, new lanes, terminations, hard stops), read by a thread
+//! of its own, and a lane per runtime thread (see `wire` and `lane`). A cell placed in a process
+//! takes an idle lane of it (or a new one) and its start is written there; a task on the async
+//! runtime of whoever started the cell reads the lane while the cell runs, checks each frame and
+//! hands each event to the cell's actor, then gives the lane back.
 //!
 //! Every change to a process's cells happens under its `state` lock; the one place a process's
 //! end is handled is [`EngineProcess::ended`], called once by its reader thread when the channel
-//! closes.
+//! closes: it decides each cell's fate, which the cell's lane task delivers after whatever the
+//! cell sent before the end.
 
 use std::collections::{HashMap, VecDeque};
 use std::io::Write;
@@ -21,9 +28,13 @@ use codemode_engine::{
 use codemode_protocol::JsonText;
 
 use crate::ProcessEngineConfig;
+use crate::lane::{Lane, LaneWriter, Refused};
 #[cfg(feature = "test-hooks")]
 use crate::wire::Probe;
-use crate::wire::{self, CellNumber, ChildSettings, ToChild, ToParent, WIRE_VERSION, WireStart};
+use crate::wire::{
+    self, CellNumber, ChildSettings, FrameBuffer, ToChild, ToLane, ToParent, WIRE_VERSION,
+    WireStart,
+};
 
 /// How long a new process may take to say it is ready.
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
@@ -82,10 +93,12 @@ struct Processes {
 #[derive(Debug)]
 struct QueuedStart {
     tenant: Tenant,
-    /// Its `Start` frame.
+    /// Its `Start` frame, for its lane.
     frame: Vec<u8>,
     slot: Box<CellSlot>,
     route: Arc<CellRoute>,
+    /// The async runtime it was started from, which reads its lane.
+    runtime: Option<tokio::runtime::Handle>,
 }
 
 /// Where a cell's commands and control go: held while the cell waits for a process, then sent
@@ -99,7 +112,7 @@ struct CellRoute {
 #[derive(Debug)]
 enum RouteState {
     /// Waiting for a process: what the cell's actor sent meanwhile, in order.
-    Queued(Vec<ToChild>),
+    Queued(Vec<ToLane>),
     /// In this process.
     Placed(Weak<EngineProcess>),
     /// Ended before it was placed (terminated, or no process could be started for it).
@@ -112,7 +125,7 @@ impl CellRoute {
     fn forward<T>(
         &self,
         message: T,
-        frame: impl FnOnce(Option<&EngineProcess>, T) -> ToChild,
+        frame: impl FnOnce(Option<&EngineProcess>, T) -> ToLane,
     ) -> Result<(), SendError<T>> {
         let mut route = lock(&self.state);
         match &mut *route {
@@ -124,7 +137,7 @@ impl CellRoute {
             RouteState::Placed(process) => match process.upgrade() {
                 Some(process) if process.hosts(self.number) => {
                     drop(route);
-                    let _ = process.send(&frame(Some(&process), message));
+                    process.send_lane(self.number, &frame(Some(&process), message));
                     Ok(())
                 }
                 _ => Err(SendError(message)),
@@ -209,17 +222,24 @@ impl Pool {
             .ok_or_else(|| EngineError::Unavailable("no engine process has run a cell".into()))?;
         let (sender, receiver) = std::sync::mpsc::channel();
         *lock(&self.probe_answer) = Some(sender);
-        let answered = !matches!(
-            what,
-            Probe::FatalError | Probe::Forge(_) | Probe::StopReading
-        );
+        // A crash or a forgery is waited for until the process has ended or answered: what the
+        // test does next (on a lane) must not overtake it.
+        let answered = !matches!(what, Probe::StopReading);
+        let forged = matches!(what, Probe::Forge(_) | Probe::FatalError);
         process.send(&ToChild::Probe { what })?;
         if !answered {
             return Ok((true, "sent".to_owned()));
         }
-        receiver.recv_timeout(Duration::from_secs(30)).map_err(|_| {
-            EngineError::Unavailable("the engine process did not answer the probe".into())
-        })
+        match receiver.recv_timeout(Duration::from_secs(30)) {
+            Ok(answer) => Ok(answer),
+            // The forgery ended the process before its answer was read.
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) if forged => {
+                Ok((true, "the process was ended".to_owned()))
+            }
+            Err(_) => Err(EngineError::Unavailable(
+                "the engine process did not answer the probe".into(),
+            )),
+        }
     }
 
     pub(crate) fn start(
@@ -233,7 +253,9 @@ impl Pool {
         let cpu_time_limit = cell.limits.cpu_time_limit;
         let max_tool_calls = cell.limits.max_tool_calls;
         let (call_id, start) = WireStart::from_start(cell);
-        let frame = wire::encode(&ToChild::Start {
+        // Whoever starts a cell from an async runtime has its lane read there, where its actor is.
+        let runtime = tokio::runtime::Handle::try_current().ok();
+        let frame = wire::encode(&ToLane::Start {
             cell: number,
             start,
         })
@@ -256,6 +278,8 @@ impl Pool {
             tool_input_in_flight_bytes: 0,
             tool_calls: 0,
             max_tool_calls,
+            lane: None,
+            started: false,
         });
         // The cell goes to a process with room now, or waits for one being started for it: a
         // start never waits for a process (the caller may be an async worker). A process that
@@ -272,20 +296,22 @@ impl Pool {
                         self.refill();
                     }
                     *lock(&route.state) = RouteState::Placed(Arc::downgrade(&process));
-                    let Err(error) = process.send_frame(frame.clone()) else {
+                    let Err((error, taken)) = self.open_lane(
+                        &process,
+                        number,
+                        frame.clone(),
+                        Vec::new(),
+                        runtime.clone(),
+                    ) else {
                         break;
                     };
-                    let taken = {
-                        let mut state = lock(&process.state);
-                        state.retired = true;
-                        state.cells.remove(&number)
-                    };
-                    // `None`: the process ended meanwhile, and the cell was failed with it.
+                    lock(&process.state).retired = true;
+                    // `None`: the process ended meanwhile, and the cell's lane task ends it.
                     let Some(taken) = taken else { break };
                     if attempts >= 3 {
                         return Err(error);
                     }
-                    slot = Box::new(taken);
+                    slot = taken;
                     *lock(&route.state) = RouteState::Queued(Vec::new());
                 }
                 Err(slot) => {
@@ -294,6 +320,7 @@ impl Pool {
                         frame,
                         slot,
                         route: Arc::clone(&route),
+                        runtime: runtime.clone(),
                     });
                     let spawners = self.spawners_needed(&mut processes, &tenant);
                     drop(processes);
@@ -314,7 +341,7 @@ impl Pool {
                     {
                         slot.tool_input_in_flight_bytes -= bytes;
                     }
-                    ToChild::Command {
+                    ToLane::Command {
                         cell: number,
                         command,
                     }
@@ -324,7 +351,7 @@ impl Pool {
         let control = {
             let route = Arc::clone(&route);
             CommandSender::forward(move |control: codemode_engine::RuntimeControl| {
-                route.forward(control, |_, control| ToChild::Control {
+                route.forward(control, |_, control| ToLane::Control {
                     cell: number,
                     control,
                 })
@@ -516,15 +543,88 @@ impl Pool {
                 continue;
             }
             *route = RouteState::Placed(Arc::downgrade(process));
-            // A process that refuses frames has ended: its end fails the cell.
-            let _ = process.send_frame(queued.frame);
-            for message in early {
-                let _ = process.send(&message);
+            drop(route);
+            // A process that cannot take the cell has ended: the cell fails with it.
+            if let Err((error, Some(slot))) =
+                self.open_lane(process, number, queued.frame, early, queued.runtime)
+            {
+                *lock(&queued.route.state) = RouteState::Gone;
+                let _ = slot.events.send_blocking(RuntimeEvent::Started);
+                let _ = slot.events.send_blocking(failure(error.to_string()));
             }
             placed += 1;
         }
         processes.queued = kept;
         placed
+    }
+
+    /// Gives cell `number`, just placed in `process`, a lane there (an idle one, or a new one the
+    /// child is sent), writes its `start` frame and what its actor sent meanwhile (`early`) to it,
+    /// and starts the task that reads it, on `runtime` (the async runtime the cell was started
+    /// from) or, for a cell started from a plain thread, on the lanes' own runtime. Once the task
+    /// runs, it delivers the cell's events and end whatever happens to the process; on `Err` the
+    /// cell is out of the process again, its slot handed back.
+    fn open_lane(
+        &self,
+        process: &Arc<EngineProcess>,
+        number: CellNumber,
+        start: Vec<u8>,
+        early: Vec<ToLane>,
+        runtime: Option<tokio::runtime::Handle>,
+    ) -> Result<(), (EngineError, Option<Box<CellSlot>>)> {
+        let taken = |error: EngineError| {
+            let slot = lock(&process.state).cells.remove(&number).map(Box::new);
+            (error, slot)
+        };
+        let runtime = match runtime {
+            Some(runtime) => runtime,
+            None => crate::lane::fallback_runtime().map_err(|error| {
+                taken(EngineError::Unavailable(format!(
+                    "cannot make the runtime that reads engine processes: {error}"
+                )))
+            })?,
+        };
+        let lane = process.take_lane().map_err(taken)?;
+        let writer = Arc::new(LaneWriter::new(&lane));
+        let events = {
+            let mut state = lock(&process.state);
+            match state.cells.get_mut(&number) {
+                Some(slot) => {
+                    slot.lane = Some(Arc::clone(&writer));
+                    slot.events.clone()
+                }
+                None => {
+                    return Err((
+                        EngineError::Unavailable("the engine process is gone".to_owned()),
+                        None,
+                    ));
+                }
+            }
+        };
+        runtime.spawn(Arc::clone(process).serve_cell(
+            self.myself.clone(),
+            number,
+            lane,
+            Arc::clone(&writer),
+            events,
+        ));
+        // A start the child does not take up in time is a child that stopped reading.
+        let armed = self.grace_kills.arm(
+            Instant::now() + self.config.stall_deadline,
+            Arc::downgrade(process),
+            number,
+            Deadline::Start(self.config.stall_deadline),
+        );
+        if !armed {
+            tracing::warn!("cannot watch an engine process take up a start");
+        }
+        for frame in std::iter::once(Ok(start)).chain(early.iter().map(wire::encode)) {
+            match frame {
+                Ok(frame) => process.write_lane(&writer, frame),
+                Err(error) => tracing::error!(%error, "cannot encode a message for a lane"),
+            }
+        }
+        Ok(())
     }
 
     /// Ends the wait of cell `number` for a process, when it is terminated before it was placed:
@@ -687,6 +787,36 @@ impl Pool {
                 format!("it did not take its settings ({error})"),
             ));
         }
+        // Its first lanes, whose runtimes it warms before it says it is ready.
+        let mut lanes = IdleLanes::default();
+        for _ in 0..self.config.warm_runtimes {
+            lanes.made += 1;
+            let sent = UnixStream::pair().and_then(|(ours, theirs)| {
+                ours.set_nonblocking(true)?;
+                let frame = wire::encode(&ToChild::Lane { lane: lanes.made })?;
+                write_out(
+                    &mut writer,
+                    OutFrame {
+                        bytes: frame,
+                        socket: Some(theirs.into()),
+                    },
+                )?;
+                Ok(ours)
+            });
+            match sent {
+                Ok(socket) => lanes.idle.push(Lane {
+                    number: lanes.made,
+                    socket,
+                }),
+                Err(error) if broken(&error) => return Err(ended_early(&mut child)),
+                Err(error) => {
+                    return Err(failed(
+                        &mut child,
+                        format!("it did not take its lanes ({error})"),
+                    ));
+                }
+            }
+        }
         let _ = reader.set_read_timeout(Some(READY_TIMEOUT));
         let engine = match wire::read_bounded::<ToParent>(&mut reader, wire::MAX_CHILD_FRAME_BYTES)
             .map(|frame| frame.map(|(message, _)| message))
@@ -729,6 +859,9 @@ impl Pool {
             cgroup: Mutex::new(cgroup),
             output_readers: Mutex::new(readers),
             fatal_line,
+            lanes: Mutex::new(lanes),
+            warm_lanes: self.config.warm_runtimes,
+            over: tokio::sync::watch::Sender::new(false),
         });
         let writing = Arc::clone(&process);
         let stall_deadline = self.config.stall_deadline;
@@ -830,12 +963,31 @@ struct EngineProcess {
     output_readers: Mutex<Vec<std::thread::JoinHandle<()>>>,
     /// The last fatal-error line the process printed, if any.
     fatal_line: crate::log::FatalLine,
+    /// Lanes with no cell, ready for the next; and how many lanes were ever made.
+    lanes: Mutex<IdleLanes>,
+    /// How many idle lanes are kept (each with a warm runtime in the child).
+    warm_lanes: usize,
+    /// Set once the process has ended and each cell's fate is decided.
+    over: tokio::sync::watch::Sender<bool>,
+}
+
+#[derive(Debug, Default)]
+struct IdleLanes {
+    idle: Vec<Lane>,
+    made: u64,
+}
+
+/// A frame for the child, with the socket of a new lane riding on it if it announces one.
+#[derive(Debug)]
+struct OutFrame {
+    bytes: Vec<u8>,
+    socket: Option<std::os::fd::OwnedFd>,
 }
 
 /// The frames waiting for a process's writer thread.
 #[derive(Debug, Default)]
 struct Outbox {
-    frames: VecDeque<Vec<u8>>,
+    frames: VecDeque<OutFrame>,
     bytes: usize,
     /// Write what waits, then end the channel.
     closing: bool,
@@ -858,6 +1010,9 @@ struct ProcessState {
     ended: bool,
     /// What the child said before it ended itself.
     hard_stop: Option<(Option<CellNumber>, HardStopReason, String)>,
+    /// Once it has ended: how each cell that was in it ends (`None`: with no result), for its
+    /// lane task to deliver after what the cell sent.
+    fates: HashMap<CellNumber, Option<RuntimeEvent>>,
     /// The cell whose stop the parent enforced by killing the process.
     killed_for: Option<CellNumber>,
     /// Why the parent ended the process for misbehaving: a frame it did not ask for or that
@@ -881,6 +1036,10 @@ struct CellSlot {
     /// Tool calls the cell has made, and the most it may make.
     tool_calls: u64,
     max_tool_calls: u64,
+    /// Its lane, once it has one.
+    lane: Option<Arc<LaneWriter>>,
+    /// The child took its start up (it said the cell started).
+    started: bool,
 }
 
 impl EngineProcess {
@@ -928,6 +1087,63 @@ impl EngineProcess {
 
     /// Queues `frame` for the writer thread; never blocks.
     fn send_frame(&self, frame: Vec<u8>) -> Result<(), EngineError> {
+        self.send_out(OutFrame {
+            bytes: frame,
+            socket: None,
+        })
+    }
+
+    /// An idle lane, or a new one: its child end sent to the child with a `Lane` frame.
+    fn take_lane(&self) -> Result<Lane, EngineError> {
+        let number = {
+            let mut lanes = lock(&self.lanes);
+            if let Some(lane) = lanes.idle.pop() {
+                return Ok(lane);
+            }
+            lanes.made += 1;
+            lanes.made
+        };
+        let (ours, theirs) = UnixStream::pair().map_err(|error| {
+            EngineError::Unavailable(format!("cannot make a lane for an engine process: {error}"))
+        })?;
+        ours.set_nonblocking(true).map_err(|error| {
+            EngineError::Unavailable(format!("cannot make a lane for an engine process: {error}"))
+        })?;
+        let frame = wire::encode(&ToChild::Lane { lane: number }).map_err(|error| {
+            EngineError::Unavailable(format!("cannot encode for the engine process: {error}"))
+        })?;
+        self.send_out(OutFrame {
+            bytes: frame,
+            socket: Some(theirs.into()),
+        })?;
+        Ok(Lane {
+            number,
+            socket: ours,
+        })
+    }
+
+    /// Writes `frame` to a cell's lane; a child that lets too much wait there is ended.
+    fn write_lane(&self, writer: &LaneWriter, frame: Vec<u8>) {
+        if let Err(Refused::Full { waiting }) = writer.send(frame) {
+            self.misbehaved(Misbehaviour::StoppedReading { waiting });
+        }
+    }
+
+    /// Sends `message` to cell `cell` on its lane; dropped if the cell has none (it ended).
+    fn send_lane(&self, cell: CellNumber, message: &ToLane) {
+        let writer = lock(&self.state)
+            .cells
+            .get(&cell)
+            .and_then(|slot| slot.lane.clone());
+        let Some(writer) = writer else { return };
+        match wire::encode(message) {
+            Ok(frame) => self.write_lane(&writer, frame),
+            Err(error) => tracing::error!(%error, "cannot encode a message for a lane"),
+        }
+    }
+
+    /// Queues `frame` (and the socket riding on it) for the writer thread; never blocks.
+    fn send_out(&self, frame: OutFrame) -> Result<(), EngineError> {
         let mut outbox = lock(&self.outbox);
         if outbox.stopped || outbox.closing {
             return Err(EngineError::Unavailable(
@@ -935,7 +1151,7 @@ impl EngineProcess {
             ));
         }
         if outbox.frames.len() >= MAX_OUTBOX_FRAMES
-            || outbox.bytes.saturating_add(frame.len()) > MAX_OUTBOX_BYTES
+            || outbox.bytes.saturating_add(frame.bytes.len()) > MAX_OUTBOX_BYTES
         {
             let waiting = outbox.bytes;
             drop(outbox);
@@ -948,7 +1164,7 @@ impl EngineProcess {
             None => return Ok(()),
             Some(rest) => rest,
         };
-        outbox.bytes += frame.len();
+        outbox.bytes += frame.bytes.len();
         outbox.frames.push_back(frame);
         drop(outbox);
         self.outbox_ready.notify_one();
@@ -959,8 +1175,7 @@ impl EngineProcess {
     /// outbox lock, held, keeps it so), as far as the socket takes it without blocking; returns
     /// what is left for the writer thread. A full socket or an error leaves the whole frame to
     /// it, and it deals with either as it does with any frame.
-    #[cfg(target_os = "linux")]
-    fn write_directly(&self, outbox: &Outbox, mut frame: Vec<u8>) -> Option<Vec<u8>> {
+    fn write_directly(&self, outbox: &Outbox, mut frame: OutFrame) -> Option<OutFrame> {
         use nix::sys::socket::{MsgFlags, send};
         use std::os::fd::AsRawFd;
         let Some(socket) = &self.direct else {
@@ -969,23 +1184,24 @@ impl EngineProcess {
         if outbox.writing || !outbox.frames.is_empty() {
             return Some(frame);
         }
-        match send(
-            socket.as_raw_fd(),
-            &frame,
-            MsgFlags::MSG_DONTWAIT | MsgFlags::MSG_NOSIGNAL,
-        ) {
-            Ok(written) if written == frame.len() => None,
+        let flags = MsgFlags::MSG_DONTWAIT | MsgFlags::MSG_NOSIGNAL;
+        let sent = match &frame.socket {
+            Some(lane) => {
+                crate::descriptors::send_with(socket.as_raw_fd(), &frame.bytes, lane, flags)
+                    .map_err(|_| ())
+            }
+            None => send(socket.as_raw_fd(), &frame.bytes, flags).map_err(|_| ()),
+        };
+        match sent {
+            Ok(written) if written == frame.bytes.len() => None,
             Ok(written) => {
-                frame.drain(..written);
+                // The socket went with the first byte.
+                frame.socket = None;
+                frame.bytes.drain(..written);
                 Some(frame)
             }
-            Err(_) => Some(frame),
+            Err(()) => Some(frame),
         }
-    }
-
-    #[cfg(not(target_os = "linux"))]
-    fn write_directly(&self, _outbox: &Outbox, frame: Vec<u8>) -> Option<Vec<u8>> {
-        Some(frame)
     }
 
     /// Ends the channel once what waits is written: the child ends once it reads to the end.
@@ -1006,7 +1222,7 @@ impl EngineProcess {
                         return;
                     }
                     if let Some(frame) = outbox.frames.pop_front() {
-                        outbox.bytes -= frame.len();
+                        outbox.bytes -= frame.bytes.len();
                         outbox.writing = true;
                         break frame;
                     }
@@ -1020,7 +1236,7 @@ impl EngineProcess {
                         .unwrap_or_else(|poisoned| poisoned.into_inner());
                 }
             };
-            if let Err(error) = writer.write_all(&frame) {
+            if let Err(error) = write_out(&mut writer, frame) {
                 if matches!(
                     error.kind(),
                     std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
@@ -1075,10 +1291,13 @@ impl EngineProcess {
     }
 
     fn read_until_closed(self: Arc<Self>, reader: UnixStream, pool: Weak<Pool>) {
+        // Only a probe's answer needs the pool now: each cell's frames come on its lane.
+        #[cfg(not(feature = "test-hooks"))]
+        drop(pool);
         // Buffered: a frame's header and body come in one read.
         let mut reader = std::io::BufReader::with_capacity(64 * 1024, reader);
         loop {
-            let (message, length) = match wire::read_bounded::<ToParent>(
+            let (message, _) = match wire::read_bounded::<ToParent>(
                 &mut reader,
                 wire::MAX_CHILD_FRAME_BYTES,
             ) {
@@ -1093,45 +1312,14 @@ impl EngineProcess {
                     break;
                 }
             };
-            if let Err(why) = self.check(&message, length) {
+            if let Err(why) = self.check_control(&message) {
                 // Nothing of a misbehaving process reaches a session from here on.
                 self.misbehaved(why);
                 break;
             }
             match message {
-                ToParent::Event { cell, mut event } => {
-                    let events = {
-                        let state = lock(&self.state);
-                        let Some(slot) = state.cells.get(&cell) else {
-                            continue;
-                        };
-                        // The child knows the cell by its number: a notification gets the real
-                        // call id back.
-                        if let RuntimeEvent::Notify { call_id, .. } = &mut event {
-                            call_id.clone_from(&slot.call_id);
-                        }
-                        slot.events.clone()
-                    };
-                    // Blocks while a bounded queue is full: back-pressure reaches the child.
-                    let _ = events.send_blocking(event);
-                }
-                ToParent::Ended { cell } => {
-                    let now_idle = {
-                        let mut state = lock(&self.state);
-                        state.cells.remove(&cell);
-                        state.cells.is_empty()
-                    };
-                    if now_idle && let Some(pool) = pool.upgrade() {
-                        pool.idle(&self);
-                    }
-                }
-                ToParent::StartFailed { cell, error } => {
-                    let slot = lock(&self.state).cells.remove(&cell);
-                    if let Some(slot) = slot {
-                        let _ = slot.events.send_blocking(RuntimeEvent::Started);
-                        let _ = slot.events.send_blocking(failure(error));
-                    }
-                }
+                // Refused by the check: a cell's frames come on its lane.
+                ToParent::Event { .. } | ToParent::Ended { .. } | ToParent::StartFailed { .. } => {}
                 ToParent::HardStop {
                     cell,
                     reason,
@@ -1149,6 +1337,11 @@ impl EngineProcess {
             }
         }
         self.ended();
+        // A probe this process will never answer is not waited for.
+        #[cfg(feature = "test-hooks")]
+        if let Some(pool) = pool.upgrade() {
+            lock(&pool.probe_answer).take();
+        }
     }
 
     /// Checks a frame from the child against what the parent sent it: a cell it hosts, within
@@ -1214,8 +1407,53 @@ impl EngineProcess {
             ToParent::Ended { cell } | ToParent::StartFailed { cell, .. } if !hosts(cell) => {
                 Err(Misbehaviour::EndedUnknownCell(*cell))
             }
+            ToParent::Ended { .. } | ToParent::StartFailed { .. } => Ok(()),
+            ToParent::Ready { .. } | ToParent::Failed { .. } => Err(Misbehaviour::ReadyAgain),
+            ToParent::HardStop { .. } => Ok(()),
+            #[cfg(feature = "test-hooks")]
+            ToParent::ProbeResult { .. } => Ok(()),
+        }
+    }
+
+    /// Checks a frame from the process's own channel: nothing of a cell comes there.
+    fn check_control(&self, message: &ToParent) -> Result<(), Misbehaviour> {
+        match message {
+            ToParent::Event { cell, .. }
+            | ToParent::Ended { cell }
+            | ToParent::StartFailed { cell, .. } => Err(Misbehaviour::OffLane {
+                cell: *cell,
+                lane: None,
+            }),
             ToParent::Ready { .. } | ToParent::Failed { .. } => Err(Misbehaviour::ReadyAgain),
             _ => Ok(()),
+        }
+    }
+
+    /// Checks a frame from the lane of cell `lane_cell`: of that cell, and within its limits.
+    fn check_lane(
+        &self,
+        lane_cell: CellNumber,
+        message: &ToParent,
+        length: usize,
+    ) -> Result<(), Misbehaviour> {
+        match message {
+            ToParent::Event { cell, .. }
+            | ToParent::Ended { cell }
+            | ToParent::StartFailed { cell, .. }
+                if *cell != lane_cell =>
+            {
+                Err(Misbehaviour::OffLane {
+                    cell: *cell,
+                    lane: Some(lane_cell),
+                })
+            }
+            ToParent::Event { .. } | ToParent::Ended { .. } | ToParent::StartFailed { .. } => {
+                self.check(message, length)
+            }
+            _ => Err(Misbehaviour::OffLane {
+                cell: lane_cell,
+                lane: None,
+            }),
         }
     }
 
@@ -1227,11 +1465,24 @@ impl EngineProcess {
             .take()
             .and_then(|mut child| child.wait().ok());
         drop(lock(&self.cgroup).take());
+        // The cells stay until their lane tasks have delivered what they sent, then their fates.
         let (cells, hard_stop, killed_for, misbehaved) = {
             let mut state = lock(&self.state);
             state.ended = true;
+            let cells: Vec<(CellNumber, bool, usize, Option<Duration>)> = state
+                .cells
+                .iter()
+                .map(|(number, slot)| {
+                    (
+                        *number,
+                        slot.terminating,
+                        slot.heap_limit_bytes,
+                        slot.cpu_time_limit,
+                    )
+                })
+                .collect();
             (
-                std::mem::take(&mut state.cells),
+                cells,
                 state.hard_stop.take(),
                 state.killed_for,
                 state.misbehaved.take(),
@@ -1264,9 +1515,11 @@ impl EngineProcess {
             (_, Some(cell)) => Some(cell),
             _ => None,
         };
-        for (number, slot) in cells {
-            if slot.terminating || killed_for == Some(number) {
+        let mut fates = HashMap::new();
+        for (number, terminating, heap_limit_bytes, cpu_time_limit) in cells {
+            if terminating || killed_for == Some(number) {
                 // Terminated, as asked: no result.
+                fates.insert(number, None);
                 continue;
             }
             let error = match &hard_stop {
@@ -1277,10 +1530,10 @@ impl EngineProcess {
                     misbehaved.as_deref().unwrap_or_default()
                 ),
                 Some((Some(cell), HardStopReason::HeapLimit, _)) if *cell == number => {
-                    codemode_engine::heap_limit_error(slot.heap_limit_bytes)
+                    codemode_engine::heap_limit_error(heap_limit_bytes)
                 }
                 Some((Some(cell), HardStopReason::CpuTimeLimit, _)) if *cell == number => {
-                    codemode_engine::cpu_time_limit_error(slot.cpu_time_limit.unwrap_or_default())
+                    codemode_engine::cpu_time_limit_error(cpu_time_limit.unwrap_or_default())
                 }
                 _ if stopped_for.is_some() => "the cell was stopped: another cell in its engine process \
                      could not be stopped in time, and the process had to be ended with it; run the \
@@ -1288,9 +1541,214 @@ impl EngineProcess {
                     .to_owned(),
                 _ => format!("the engine process running this cell crashed ({crash})"),
             };
-            let _ = slot.events.send_blocking(failure(error));
+            fates.insert(number, Some(failure(error)));
+        }
+        lock(&self.state).fates = fates;
+        self.over.send_replace(true);
+    }
+
+    /// The task that reads the lane of cell `cell` while it runs, on the async runtime of its
+    /// owner: checks each frame, hands each event to the cell's actor (waiting while its queue is
+    /// full, so that back-pressure reaches the child), writes what waits for the lane as the
+    /// socket drains, and at the cell's end gives the lane back. If the process ends first, it
+    /// delivers what the cell sent before the end, then the cell's fate.
+    async fn serve_cell(
+        self: Arc<Self>,
+        pool: Weak<Pool>,
+        cell: CellNumber,
+        lane: Lane,
+        writer: Arc<LaneWriter>,
+        events: EventSender,
+    ) {
+        let mut guard = LaneGuard {
+            process: Arc::clone(&self),
+            cell,
+            done: false,
+        };
+        let number = lane.number;
+        let ending = match tokio::net::UnixStream::from_std(lane.socket) {
+            Ok(socket) => {
+                let ending = self.read_lane(cell, &socket, &writer, &events).await;
+                (ending, Some(socket))
+            }
+            Err(error) => {
+                tracing::error!(pid = self.pid, %error, "cannot read a lane of an engine process");
+                (LaneEnding::Broke, None)
+            }
+        };
+        let between_frames = writer.close();
+        guard.done = true;
+        match ending {
+            (LaneEnding::Ended, Some(socket)) => {
+                let (slot, now_idle) = {
+                    let mut state = lock(&self.state);
+                    let slot = state.cells.remove(&cell);
+                    (slot, state.cells.is_empty())
+                };
+                drop(slot);
+                drop(events);
+                // The lane goes back for the next cell, while few enough wait.
+                if let Ok(socket) = socket.into_std() {
+                    let mut lanes = lock(&self.lanes);
+                    if between_frames && lanes.idle.len() < self.warm_lanes && self.alive() {
+                        lanes.idle.push(Lane { number, socket });
+                    }
+                }
+                if now_idle && let Some(pool) = pool.upgrade() {
+                    pool.idle(&self);
+                }
+            }
+            (ending, socket) => {
+                match ending {
+                    LaneEnding::Misbehaved(why) => self.misbehaved(why),
+                    // The process is gone or going (a live one does not close a lane): make sure.
+                    _ => self.kill(),
+                }
+                drop(socket);
+                let mut over = self.over.subscribe();
+                let _ = over.wait_for(|over| *over).await;
+                let (slot, fate) = {
+                    let mut state = lock(&self.state);
+                    (state.cells.remove(&cell), state.fates.remove(&cell))
+                };
+                drop(slot);
+                if let Some(Some(fate)) = fate {
+                    let _ = events.send(fate).await;
+                }
+            }
         }
     }
+
+    /// Reads the lane of cell `cell` until the cell ends, the lane does, or the child misbehaves.
+    async fn read_lane(
+        &self,
+        cell: CellNumber,
+        socket: &tokio::net::UnixStream,
+        writer: &LaneWriter,
+        events: &EventSender,
+    ) -> LaneEnding {
+        let mut buffer = FrameBuffer::default();
+        loop {
+            loop {
+                let (message, length) = match buffer.next::<ToParent>(wire::MAX_CHILD_FRAME_BYTES) {
+                    Ok(Some(frame)) => frame,
+                    Ok(None) => break,
+                    Err(error) => {
+                        return LaneEnding::Misbehaved(Misbehaviour::InvalidFrame(error));
+                    }
+                };
+                if let Err(why) = self.check_lane(cell, &message, length) {
+                    return LaneEnding::Misbehaved(why);
+                }
+                match message {
+                    ToParent::Event { mut event, .. } => {
+                        {
+                            let mut state = lock(&self.state);
+                            if let Some(slot) = state.cells.get_mut(&cell) {
+                                slot.started = true;
+                                // The child knows the cell by its number: a notification gets
+                                // the real call id back.
+                                if let RuntimeEvent::Notify { call_id, .. } = &mut event {
+                                    call_id.clone_from(&slot.call_id);
+                                }
+                            }
+                        }
+                        // An owner that stopped listening leaves the rest unread by anyone.
+                        let _ = events.send(event).await;
+                    }
+                    ToParent::StartFailed { error, .. } => {
+                        let _ = events.send(RuntimeEvent::Started).await;
+                        let _ = events.send(failure(error)).await;
+                    }
+                    ToParent::Ended { .. } => return LaneEnding::Ended,
+                    // Refused by the check.
+                    _ => {}
+                }
+            }
+            tokio::select! {
+                biased;
+                readable = socket.readable() => {
+                    if readable.is_err() {
+                        return LaneEnding::Broke;
+                    }
+                    let room = buffer.wanted().clamp(16 * 1024, 1 << 20);
+                    match socket.try_read_buf(buffer.space(room)) {
+                        Ok(0) => return LaneEnding::Broke,
+                        Ok(_) => {}
+                        Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => {}
+                        Err(_) => return LaneEnding::Broke,
+                    }
+                }
+                writable = socket.writable(), if writer.waiting() => {
+                    if writable.is_err() || writer.write_waiting(socket).is_err() {
+                        return LaneEnding::Broke;
+                    }
+                }
+                () = writer.waiting_bytes.notified() => {}
+            }
+        }
+    }
+
+    /// The start deadline of cell `cell` passed: a child that has not said the cell started by
+    /// then stopped reading.
+    fn start_overdue(&self, cell: CellNumber, deadline: Duration) {
+        let overdue = lock(&self.state)
+            .cells
+            .get(&cell)
+            .is_some_and(|slot| !slot.started);
+        if overdue {
+            self.misbehaved(Misbehaviour::StartNotTaken { deadline });
+        }
+    }
+}
+
+/// How a lane's reading ended.
+enum LaneEnding {
+    /// The cell ended: the lane may serve another.
+    Ended,
+    /// The lane closed or broke before the cell ended.
+    Broke,
+    /// The child broke a rule on it.
+    Misbehaved(Misbehaviour),
+}
+
+/// Held by a lane task: a task dropped before it is done (its runtime shut down, and the cell's
+/// owner with it) still takes the cell out of its process and stops it there.
+struct LaneGuard {
+    process: Arc<EngineProcess>,
+    cell: CellNumber,
+    done: bool,
+}
+
+impl Drop for LaneGuard {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        let slot = lock(&self.process.state).cells.remove(&self.cell);
+        if let Some(slot) = slot {
+            if let Some(lane) = &slot.lane {
+                lane.close();
+            }
+            let _ = self.process.send(&ToChild::Terminate { cell: self.cell });
+        }
+    }
+}
+
+/// Writes `frame` to the process's channel, blocking; the socket riding on it goes with its
+/// first byte.
+fn write_out(writer: &mut UnixStream, frame: OutFrame) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let sent = match &frame.socket {
+        Some(lane) => crate::descriptors::send_with(
+            writer.as_raw_fd(),
+            &frame.bytes,
+            lane,
+            nix::sys::socket::MsgFlags::empty(),
+        )?,
+        None => 0,
+    };
+    writer.write_all(&frame.bytes[sent..])
 }
 
 fn failure(error_text: String) -> RuntimeEvent {
@@ -1339,6 +1797,19 @@ enum Misbehaviour {
     StoredValuesTooLarge { bytes: usize },
     #[error("it said cell {0} ended, which it does not host")]
     EndedUnknownCell(CellNumber),
+    #[error("it sent an event for cell {cell} {}", match lane {
+        Some(lane) => format!("on the channel of cell {lane}"),
+        None => "on a channel that is not the cell's".to_owned(),
+    })]
+    OffLane {
+        cell: CellNumber,
+        lane: Option<CellNumber>,
+    },
+    #[error(
+        "it stopped reading its channel: a cell's start was not taken up within {} ms",
+        deadline.as_millis()
+    )]
+    StartNotTaken { deadline: Duration },
     #[error("it said it was ready a second time")]
     ReadyAgain,
     #[error("it stopped reading its channel ({waiting} bytes waited to be written to it)")]
@@ -1408,16 +1879,32 @@ impl Terminate for CellTerminator {
         // The grace kill is armed before the child is asked: a child that never reads the
         // request is still stopped in time.
         let armed = self.pool.upgrade().is_some_and(|pool| {
-            pool.grace_kills
-                .arm(Instant::now() + self.grace, placed.clone(), cell)
+            pool.grace_kills.arm(
+                Instant::now() + self.grace,
+                placed.clone(),
+                cell,
+                Deadline::Stop,
+            )
         });
         if !armed {
             tracing::error!("cannot watch a termination's grace period; killing the process now");
             process.kill_for(cell);
             return;
         }
+        // The process's channel stops JavaScript that runs; the lane wakes a thread that waits.
         let _ = process.send(&ToChild::Terminate { cell });
+        process.send_lane(cell, &ToLane::Terminate { cell });
     }
+}
+
+/// What a deadline of [`GraceKills`] waits for.
+#[derive(Debug, Clone, Copy)]
+enum Deadline {
+    /// The cell, asked to stop, to end (else its process is killed).
+    Stop,
+    /// The child to take the cell's start up, within this stall deadline (else it stopped
+    /// reading).
+    Start(Duration),
 }
 
 /// The grace kills of one pool, on one thread: a cell asked to stop that has not ended by its
@@ -1431,22 +1918,23 @@ struct GraceKills {
 
 #[derive(Debug, Default)]
 struct DueKills {
-    kills: Vec<(Instant, Weak<EngineProcess>, CellNumber)>,
+    kills: Vec<(Instant, Weak<EngineProcess>, CellNumber, Deadline)>,
     watching: bool,
     closed: bool,
 }
 
 impl GraceKills {
-    /// Kills `process` at `deadline` unless cell `cell` has ended by then; `false` if no thread
-    /// can watch the deadline.
+    /// Ends `process` at `deadline` unless cell `cell` has done what `what` waits for by then;
+    /// `false` if no thread can watch the deadline.
     fn arm(
         self: &Arc<Self>,
         deadline: Instant,
         process: Weak<EngineProcess>,
         cell: CellNumber,
+        what: Deadline,
     ) -> bool {
         let mut due = lock(&self.due);
-        due.kills.push((deadline, process, cell));
+        due.kills.push((deadline, process, cell, what));
         if !due.watching {
             let kills = Arc::clone(self);
             let started = std::thread::Builder::new()
@@ -1472,19 +1960,22 @@ impl GraceKills {
             let now = Instant::now();
             let (expired, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut due.kills)
                 .into_iter()
-                .partition(|(deadline, _, _)| *deadline <= now);
+                .partition(|(deadline, _, _, _)| *deadline <= now);
             due.kills = waiting;
             if !expired.is_empty() {
                 drop(due);
-                for (_, process, cell) in expired {
+                for (_, process, cell, what) in expired {
                     if let Some(process) = process.upgrade() {
-                        process.kill_for(cell);
+                        match what {
+                            Deadline::Stop => process.kill_for(cell),
+                            Deadline::Start(deadline) => process.start_overdue(cell, deadline),
+                        }
                     }
                 }
                 due = lock(&self.due);
                 continue;
             }
-            due = match due.kills.iter().map(|(deadline, _, _)| *deadline).min() {
+            due = match due.kills.iter().map(|(deadline, _, _, _)| *deadline).min() {
                 Some(next) => {
                     self.wake
                         .wait_timeout(due, next.saturating_duration_since(now))

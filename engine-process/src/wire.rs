@@ -7,6 +7,14 @@
 //! binary codecs of serde cannot carry; messages are
 //! small and the encoding is a few microseconds of a round trip (see the benchmark suite).
 //!
+//! Two kinds of channel: the process's own (its standard input), for the settings, new lanes,
+//! terminations, hard stops and probes; and one *lane* a runtime thread of the child (see
+//! `codemode_engine::lane`), a socket pair the parent makes and hands over with a [`ToChild::Lane`]
+//! message (the descriptor rides along as `SCM_RIGHTS`), for the cells that thread runs, one after
+//! another: their starts, commands and controls ([`ToLane`]), and their events, their failed
+//! starts and their ends ([`ToParent`]). The thread reads and writes its lane itself, and the
+//! parent reads each lane on the async runtime of the cell's owner.
+//!
 //! Engine events, commands and controls travel as the engine crate's own types. Cells are named on
 //! the wire by a number the parent assigns. The child runs each cell with that number as its
 //! `call_id`, so that a fatal error on a runtime thread names its cell; the parent puts the real
@@ -47,7 +55,7 @@ pub(crate) const MAX_CHILD_FRAME_BYTES: usize = {
 
 /// The version of this protocol. Parent and child say theirs first; a mismatch (a binary replaced
 /// under a running parent by another version) is a clear error, not a garbled frame.
-pub(crate) const WIRE_VERSION: u32 = 2;
+pub(crate) const WIRE_VERSION: u32 = 3;
 
 /// The largest frame a child may send for `event`, given what the limits allow it to carry:
 /// `None` when any frame within [`MAX_CHILD_FRAME_BYTES`] will do.
@@ -72,7 +80,8 @@ pub struct ChildSettings {
     pub wire_version: u32,
     /// The heap limit the child's engine keeps runtimes warm for.
     pub warm_heap_limit_bytes: usize,
-    /// How many runtimes the child's engine keeps warm.
+    /// How many runtimes the child keeps warm: one on each lane it is given as it starts, which
+    /// it waits for before it says it is ready.
     pub warm_runtimes: usize,
     /// The most memory the process may map for data (`RLIMIT_DATA`), if any.
     pub memory_ceiling_bytes: Option<u64>,
@@ -91,18 +100,11 @@ pub struct ChildSettings {
 #[derive(Debug, Serialize, Deserialize)]
 pub(crate) enum ToChild {
     Settings(ChildSettings),
-    Start {
-        cell: CellNumber,
-        start: WireStart,
+    /// A new lane: its socket is the descriptor sent with this message.
+    Lane {
+        lane: u64,
     },
-    Command {
-        cell: CellNumber,
-        command: RuntimeCommand,
-    },
-    Control {
-        cell: CellNumber,
-        control: RuntimeControl,
-    },
+    /// Stop the cell's JavaScript wherever it is (its lane is told too, to wake it if it waits).
     Terminate {
         cell: CellNumber,
     },
@@ -112,6 +114,23 @@ pub(crate) enum ToChild {
     Probe {
         what: Probe,
     },
+}
+
+/// A message from the parent on a lane, to the thread that serves it.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) enum ToLane {
+    /// Run this cell next.
+    Start { cell: CellNumber, start: WireStart },
+    Command {
+        cell: CellNumber,
+        command: RuntimeCommand,
+    },
+    Control {
+        cell: CellNumber,
+        control: RuntimeControl,
+    },
+    /// The cell was asked to stop: wakes its thread if it waits.
+    Terminate { cell: CellNumber },
 }
 
 /// What a test probe tries inside an engine process (builds with the `test-hooks` feature only).
@@ -167,7 +186,8 @@ pub enum Forgery {
     HugeHeader,
 }
 
-/// A message from the child.
+/// A message from the child: a cell's `Event`s, `StartFailed` and `Ended` come on its lane, the
+/// rest on the process's channel; anything else is a misbehaving child.
 #[derive(Debug, Serialize, Deserialize)]
 pub(crate) enum ToParent {
     /// The engine is up (and sandboxed): cells may start.
@@ -277,6 +297,7 @@ pub(crate) fn write<T: Serialize>(writer: &mut impl Write, message: &T) -> io::R
     writer.write_all(&encode(message)?)
 }
 
+#[cfg(test)]
 /// Reads one frame of at most [`MAX_FRAME_BYTES`]; `Ok(None)` at a clean end of the stream.
 pub(crate) fn read<T: for<'de> Deserialize<'de>>(reader: &mut impl Read) -> io::Result<Option<T>> {
     read_bounded(reader, MAX_FRAME_BYTES).map(|frame| frame.map(|(message, _)| message))
@@ -318,6 +339,80 @@ pub(crate) fn read_bounded<T: for<'de> Deserialize<'de>>(
         .map_err(|error| io::Error::new(io::ErrorKind::InvalidData, error))
 }
 
+/// Bytes read from a stream, cut into frames as they complete: for readers that take whatever
+/// the stream has (a lane read without blocking, or on an async runtime) rather than a frame at a
+/// time.
+#[derive(Debug, Default)]
+pub(crate) struct FrameBuffer {
+    bytes: Vec<u8>,
+    /// Where the first frame not yet taken starts.
+    start: usize,
+}
+
+impl FrameBuffer {
+    /// How many more bytes complete the next frame (at least a header's worth), for sizing a read.
+    pub(crate) fn wanted(&self) -> usize {
+        let held = &self.bytes[self.start..];
+        match held.get(..4) {
+            Some(header) => {
+                let length = u32::from_le_bytes([header[0], header[1], header[2], header[3]]);
+                (4 + length as usize).saturating_sub(held.len()).max(1)
+            }
+            None => 4 - held.len(),
+        }
+    }
+
+    /// The buffer to read into (append to its end), with room for at least `room` more bytes.
+    pub(crate) fn space(&mut self, room: usize) -> &mut Vec<u8> {
+        if self.start > 0 && self.start >= self.bytes.len() / 2 {
+            self.bytes.drain(..self.start);
+            self.start = 0;
+        }
+        self.bytes.reserve(room);
+        &mut self.bytes
+    }
+
+    /// Appends bytes read elsewhere.
+    pub(crate) fn extend(&mut self, bytes: &[u8]) {
+        self.space(bytes.len()).extend_from_slice(bytes);
+    }
+
+    /// The next complete frame and its length, if one is here; an error for a frame longer than
+    /// `limit` (seen from its header alone) or one that is not a message of `T`.
+    pub(crate) fn next<T: for<'de> Deserialize<'de>>(
+        &mut self,
+        limit: usize,
+    ) -> io::Result<Option<(T, usize)>> {
+        let held = &self.bytes[self.start..];
+        let Some(header) = held.get(..4) else {
+            return Ok(None);
+        };
+        let length = u32::from_le_bytes([header[0], header[1], header[2], header[3]]) as usize;
+        if length > limit {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("a frame of {length} bytes is larger than the limit of {limit}"),
+            ));
+        }
+        let Some(body) = held.get(4..4 + length) else {
+            return Ok(None);
+        };
+        let message = serde_json::from_slice(body)
+            .map_err(|error| io::Error::new(io::ErrorKind::InvalidData, error))?;
+        self.start += 4 + length;
+        if self.start == self.bytes.len() {
+            self.bytes.clear();
+            self.start = 0;
+        }
+        Ok(Some((message, length)))
+    }
+
+    /// Whether part of a frame is held (a stream that ends now ends inside a frame).
+    pub(crate) fn is_empty(&self) -> bool {
+        self.start == self.bytes.len()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -343,6 +438,35 @@ mod tests {
             matches!(read(&mut reader).unwrap(), Some(ToParent::Ready { engine, .. }) if engine == "V8")
         );
         assert!(read::<ToParent>(&mut reader).unwrap().is_none());
+    }
+
+    #[test]
+    fn a_frame_buffer_gives_frames_as_they_complete_whatever_the_reads() {
+        let mut stream = Vec::new();
+        for cell in 0..3 {
+            write(&mut stream, &ToParent::Ended { cell }).unwrap();
+        }
+        let mut buffer = FrameBuffer::default();
+        let mut cells = Vec::new();
+        // One byte at a time: every frame comes out whole, once, in order.
+        for byte in &stream {
+            assert!(buffer.wanted() >= 1);
+            buffer.extend(std::slice::from_ref(byte));
+            while let Some((ToParent::Ended { cell }, _)) =
+                buffer.next::<ToParent>(MAX_FRAME_BYTES).unwrap()
+            {
+                cells.push(cell);
+            }
+        }
+        assert_eq!(cells, [0, 1, 2]);
+        assert!(buffer.is_empty());
+        // A header past the limit is refused before its body arrives.
+        let mut huge = FrameBuffer::default();
+        huge.extend(&u32::MAX.to_le_bytes());
+        assert_eq!(
+            huge.next::<ToParent>(1024).unwrap_err().kind(),
+            io::ErrorKind::InvalidData
+        );
     }
 
     #[test]

@@ -21,6 +21,7 @@
 mod channel;
 pub mod globals;
 mod hard_stop;
+pub mod lane;
 pub mod script;
 pub mod timers;
 pub mod watchdog;
@@ -234,4 +235,17 @@ pub trait Engine: Send + Sync + 'static {
     /// in order until the cell runs. `Err` is for what is known at once (a limit the engine does
     /// not accept, no thread to be had).
     fn start(&self, cell: CellStart, events: EventSender) -> Result<EngineHandles, EngineError>;
+
+    /// Serves `lane` on a thread of the engine's own: waits on it for cells, one after another,
+    /// each run on that thread with the lane's inbox for its commands (see [`lane`]). Returns
+    /// once the thread is started; the thread ends when the lane closes. An engine that cannot
+    /// run cells that way answers [`EngineError::Unavailable`], the default, and its host falls
+    /// back to [`Engine::start`].
+    fn serve_lane(&self, lane: Box<dyn lane::CellLane>) -> Result<(), EngineError> {
+        drop(lane);
+        Err(EngineError::Unavailable(format!(
+            "{} cannot serve lanes",
+            self.describe()
+        )))
+    }
 }

@@ -321,7 +321,8 @@ fn bench() -> Result<(), String> {
         .current_dir(&root))?;
     let json = root.join("target/bench/bench.json");
     let codemode = root.join("target/release/codemode");
-    run(Command::new(&cargo)
+    let mut bench = Command::new(&cargo);
+    bench
         .args([
             "run",
             "--release",
@@ -336,7 +337,40 @@ fn bench() -> Result<(), String> {
         .arg(&json)
         .arg("--codemode")
         .arg(&codemode)
-        .current_dir(&root))
+        .current_dir(&root);
+    if let Some(python) = install_monty(&root) {
+        bench.arg("--monty-python").arg(python);
+    }
+    run(&mut bench)
+}
+
+/// The pydantic-monty release the bench measures beside (its yardstick): pinned, so that a
+/// comparison over time compares codemode, not Monty.
+const MONTY_VERSION: &str = "1.4.0";
+
+/// Installs pydantic-monty [`MONTY_VERSION`] from PyPI into its own virtual environment under
+/// `target/bench/monty`, once; the environment's Python, or `None` (saying why) when Python or
+/// PyPI is out of reach, and the bench leaves its table out.
+fn install_monty(root: &Path) -> Option<PathBuf> {
+    let venv = root.join("target/bench/monty");
+    let python = venv.join("bin/python");
+    let installed = venv.join(format!("installed-{MONTY_VERSION}"));
+    if installed.exists() {
+        return Some(python);
+    }
+    let mut make_venv = Command::new("python3");
+    make_venv.args(["-m", "venv", "--clear"]).arg(&venv);
+    let mut install = Command::new(&python);
+    install.args(["-m", "pip", "install", "--quiet"]);
+    install.arg(format!("pydantic-monty=={MONTY_VERSION}"));
+    for mut step in [make_venv, install] {
+        if let Err(error) = run(&mut step) {
+            eprintln!("the bench goes on without pydantic-monty: {error}");
+            return None;
+        }
+    }
+    let _ = std::fs::write(&installed, "");
+    Some(python)
 }
 
 fn run(command: &mut Command) -> Result<(), String> {

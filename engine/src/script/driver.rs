@@ -4,15 +4,17 @@
 //! The loop, after evaluating the module and after every step (a command, a timer): run microtasks,
 //! see whether the cell ended (terminated, exited, out of heap, settled), run a due timer, or take a
 //! queued command. With nothing runnable the cell is *idle*: it reports
-//! [`RuntimeEvent::Pending`] once per idle spell and, when pausing, blocks on the control channel.
+//! [`RuntimeEvent::Pending`] once per idle spell and, when pausing, blocks on the controls.
+//! Commands and controls come from the cell's [`CellInbox`]: channels in-process, the thread's own
+//! lane in an engine process.
 //!
 //! Termination reaches the thread three ways, all idempotent: the [`TerminateTarget`] flag checked
 //! between steps, the runtime's terminator for JavaScript that is running, and `Terminate`
-//! messages that wake a thread blocked on either channel.
+//! messages that wake a thread blocked on its inbox.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, TryRecvError};
+use std::sync::mpsc::Sender;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -20,6 +22,7 @@ use serde::Serialize;
 
 use super::host::{CellHost, HostStop};
 use crate::globals::CellGlobals;
+use crate::lane::{CellInbox, Received, Wait};
 use crate::{
     CellStart, EngineError, EventSender, PendingMode, RuntimeCommand, RuntimeControl, RuntimeEvent,
     Terminate,
@@ -222,19 +225,39 @@ impl<T: ScriptTerminator> Terminate for CellTerminator<T> {
     }
 }
 
-/// The channels and shared state the runtime thread runs with.
+/// What a terminate handle holds for a cell served on a lane: the shared target alone. A thread
+/// blocked on its lane is woken by the lane's owner, who sends the lane a termination too.
 #[derive(Debug)]
+pub struct LaneTerminator<T> {
+    /// The shared target.
+    pub target: Arc<TerminateTarget<T>>,
+}
+
+impl<T: ScriptTerminator> Terminate for LaneTerminator<T> {
+    fn terminate(&self) {
+        self.target.request();
+    }
+}
+
+/// The channels and shared state the runtime thread runs with.
 pub struct ThreadContext<T> {
     /// Where the cell's events go.
     pub events: EventSender,
-    /// The cell's commands.
-    pub commands: Receiver<RuntimeCommand>,
-    /// The pending-frontier controls.
-    pub control: Receiver<RuntimeControl>,
+    /// The cell's commands and pending-frontier controls.
+    pub inbox: Box<dyn CellInbox>,
     /// What terminate handles reach.
     pub terminate: Arc<TerminateTarget<T>>,
     /// Whether the bootstrap installs its test-only globals.
     pub test_hooks: bool,
+}
+
+impl<T> std::fmt::Debug for ThreadContext<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ThreadContext")
+            .field("events", &self.events)
+            .field("test_hooks", &self.test_hooks)
+            .finish_non_exhaustive()
+    }
 }
 
 /// The body of a cell's runtime thread on the cold path: creates the runtime, then runs the cell.
@@ -318,8 +341,7 @@ enum EndReason {
 
 struct CellThread<R: ScriptRuntime> {
     runtime: R,
-    commands: Receiver<RuntimeCommand>,
-    control: Receiver<RuntimeControl>,
+    inbox: Box<dyn CellInbox>,
     terminate: Arc<TerminateTarget<R::Terminator>>,
     pending_mode: PendingMode,
     /// In pause mode: whether the next idle point pauses (set by `Resume` and
@@ -412,8 +434,7 @@ impl<R: ScriptRuntime> CellThread<R> {
     ) -> (Ending, Option<R>) {
         let ThreadContext {
             events,
-            commands,
-            control,
+            inbox,
             terminate,
             test_hooks,
         } = context;
@@ -449,8 +470,7 @@ impl<R: ScriptRuntime> CellThread<R> {
         };
         let mut thread = CellThread {
             runtime,
-            commands,
-            control,
+            inbox,
             terminate,
             pending_mode: cell.pending_mode,
             pause_when_idle: cell.pending_mode == PendingMode::PauseUntilResumed,
@@ -555,10 +575,10 @@ impl<R: ScriptRuntime> CellThread<R> {
         if let Some(id) = due {
             return self.fire_timer(id);
         }
-        match self.commands.try_recv() {
-            Ok(command) => return self.handle(command),
-            Err(TryRecvError::Disconnected) => return Step::End(EndReason::Abandoned),
-            Err(TryRecvError::Empty) => {}
+        match self.inbox.next_command(Wait::No) {
+            Received::Message(command) => return self.handle(command),
+            Received::Closed => return Step::End(EndReason::Abandoned),
+            Received::Nothing => {}
         }
         // Idle: nothing runnable until a command arrives or a timer is due. With no tool call
         // unanswered and no timer set, nothing ever will be: the cell awaits a promise that
@@ -584,10 +604,12 @@ impl<R: ScriptRuntime> CellThread<R> {
                     if !self.runtime.host().emit(RuntimeEvent::Pending) {
                         return Step::End(EndReason::Abandoned);
                     }
-                    match self.control.recv() {
-                        Ok(RuntimeControl::Continue) => self.pause_when_idle = false,
-                        Ok(RuntimeControl::Resume) => self.pause_when_idle = true,
-                        Ok(RuntimeControl::Terminate) | Err(_) => {
+                    match self.inbox.next_control() {
+                        Received::Message(RuntimeControl::Continue) => self.pause_when_idle = false,
+                        Received::Message(RuntimeControl::Resume) => self.pause_when_idle = true,
+                        Received::Message(RuntimeControl::Terminate)
+                        | Received::Nothing
+                        | Received::Closed => {
                             return Step::End(EndReason::Terminated);
                         }
                     }
@@ -597,24 +619,14 @@ impl<R: ScriptRuntime> CellThread<R> {
                 PendingMode::PauseUntilResumed => {}
             }
         }
-        let next_deadline = self.runtime.host().timers.next_deadline();
-        let received = match next_deadline {
-            Some(deadline) => {
-                let timeout = deadline.saturating_duration_since(Instant::now());
-                match self.commands.recv_timeout(timeout) {
-                    Ok(command) => Some(command),
-                    Err(RecvTimeoutError::Timeout) => None,
-                    Err(RecvTimeoutError::Disconnected) => return Step::End(EndReason::Abandoned),
-                }
-            }
-            None => match self.commands.recv() {
-                Ok(command) => Some(command),
-                Err(_) => return Step::End(EndReason::Abandoned),
-            },
+        let wait = match self.runtime.host().timers.next_deadline() {
+            Some(deadline) => Wait::Until(deadline),
+            None => Wait::Forever,
         };
-        match received {
-            Some(command) => self.handle(command),
-            None => Step::Continue,
+        match self.inbox.next_command(wait) {
+            Received::Message(command) => self.handle(command),
+            Received::Nothing => Step::Continue,
+            Received::Closed => Step::End(EndReason::Abandoned),
         }
     }
 

@@ -20,6 +20,8 @@ pub struct ScriptEngine<R: ScriptRuntime> {
     /// Runtimes created ahead of their cells; `None` when pre-warming is off (or the engine
     /// cannot run: its cells then fail as they start, saying why).
     pool: Option<Arc<WarmPool<R>>>,
+    /// The heap limit runtimes are warmed for, in the pool and on lanes.
+    warm_heap_limit_bytes: usize,
 }
 
 impl<R: ScriptRuntime> Clone for ScriptEngine<R> {
@@ -27,6 +29,7 @@ impl<R: ScriptRuntime> Clone for ScriptEngine<R> {
         ScriptEngine {
             test_hooks: self.test_hooks,
             pool: self.pool.clone(),
+            warm_heap_limit_bytes: self.warm_heap_limit_bytes,
         }
     }
 }
@@ -90,7 +93,11 @@ impl<R: ScriptRuntime> ScriptEngine<R> {
                 R::THREAD_STACK_BYTES,
             )
         });
-        ScriptEngine { test_hooks, pool }
+        ScriptEngine {
+            test_hooks,
+            pool,
+            warm_heap_limit_bytes: heap_limit_bytes,
+        }
     }
 }
 
@@ -108,6 +115,15 @@ where
             self.pool.as_ref(),
             cell,
             events,
+            self.test_hooks,
+            R::THREAD_STACK_BYTES,
+        )
+    }
+
+    fn serve_lane(&self, lane: Box<dyn crate::lane::CellLane>) -> Result<(), EngineError> {
+        super::serve_lane::<R>(
+            lane,
+            self.warm_heap_limit_bytes,
             self.test_hooks,
             R::THREAD_STACK_BYTES,
         )

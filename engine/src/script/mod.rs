@@ -8,8 +8,9 @@
 //! - the runtime thread of a cell ([`run`], [`run_warm`]): evaluate the module, run microtasks,
 //!   timers and tool results, report the pending frontier and pause there, end on termination,
 //!   limits, `exit()`, a settled module or an await that nothing can settle;
-//! - pre-warmed runtimes ([`WarmPool`]), the start of a cell ([`start_cell`]), and the engine
-//!   itself ([`ScriptEngine`], generic over the runtime).
+//! - pre-warmed runtimes ([`WarmPool`]), the start of a cell ([`start_cell`]), a lane's thread
+//!   ([`serve_lane`]: a runtime made ready before each start arrives), and the engine itself
+//!   ([`ScriptEngine`], generic over the runtime).
 //!
 //! So an engine adds only what its JavaScript engine decides: how a runtime is made, how
 //! JavaScript is called and stopped, how its errors read.
@@ -17,6 +18,7 @@
 mod driver;
 mod engine;
 mod host;
+mod lane;
 mod pool;
 
 use std::sync::Arc;
@@ -24,11 +26,12 @@ use std::sync::mpsc;
 
 pub use driver::{
     BOOTSTRAP_JS, BOOTSTRAP_RESOURCE_NAME, CELL_RESOURCE_NAME, CellTerminator, CpuWatch,
-    ModuleState, RunStatus, ScriptRuntime, ScriptTerminator, TerminateTarget, ThreadContext,
-    WarmRuntime, run, run_warm,
+    LaneTerminator, ModuleState, RunStatus, ScriptRuntime, ScriptTerminator, TerminateTarget,
+    ThreadContext, WarmRuntime, run, run_warm,
 };
 pub use engine::{DEFAULT_WARM_RUNTIMES, ScriptEngine};
 pub use host::{CellHost, Host, HostReply, HostStop};
+pub use lane::serve_lane;
 pub use pool::{Job, WarmPool};
 
 use crate::{CellStart, EngineError, EngineHandles, EventSender, TerminateHandle};
@@ -48,8 +51,10 @@ pub fn start_cell<R: ScriptRuntime>(
     let target = Arc::new(TerminateTarget::default());
     let context = ThreadContext {
         events,
-        commands: command_rx,
-        control: control_rx,
+        inbox: Box::new(crate::lane::ChannelInbox {
+            commands: command_rx,
+            control: control_rx,
+        }),
         terminate: Arc::clone(&target),
         test_hooks,
     };
