@@ -969,3 +969,193 @@ fn a_cell_terminated_while_it_waits_for_a_process_ends_without_a_result() {
     let ended = start(&engine, cell("text('next')")).finish();
     assert_eq!(ended.texts, ["next"]);
 }
+
+/// The names of the threads that handed a cell's events to its owner, in order, for a cell
+/// started from `runtime` (`None`: from this plain thread). Its one tool call is answered.
+fn threads_delivering_events(runtime: Option<&tokio::runtime::Runtime>) -> Vec<String> {
+    use std::sync::{Arc, Mutex};
+    let engine = ProcessEngine::new(config());
+    let seen: Arc<Mutex<Vec<(String, RuntimeEvent)>>> = Arc::default();
+    let (ended_tx, ended_rx) = std::sync::mpsc::channel::<()>();
+    let recorder = {
+        let seen = Arc::clone(&seen);
+        let ended_tx = Mutex::new(ended_tx);
+        codemode_engine::EventSender::forward(move |event| {
+            let thread = std::thread::current()
+                .name()
+                .unwrap_or("unnamed")
+                .to_owned();
+            if matches!(event, RuntimeEvent::Result { .. }) {
+                let _ = ended_tx.lock().unwrap().send(());
+            }
+            seen.lock().unwrap().push((thread, event));
+            Ok(())
+        })
+    };
+    let source = r#"const echoed = await tools.echo("ping"); text(echoed);"#;
+    let handles = match runtime {
+        Some(runtime) => {
+            let engine = engine.clone();
+            runtime
+                .block_on(runtime.spawn(async move { engine.start(cell(source), recorder) }))
+                .unwrap()
+        }
+        None => engine.start(cell(source), recorder),
+    }
+    .expect("the cell starts");
+    let deadline = std::time::Instant::now() + HANG_GUARD;
+    loop {
+        assert!(std::time::Instant::now() < deadline, "hung: no tool call");
+        let call = seen
+            .lock()
+            .unwrap()
+            .iter()
+            .find_map(|(_, event)| match event {
+                RuntimeEvent::ToolCall { id, .. } => Some(id.clone()),
+                _ => None,
+            });
+        if let Some(id) = call {
+            handles
+                .commands
+                .send(RuntimeCommand::ToolResponse {
+                    id,
+                    result: json!("pong").into(),
+                })
+                .unwrap();
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    ended_rx
+        .recv_timeout(HANG_GUARD)
+        .expect("hung: the cell never ended");
+    let seen = seen.lock().unwrap();
+    assert!(
+        seen.iter().any(|(_, event)| matches!(event,
+            RuntimeEvent::ContentItem(OutputItem::Text { text }) if text == "pong")),
+        "{seen:?}"
+    );
+    seen.iter().map(|(thread, _)| thread.clone()).collect()
+}
+
+/// The parent reads a cell's lane on the async runtime the cell was started from, and hands
+/// each event to the cell's owner there: no reader thread of the engine in between (a tool
+/// round trip crosses one thread of the parent). A cell started from a plain thread has its
+/// lane read by the engine's own runtime.
+#[test]
+fn a_cells_events_are_read_on_the_async_runtime_it_was_started_from() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .thread_name("the-owners-runtime")
+        .enable_all()
+        .build()
+        .unwrap();
+    let threads = threads_delivering_events(Some(&runtime));
+    assert!(
+        threads.iter().all(|thread| thread == "the-owners-runtime"),
+        "{threads:?}"
+    );
+    let threads = threads_delivering_events(None);
+    assert!(
+        threads
+            .iter()
+            .all(|thread| thread == "codemode-engine-lanes"),
+        "{threads:?}"
+    );
+}
+
+/// In the child, each lane (a socket of its own, from the parent) is read by its own runtime
+/// thread and by no other thread: a warm runtime waits on its lane for its start, and a cell
+/// that awaits a tool waits on its lane for the answer, with no thread in between.
+#[test]
+fn each_lane_of_an_engine_process_is_read_by_its_own_runtime_thread() {
+    let engine = ProcessEngine::new(config());
+    let mut waiting = start(&engine, cell(&waiting("done")));
+    let call = until_tool_call(&mut waiting);
+    let pid = *engine.process_ids().first().expect("an engine process");
+    // The process's sockets: its channel (standard input) and its lanes.
+    let socket_of = |fd: &str| {
+        std::fs::read_link(format!("/proc/{pid}/fd/{fd}"))
+            .ok()
+            .map(|target| target.to_string_lossy().into_owned())
+            .filter(|target| target.starts_with("socket:"))
+    };
+    let channel = socket_of("0").expect("the channel is a socket");
+    let reads = [
+        libc_syscall::RECVFROM,
+        libc_syscall::RECVMSG,
+        libc_syscall::READ,
+    ];
+    let deadline = std::time::Instant::now() + HANG_GUARD;
+    loop {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "hung: the lanes were never all waited on by their threads"
+        );
+        // Each thread blocked reading a socket: its name, and the socket.
+        let mut readers: Vec<(String, String)> = Vec::new();
+        for task in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
+            let task = task.unwrap().path();
+            let name = std::fs::read_to_string(task.join("comm")).unwrap_or_default();
+            let syscall = std::fs::read_to_string(task.join("syscall")).unwrap_or_default();
+            let mut fields = syscall.split_whitespace();
+            let number: Option<i64> = fields.next().and_then(|number| number.parse().ok());
+            let fd = fields
+                .next()
+                .and_then(|fd| i64::from_str_radix(fd.trim_start_matches("0x"), 16).ok());
+            if let (Some(number), Some(fd)) = (number, fd)
+                && reads.contains(&number)
+                && let Some(socket) = socket_of(&fd.to_string())
+            {
+                readers.push((name.trim().to_owned(), socket));
+            }
+        }
+        let lanes: std::collections::BTreeSet<String> =
+            std::fs::read_dir(format!("/proc/{pid}/fd"))
+                .unwrap()
+                .filter_map(|entry| socket_of(&entry.unwrap().file_name().to_string_lossy()))
+                .filter(|socket| *socket != channel)
+                .collect();
+        let lane_readers: Vec<&(String, String)> = readers
+            .iter()
+            .filter(|(_, socket)| lanes.contains(socket))
+            .collect();
+        // Every lane waited on, each by one thread, every one of them a lane's own thread (the
+        // running cell's among them: it waits for its tool's answer), and the main thread on
+        // the channel. A thread busy for a moment (a lane's making a runtime between two cells)
+        // is looked at again.
+        let waited: std::collections::BTreeSet<&String> =
+            lane_readers.iter().map(|(_, socket)| socket).collect();
+        let channel_read = readers.iter().any(|(_, socket)| *socket == channel);
+        if lanes.len() >= 2
+            && waited.len() == lanes.len()
+            && lane_readers.len() == lanes.len()
+            && channel_read
+        {
+            assert!(
+                lane_readers.iter().all(|(name, _)| name == "codemode-lane"),
+                "{lane_readers:?}"
+            );
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let ended = waiting.answer_and_finish(call.0);
+    assert_eq!(ended.texts, ["done"]);
+}
+
+/// System call numbers of the reads a thread blocks in (x86-64 and aarch64).
+mod libc_syscall {
+    #[cfg(target_arch = "x86_64")]
+    pub const READ: i64 = 0;
+    #[cfg(target_arch = "x86_64")]
+    pub const RECVFROM: i64 = 45;
+    #[cfg(target_arch = "x86_64")]
+    pub const RECVMSG: i64 = 47;
+    #[cfg(target_arch = "aarch64")]
+    pub const READ: i64 = 63;
+    #[cfg(target_arch = "aarch64")]
+    pub const RECVFROM: i64 = 207;
+    #[cfg(target_arch = "aarch64")]
+    pub const RECVMSG: i64 = 212;
+}
