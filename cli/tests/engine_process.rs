@@ -1159,3 +1159,17 @@ mod libc_syscall {
     #[cfg(target_arch = "aarch64")]
     pub const RECVMSG: i64 = 212;
 }
+
+/// Every live cell in an engine process holds a lane's socket in the server: an engine raises
+/// the server's soft limit of open descriptors to the hard one, so that a thousand parked cells
+/// do not run out under the usual soft limit of 1,024.
+#[test]
+fn an_engine_raises_the_limit_of_open_descriptors_for_its_lanes() {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    let (_, hard) = getrlimit(Resource::RLIMIT_NOFILE).unwrap();
+    let lowered = hard.min(1024);
+    setrlimit(Resource::RLIMIT_NOFILE, lowered, hard).unwrap();
+    let engine = ProcessEngine::new(config().with_spare_processes(0));
+    assert_eq!(getrlimit(Resource::RLIMIT_NOFILE).unwrap(), (hard, hard));
+    drop(engine);
+}

@@ -150,6 +150,7 @@ impl CellRoute {
 impl Pool {
     pub(crate) fn new(config: ProcessEngineConfig) -> Arc<Pool> {
         static POOLS: AtomicU64 = AtomicU64::new(0);
+        raise_descriptor_limit();
         let cgroups = if config.control_groups {
             crate::cgroup::Cgroups::discover()
         } else {
@@ -1097,8 +1098,9 @@ impl EngineProcess {
     fn take_lane(&self) -> Result<Lane, EngineError> {
         let number = {
             let mut lanes = lock(&self.lanes);
-            if let Some(lane) = lanes.idle.pop() {
-                return Ok(lane);
+            // The lane idle longest: one given back a moment ago may still be making its runtime.
+            if !lanes.idle.is_empty() {
+                return Ok(lanes.idle.remove(0));
             }
             lanes.made += 1;
             lanes.made
@@ -1699,6 +1701,19 @@ impl EngineProcess {
         if overdue {
             self.misbehaved(Misbehaviour::StartNotTaken { deadline });
         }
+    }
+}
+
+/// Raises this process's soft limit of open descriptors to its hard limit: every live cell in an
+/// engine process holds a lane's socket here, so a server with a thousand parked cells needs more
+/// than the usual soft limit of 1,024 (as Go's runtime does for every program).
+fn raise_descriptor_limit() {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    if let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE)
+        && soft < hard
+        && let Err(error) = setrlimit(Resource::RLIMIT_NOFILE, hard, hard)
+    {
+        tracing::warn!(%error, soft, "cannot raise the limit of open descriptors");
     }
 }
 

@@ -239,8 +239,8 @@ pub trait Engine: Send + Sync + 'static {
     /// Serves `lane` on a thread of the engine's own: waits on it for cells, one after another,
     /// each run on that thread with the lane's inbox for its commands (see [`lane`]). Returns
     /// once the thread is started; the thread ends when the lane closes. An engine that cannot
-    /// run cells that way answers [`EngineError::Unavailable`], the default, and its host falls
-    /// back to [`Engine::start`].
+    /// run cells that way answers [`EngineError::Unavailable`] (the default); an engine process
+    /// needs it, and one whose engine cannot serve lanes fails to start, saying so.
     fn serve_lane(&self, lane: Box<dyn lane::CellLane>) -> Result<(), EngineError> {
         drop(lane);
         Err(EngineError::Unavailable(format!(
