@@ -1173,3 +1173,28 @@ fn an_engine_raises_the_limit_of_open_descriptors_for_its_lanes() {
     assert_eq!(getrlimit(Resource::RLIMIT_NOFILE).unwrap(), (hard, hard));
     drop(engine);
 }
+
+/// A cell terminated the moment it starts (its start and the termination on their way to the
+/// child together) is stopped as it starts, even in a synchronous loop that never reads again:
+/// its process is not killed for it, and the other cell there goes on.
+#[test]
+fn a_cell_terminated_as_it_starts_is_stopped_without_ending_its_process() {
+    let engine = ProcessEngine::new(config().with_cells_per_process(16));
+    for round in 0..5 {
+        let mut neighbour = start(&engine, tenant_cell("t", &waiting("neighbour")));
+        let call = until_tool_call(&mut neighbour);
+        let spinner = start(&engine, tenant_cell("t", "while (true) {}"));
+        spinner.handles.terminate.terminate();
+        let stopped = spinner.finish();
+        assert!(stopped.result.is_none(), "round {round}: {stopped:?}");
+        // Past the grace period: a termination that was lost would have killed the process.
+        std::thread::sleep(Duration::from_millis(300));
+        let neighbour = neighbour.answer_and_finish(call.0);
+        assert_eq!(
+            neighbour.texts,
+            ["neighbour"],
+            "round {round}: {neighbour:?}"
+        );
+        assert_eq!(neighbour.result.map(|(_, error)| error), Some(None));
+    }
+}

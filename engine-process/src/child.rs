@@ -289,12 +289,17 @@ fn run(
             }
             ToChild::Terminate { cell } => {
                 let mut cells = lock(&cells);
-                if let Some(hosted) = cells.get_mut(&cell) {
-                    match &hosted.terminate {
-                        Some(terminate) => terminate.terminate(),
-                        // Its thread has not said how to stop it yet: it is stopped as it does.
-                        None => hosted.terminated = true,
-                    }
+                // A cell whose start its lane's thread has not read yet is stopped as it starts.
+                // (A termination that comes after its cell ended leaves a few bytes here, until
+                // the process is retired.)
+                let hosted = cells.entry(cell).or_insert(Hosted {
+                    terminate: None,
+                    terminated: false,
+                    lane: None,
+                });
+                match &hosted.terminate {
+                    Some(terminate) => terminate.terminate(),
+                    None => hosted.terminated = true,
                 }
             }
             #[cfg(feature = "test-hooks")]
@@ -330,10 +335,12 @@ fn serve_lane(
         reader: Arc::new(Mutex::new(LaneReader {
             socket,
             buffer: FrameBuffer::default(),
+            scratch: vec![0; 16 * 1024],
             cell: None,
             commands: VecDeque::new(),
             controls: VecDeque::new(),
             start: None,
+            terminated: false,
             closed: false,
         })),
         writer: Arc::new(Mutex::new(Writer {
@@ -357,8 +364,9 @@ struct Hosted {
     terminate: Option<TerminateHandle>,
     /// Termination was asked before its thread said how: it is stopped as soon as it does.
     terminated: bool,
+    /// `None` for a cell asked to stop before its start was read.
     #[cfg_attr(not(feature = "test-hooks"), allow(dead_code))]
-    lane: SharedWriter,
+    lane: Option<SharedWriter>,
 }
 
 /// Set by the `StopReading` probe: every lane stops reading too.
@@ -378,12 +386,17 @@ struct SocketLane {
 struct LaneReader {
     socket: UnixStream,
     buffer: FrameBuffer,
+    /// Where small reads land first (made once: a cell reads its lane at every step).
+    scratch: Vec<u8>,
     /// The cell being run, whose commands and controls are kept; others' are stale and dropped.
     cell: Option<CellNumber>,
     commands: VecDeque<RuntimeCommand>,
     controls: VecDeque<RuntimeControl>,
     /// The next cell, once its start has come.
     start: Option<(CellNumber, wire::WireStart)>,
+    /// The current (or next) cell was asked to stop before its thread could be reached from
+    /// the process's channel.
+    terminated: bool,
     /// The parent closed the lane, or it broke.
     closed: bool,
 }
@@ -424,18 +437,18 @@ impl LaneReader {
         };
         let wanted = self.buffer.wanted();
         let read = if wanted > 16 * 1024 {
-            // The rest of a large frame: read in place.
-            let bytes = self.buffer.space(wanted);
+            // The rest of a large frame: read in place, about a socket's buffer at a time.
+            let room = wanted.min(256 * 1024);
+            let bytes = self.buffer.space(room);
             let held = bytes.len();
-            bytes.resize(held + wanted, 0);
+            bytes.resize(held + room, 0);
             let read = recv(self.socket.as_raw_fd(), &mut bytes[held..], flags);
             bytes.truncate(held + read.unwrap_or(0));
             read
         } else {
-            let mut chunk = [0u8; 16 * 1024];
-            let read = recv(self.socket.as_raw_fd(), &mut chunk, flags);
+            let read = recv(self.socket.as_raw_fd(), &mut self.scratch, flags);
             if let Ok(read) = read {
-                self.buffer.extend(&chunk[..read]);
+                self.buffer.extend(&self.scratch[..read]);
             }
             read
         };
@@ -469,15 +482,21 @@ impl LaneReader {
                     return;
                 }
             };
+            // What follows a start on the lane is for that cell, even before it is taken.
+            let current = self.start.as_ref().map(|(cell, _)| *cell).or(self.cell);
             match message {
-                ToLane::Start { cell, start } => self.start = Some((cell, start)),
-                ToLane::Command { cell, command } if self.cell == Some(cell) => {
+                ToLane::Start { cell, start } => {
+                    self.start = Some((cell, start));
+                    self.terminated = false;
+                }
+                ToLane::Command { cell, command } if current == Some(cell) => {
                     self.commands.push_back(command)
                 }
-                ToLane::Control { cell, control } if self.cell == Some(cell) => {
+                ToLane::Control { cell, control } if current == Some(cell) => {
                     self.controls.push_back(control)
                 }
-                ToLane::Terminate { cell } if self.cell == Some(cell) => {
+                ToLane::Terminate { cell } if current == Some(cell) => {
+                    self.terminated = true;
                     self.commands.push_back(RuntimeCommand::Terminate);
                     self.controls.push_back(RuntimeControl::Terminate);
                 }
@@ -572,14 +591,14 @@ impl CellLane for SocketLane {
             (cell, start)
         };
         self.cell = Some(cell);
-        lock(&self.cells).insert(
-            cell,
-            Hosted {
+        lock(&self.cells)
+            .entry(cell)
+            .or_insert(Hosted {
                 terminate: None,
                 terminated: false,
-                lane: Arc::clone(&self.writer),
-            },
-        );
+                lane: None,
+            })
+            .lane = Some(Arc::clone(&self.writer));
         let end = CellEnd {
             cell,
             lane: Arc::clone(&self.writer),
@@ -608,9 +627,10 @@ impl CellLane for SocketLane {
 
     fn started(&mut self, terminate: TerminateHandle) {
         let Some(cell) = self.cell else { return };
+        let stopped_on_lane = lock(&self.reader).terminated;
         let mut cells = lock(&self.cells);
         if let Some(hosted) = cells.get_mut(&cell) {
-            if hosted.terminated {
+            if hosted.terminated || stopped_on_lane {
                 terminate.terminate();
             }
             hosted.terminate = Some(terminate);
@@ -919,8 +939,9 @@ fn send_forged(cells: &Cells, forged: &ToParent) {
         let cells = lock(cells);
         cells
             .iter()
-            .max_by_key(|(cell, _)| **cell)
-            .map(|(_, hosted)| Arc::clone(&hosted.lane))
+            .filter_map(|(cell, hosted)| Some((*cell, Arc::clone(hosted.lane.as_ref()?))))
+            .max_by_key(|(cell, _)| *cell)
+            .map(|(_, lane)| lane)
     };
     if let (Ok(frame), Some(lane)) = (wire::encode(forged), lane) {
         let _ = lock(&lane).stream.write_all(&frame);

@@ -450,6 +450,8 @@ impl Pool {
         for_tenant: Option<&Tenant>,
     ) {
         let mut failed = Vec::new();
+        // Cells the new process could not take after all: failed once the pool's lock is let go.
+        let mut failed_now = Vec::new();
         {
             let mut processes = lock(&self.processes);
             if let Some(tenant) = for_tenant
@@ -464,7 +466,9 @@ impl Pool {
                         .cloned()
                         .or_else(|| processes.queued.front().map(|q| q.tenant.clone()));
                     let placed = match &tenant {
-                        Some(tenant) => self.place_queued(&mut processes, &process, tenant),
+                        Some(tenant) => {
+                            self.place_queued(&mut processes, &process, tenant, &mut failed_now)
+                        }
                         None => 0,
                     };
                     if placed > 0 {
@@ -512,6 +516,10 @@ impl Pool {
             }
             processes.starting_for.retain(|_, starting| *starting > 0);
         }
+        for (slot, error) in failed_now {
+            let _ = slot.events.send_blocking(RuntimeEvent::Started);
+            let _ = slot.events.send_blocking(failure(error.to_string()));
+        }
     }
 
     /// Places the queued cells of `tenant` in the new `process`, oldest first, as many as it has
@@ -522,6 +530,7 @@ impl Pool {
         processes: &mut Processes,
         process: &Arc<EngineProcess>,
         tenant: &Tenant,
+        failed: &mut Vec<(Box<CellSlot>, EngineError)>,
     ) -> usize {
         let mut placed = 0;
         let mut kept = VecDeque::new();
@@ -544,14 +553,13 @@ impl Pool {
                 continue;
             }
             *route = RouteState::Placed(Arc::downgrade(process));
-            drop(route);
-            // A process that cannot take the cell has ended: the cell fails with it.
+            // Under the route's lock, so that what the actor sends next follows the start on the
+            // lane. A process that cannot take the cell has ended: the cell fails with it.
             if let Err((error, Some(slot))) =
                 self.open_lane(process, number, queued.frame, early, queued.runtime)
             {
-                *lock(&queued.route.state) = RouteState::Gone;
-                let _ = slot.events.send_blocking(RuntimeEvent::Started);
-                let _ = slot.events.send_blocking(failure(error.to_string()));
+                *route = RouteState::Gone;
+                failed.push((slot, error));
             }
             placed += 1;
         }
