@@ -1081,10 +1081,11 @@ fn each_lane_of_an_engine_process_is_read_by_its_own_runtime_thread() {
             .filter(|target| target.starts_with("socket:"))
     };
     let channel = socket_of("0").expect("the channel is a socket");
+    // The system calls a thread blocks in to read a socket.
     let reads = [
-        libc_syscall::RECVFROM,
-        libc_syscall::RECVMSG,
-        libc_syscall::READ,
+        nix::libc::SYS_recvfrom,
+        nix::libc::SYS_recvmsg,
+        nix::libc::SYS_read,
     ];
     let deadline = std::time::Instant::now() + HANG_GUARD;
     loop {
@@ -1142,22 +1143,6 @@ fn each_lane_of_an_engine_process_is_read_by_its_own_runtime_thread() {
     }
     let ended = waiting.answer_and_finish(call.0);
     assert_eq!(ended.texts, ["done"]);
-}
-
-/// System call numbers of the reads a thread blocks in (x86-64 and aarch64).
-mod libc_syscall {
-    #[cfg(target_arch = "x86_64")]
-    pub const READ: i64 = 0;
-    #[cfg(target_arch = "x86_64")]
-    pub const RECVFROM: i64 = 45;
-    #[cfg(target_arch = "x86_64")]
-    pub const RECVMSG: i64 = 47;
-    #[cfg(target_arch = "aarch64")]
-    pub const READ: i64 = 63;
-    #[cfg(target_arch = "aarch64")]
-    pub const RECVFROM: i64 = 207;
-    #[cfg(target_arch = "aarch64")]
-    pub const RECVMSG: i64 = 212;
 }
 
 /// Every live cell in an engine process holds a lane's socket in the server: an engine raises

@@ -529,37 +529,27 @@ struct LaneInbox(Arc<Mutex<LaneReader>>);
 
 impl CellInbox for LaneInbox {
     fn next_command(&mut self, wait: Wait) -> Received<RuntimeCommand> {
-        let mut reader = lock(&self.0);
-        loop {
-            if let Some(command) = reader.commands.pop_front() {
-                return Received::Message(command);
-            }
-            if reader.closed {
-                return Received::Closed;
-            }
-            let came = reader.fill(wait);
-            if !came && wait != Wait::Forever && !reader.closed {
-                return match reader.commands.pop_front() {
-                    Some(command) => Received::Message(command),
-                    None => Received::Nothing,
-                };
-            }
-            if !came && wait == Wait::No {
-                return Received::Nothing;
-            }
-        }
+        lock(&self.0).next(wait, |reader| reader.commands.pop_front())
     }
 
     fn next_control(&mut self) -> Received<RuntimeControl> {
-        let mut reader = lock(&self.0);
+        lock(&self.0).next(Wait::Forever, |reader| reader.controls.pop_front())
+    }
+}
+
+impl LaneReader {
+    /// The next message `take` finds among those read, reading more as `wait` allows.
+    fn next<T>(&mut self, wait: Wait, take: impl Fn(&mut Self) -> Option<T>) -> Received<T> {
         loop {
-            if let Some(control) = reader.controls.pop_front() {
-                return Received::Message(control);
+            if let Some(message) = take(self) {
+                return Received::Message(message);
             }
-            if reader.closed {
+            if self.closed {
                 return Received::Closed;
             }
-            reader.fill(Wait::Forever);
+            if !self.fill(wait) && wait != Wait::Forever && !self.closed {
+                return Received::Nothing;
+            }
         }
     }
 }
