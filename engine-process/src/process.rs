@@ -1354,8 +1354,8 @@ impl EngineProcess {
         }
     }
 
-    /// Checks a frame from the child against what the parent sent it: a cell it hosts, within
-    /// the limits of what such a frame may carry. The child is hostile native code once it has
+    /// Checks a cell's frame from the child (from `check_lane`) against what the parent sent
+    /// it: a cell it hosts, within the limits of what such a frame may carry. The child is hostile native code once it has
     /// run a cell; an error ends it.
     fn check(&self, message: &ToParent, length: usize) -> Result<(), Misbehaviour> {
         use codemode_protocol::limits::{
@@ -1417,11 +1417,8 @@ impl EngineProcess {
             ToParent::Ended { cell } | ToParent::StartFailed { cell, .. } if !hosts(cell) => {
                 Err(Misbehaviour::EndedUnknownCell(*cell))
             }
-            ToParent::Ended { .. } | ToParent::StartFailed { .. } => Ok(()),
-            ToParent::Ready { .. } | ToParent::Failed { .. } => Err(Misbehaviour::ReadyAgain),
-            ToParent::HardStop { .. } => Ok(()),
-            #[cfg(feature = "test-hooks")]
-            ToParent::ProbeResult { .. } => Ok(()),
+            // The process's own frames never come here: `check_lane` refuses them first.
+            _ => Ok(()),
         }
     }
 
