@@ -903,6 +903,44 @@ fn main() {
         ));
         return;
     }
+    if args.iter().any(|arg| arg == "--exec-only") {
+        // `codemode mcp`'s exec back to back beside a trivial MCP tool, alternated: the last row
+        // of the table beside Monty, alone.
+        let (codemode, runtime) = quick_setup(&args);
+        let isolation = flag(&args, "--isolation").unwrap_or_else(|| "process".into());
+        let runs: usize = flag(&args, "--runs").map_or(40, |runs| runs.parse().expect("--runs N"));
+        let (mut execs, mut trivials) = (Vec::new(), Vec::new());
+        for _ in 0..7 {
+            execs.extend(runtime.block_on(mcp_calls(
+                tokio::process::Command::new(&codemode).configure(|command| {
+                    command.args(["mcp", "--isolation", &isolation]);
+                }),
+                "exec",
+                json!({"code": "text(\"hi\")"}),
+                runs,
+                Duration::ZERO,
+            )));
+            trivials.extend(runtime.block_on(mcp_calls(
+                tokio::process::Command::new(&codemode).configure(|command| {
+                    command.arg("demo-mcp-server");
+                }),
+                "add",
+                json!({"a": 1, "b": 2}),
+                runs,
+                Duration::ZERO,
+            )));
+        }
+        let (exec, trivial) = (stats(execs), stats(trivials));
+        println!(
+            "exec ({isolation}) back to back: median {:.3} ms (p99 {:.3}); trivial MCP tool: median {:.3} ms (p99 {:.3}); ratio {:.2}",
+            exec.median,
+            exec.p99,
+            trivial.median,
+            trivial.p99,
+            exec.median / trivial.median
+        );
+        return;
+    }
     if args.iter().any(|arg| arg == "--engines-only") {
         // The engines' table alone: not the whole suite.
         let (codemode, runtime) = quick_setup(&args);
