@@ -1183,3 +1183,77 @@ fn a_cell_terminated_as_it_starts_is_stopped_without_ending_its_process() {
         assert_eq!(neighbour.result.map(|(_, error)| error), Some(None));
     }
 }
+
+impl Running {
+    /// Waits for the cell's result, as its owner reads it, and returns its error text.
+    fn until_result(&mut self) -> Option<String> {
+        let deadline = std::time::Instant::now() + HANG_GUARD;
+        loop {
+            assert!(std::time::Instant::now() < deadline, "hung: no result");
+            match self.events.try_recv() {
+                Some(RuntimeEvent::Result { error_text, .. }) => return error_text,
+                Some(_) => {}
+                None => std::thread::sleep(Duration::from_millis(1)),
+            }
+        }
+    }
+}
+
+/// How many terminations the process of the most recent cell has been sent.
+fn terminations_read(engine: &ProcessEngine) -> u64 {
+    let (allowed, count) = engine.probe_sandbox(Probe::TerminationsRead).unwrap();
+    assert!(allowed, "{count}");
+    count.parse().unwrap()
+}
+
+/// The cell actor terminates every cell it closes, ended or not, so that nothing of a closed
+/// cell runs on. A cell whose result has come has nothing left to stop: its process is sent no
+/// termination for it (two frames and a grace kill per cell, before), while a cell that still
+/// runs is stopped as before.
+#[test]
+fn a_cell_that_has_sent_its_result_is_sent_no_termination() {
+    let engine = ProcessEngine::new(config());
+    for round in 0..30 {
+        let mut running = start(&engine, cell(&format!("text('round {round}')")));
+        assert_eq!(running.until_result(), None, "round {round}");
+        // Closed as soon as its result is read, as the actor closes it.
+        running.handles.terminate.terminate();
+        let rest = running.finish();
+        assert_eq!(rest.texts, Vec::<String>::new(), "round {round}: {rest:?}");
+    }
+    assert_eq!(terminations_read(&engine), 0);
+    let mut waiter = start(&engine, cell(&waiting("never")));
+    let _ = until_tool_call(&mut waiter);
+    waiter.handles.terminate.terminate();
+    let stopped = waiter.finish();
+    assert!(stopped.result.is_none(), "{stopped:?}");
+    assert_eq!(terminations_read(&engine), 1);
+}
+
+/// Since a cell whose result has come is sent no termination, a child must say that the cell
+/// ended within the grace period of its result: one that never does (a forged result for a cell
+/// that goes on) is ended, as one that does not stop a cell in time is, and its other cells say
+/// why.
+#[test]
+fn a_child_that_never_says_a_cell_with_a_result_ended_is_ended() {
+    use codemode_engine_process::Forgery;
+    let engine = ProcessEngine::new(config().with_cells_per_process(4));
+    // Cell 1, and cell 2 in the same process.
+    let mut neighbour = start(&engine, tenant_cell("t", &waiting("neighbour")));
+    let _ = until_tool_call(&mut neighbour);
+    let mut forger = start(&engine, tenant_cell("t", &waiting("forger")));
+    let _ = until_tool_call(&mut forger);
+    engine
+        .probe_sandbox(Probe::Forge(Forgery::ResultWithoutEnd(2)))
+        .unwrap();
+    assert_eq!(forger.until_result(), None);
+    forger.handles.terminate.terminate();
+    // The neighbour's tool call is never answered: it ends only if its process does.
+    let neighbour = neighbour.finish();
+    let error = error_of(&neighbour);
+    assert!(
+        error.contains("was ended because")
+            && error.contains("did not say that cell 2 ended within"),
+        "{error}"
+    );
+}

@@ -288,6 +288,8 @@ fn run(
                 }
             }
             ToChild::Terminate { cell } => {
+                #[cfg(feature = "test-hooks")]
+                TERMINATIONS_READ.fetch_add(1, Ordering::SeqCst);
                 let mut cells = lock(&cells);
                 // A cell whose start its lane's thread has not read yet is stopped as it starts.
                 // (A termination that comes after its cell ended leaves a few bytes here, until
@@ -368,6 +370,10 @@ struct Hosted {
     #[cfg_attr(not(feature = "test-hooks"), allow(dead_code))]
     lane: Option<SharedWriter>,
 }
+
+/// How many terminations the process's channel has brought (the `TerminationsRead` probe).
+#[cfg(feature = "test-hooks")]
+static TERMINATIONS_READ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// Set by the `StopReading` probe: every lane stops reading too.
 #[cfg(feature = "test-hooks")]
@@ -872,6 +878,13 @@ fn probe(what: Probe, cells: &Cells) -> Option<(bool, String)> {
                         error_text: None,
                     },
                 },
+                Forgery::ResultWithoutEnd(cell) => ToParent::Event {
+                    cell,
+                    event: RuntimeEvent::Result {
+                        stored_value_writes: HashMap::new(),
+                        error_text: None,
+                    },
+                },
                 Forgery::HugeHeader => {
                     if let Some(writer) = CONTROL.get() {
                         let _ = lock(writer).stream.write_all(&u32::MAX.to_le_bytes());
@@ -883,6 +896,9 @@ fn probe(what: Probe, cells: &Cells) -> Option<(bool, String)> {
             return Some((true, "forged".to_owned()));
         }
         Probe::StopReading => return None,
+        Probe::TerminationsRead => {
+            return Some((true, TERMINATIONS_READ.load(Ordering::SeqCst).to_string()));
+        }
         Probe::OpenForWriting => std::fs::OpenOptions::new()
             .write(true)
             .create(true)

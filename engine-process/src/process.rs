@@ -281,6 +281,7 @@ impl Pool {
             max_tool_calls,
             lane: None,
             started: false,
+            finished: false,
         });
         // The cell goes to a process with room now, or waits for one being started for it: a
         // start never waits for a process (the caller may be an async worker). A process that
@@ -1049,6 +1050,11 @@ struct CellSlot {
     lane: Option<Arc<LaneWriter>>,
     /// The child took its start up (it said the cell started).
     started: bool,
+    /// The child relayed the cell's last event (its result, or that its thread panicked): it ends
+    /// the cell on its own, within the grace period, and a termination has nothing left to stop
+    /// (the cell's owner terminates every cell it closes, so this spares each completed cell two
+    /// frames and an armed grace kill).
+    finished: bool,
 }
 
 impl EngineProcess {
@@ -1575,7 +1581,7 @@ impl EngineProcess {
         let number = lane.number;
         let ending = match tokio::net::UnixStream::from_std(lane.socket) {
             Ok(socket) => {
-                let ending = self.read_lane(cell, &socket, &writer, &events).await;
+                let ending = self.read_lane(cell, &socket, &writer, &events, &pool).await;
                 (ending, Some(socket))
             }
             Err(error) => {
@@ -1628,11 +1634,12 @@ impl EngineProcess {
 
     /// Reads the lane of cell `cell` until the cell ends, the lane does, or the child misbehaves.
     async fn read_lane(
-        &self,
+        self: &Arc<Self>,
         cell: CellNumber,
         socket: &tokio::net::UnixStream,
         writer: &LaneWriter,
         events: &EventSender,
+        pool: &Weak<Pool>,
     ) -> LaneEnding {
         let mut buffer = FrameBuffer::default();
         loop {
@@ -1649,6 +1656,13 @@ impl EngineProcess {
                 }
                 match message {
                     ToParent::Event { mut event, .. } => {
+                        let last = matches!(
+                            event,
+                            RuntimeEvent::Result { .. } | RuntimeEvent::ThreadPanicked
+                        );
+                        if last {
+                            self.finished(cell, pool);
+                        }
                         {
                             let mut state = lock(&self.state);
                             if let Some(slot) = state.cells.get_mut(&cell) {
@@ -1664,6 +1678,7 @@ impl EngineProcess {
                         let _ = events.send(event).await;
                     }
                     ToParent::StartFailed { error, .. } => {
+                        self.finished(cell, pool);
                         let _ = events.send(RuntimeEvent::Started).await;
                         let _ = events.send(failure(error)).await;
                     }
@@ -1693,6 +1708,41 @@ impl EngineProcess {
                 }
                 () = writer.waiting_bytes.notified() => {}
             }
+        }
+    }
+
+    /// The child relayed the last event of cell `cell`: a termination has nothing left to stop
+    /// there, and the child has the grace period to say that the cell ended (the first time
+    /// only: a child may repeat a result, not the deadline).
+    fn finished(self: &Arc<Self>, cell: CellNumber, pool: &Weak<Pool>) {
+        {
+            let mut state = lock(&self.state);
+            match state.cells.get_mut(&cell) {
+                Some(slot) if !slot.finished => slot.finished = true,
+                _ => return,
+            }
+        }
+        let Some(pool) = pool.upgrade() else {
+            return;
+        };
+        let grace = pool.config.hard_stop_grace;
+        let armed = pool.grace_kills.arm(
+            Instant::now() + grace,
+            Arc::downgrade(self),
+            cell,
+            Deadline::End(grace),
+        );
+        if !armed {
+            tracing::error!("cannot watch for the end of a cell; killing its process now");
+            self.kill_for(cell);
+        }
+    }
+
+    /// The end deadline of cell `cell` passed: a child that has not said the cell ended by then,
+    /// though it sent its result, keeps it going where no termination reaches it.
+    fn end_overdue(&self, cell: CellNumber, grace: Duration) {
+        if self.hosts(cell) {
+            self.misbehaved(Misbehaviour::EndNotSaid { cell, grace });
         }
     }
 
@@ -1836,6 +1886,11 @@ enum Misbehaviour {
     StoppedReading { waiting: usize },
     #[error("it stopped reading its channel for {} ms", deadline.as_millis())]
     StalledWrite { deadline: Duration },
+    #[error(
+        "it did not say that cell {cell} ended within {} ms of the cell's result",
+        grace.as_millis()
+    )]
+    EndNotSaid { cell: CellNumber, grace: Duration },
 }
 
 /// How a process ended, in words: its exit code, or its signal by name.
@@ -1892,7 +1947,7 @@ impl Terminate for CellTerminator {
         {
             let mut state = lock(&process.state);
             match state.cells.get_mut(&cell) {
-                Some(slot) if !slot.terminating => slot.terminating = true,
+                Some(slot) if !slot.terminating && !slot.finished => slot.terminating = true,
                 _ => return,
             }
         }
@@ -1925,6 +1980,9 @@ enum Deadline {
     /// The child to take the cell's start up, within this stall deadline (else it stopped
     /// reading).
     Start(Duration),
+    /// The child to say that the cell, whose last event it sent, ended, within this grace
+    /// period (else it keeps the cell going where no termination reaches it).
+    End(Duration),
 }
 
 /// The grace kills of one pool, on one thread: a cell asked to stop that has not ended by its
@@ -1940,7 +1998,22 @@ struct GraceKills {
 struct DueKills {
     kills: Vec<(Instant, Weak<EngineProcess>, CellNumber, Deadline)>,
     watching: bool,
+    /// Until when the watching thread sleeps, if it does: a deadline armed after that one need
+    /// not wake it (every completed cell arms one, so most need not).
+    sleeping: Sleeping,
     closed: bool,
+}
+
+/// What the watching thread of [`GraceKills`] does.
+#[derive(Debug, Default, Clone, Copy)]
+enum Sleeping {
+    /// It looks at the deadlines before it sleeps again.
+    #[default]
+    Awake,
+    /// Until the earliest deadline.
+    Until(Instant),
+    /// Until a deadline is armed (there is none).
+    Untimed,
 }
 
 impl GraceKills {
@@ -1966,14 +2039,22 @@ impl GraceKills {
             }
             due.watching = true;
         }
+        let wake = match due.sleeping {
+            Sleeping::Awake => false,
+            Sleeping::Until(earliest) => deadline < earliest,
+            Sleeping::Untimed => true,
+        };
         drop(due);
-        self.wake.notify_one();
+        if wake {
+            self.wake.notify_one();
+        }
         true
     }
 
     fn watch(&self) {
         let mut due = lock(&self.due);
         loop {
+            due.sleeping = Sleeping::Awake;
             if due.closed {
                 return;
             }
@@ -1989,13 +2070,16 @@ impl GraceKills {
                         match what {
                             Deadline::Stop => process.kill_for(cell),
                             Deadline::Start(deadline) => process.start_overdue(cell, deadline),
+                            Deadline::End(grace) => process.end_overdue(cell, grace),
                         }
                     }
                 }
                 due = lock(&self.due);
                 continue;
             }
-            due = match due.kills.iter().map(|(deadline, _, _, _)| *deadline).min() {
+            let earliest = due.kills.iter().map(|(deadline, _, _, _)| *deadline).min();
+            due.sleeping = earliest.map_or(Sleeping::Untimed, Sleeping::Until);
+            due = match earliest {
                 Some(next) => {
                     self.wake
                         .wait_timeout(due, next.saturating_duration_since(now))

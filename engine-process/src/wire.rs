@@ -150,6 +150,9 @@ pub enum Probe {
     Forge(Forgery),
     /// Stop reading the channel, as a compromised or wedged child would (nothing answers).
     StopReading,
+    /// Say how many terminations of cells the process's channel has brought so far (allowed,
+    /// with the count as the detail).
+    TerminationsRead,
     /// Run the native attack probe of the engine host (see `child::serve_with_probe`) against
     /// `target`: the path of a file, or a process id, as the attack needs.
     Native {
@@ -184,6 +187,9 @@ pub enum Forgery {
     UnreadableToolCall(u64),
     /// A frame header announcing more bytes than any message may have, then nothing.
     HugeHeader,
+    /// A result for a cell it hosts, on the cell's lane, while the cell goes on and never says
+    /// it ended.
+    ResultWithoutEnd(u64),
 }
 
 /// A message from the child: a cell's `Event`s, `StartFailed` and `Ended` come on its lane, the
