@@ -32,7 +32,8 @@ pub fn serve(engine: JsEngine) -> ExitCode {
                     let engine = codemode_runtime_v8::V8Engine::with_warm_runtimes_for_heap(
                         0,
                         settings.warm_heap_limit_bytes,
-                    );
+                    )
+                    .with_test_globals(settings.test_hooks);
                     codemode_runtime_v8::v8_available()?;
                     Ok(Box::new(engine) as Box<dyn codemode_engine::Engine>)
                 }
@@ -48,7 +49,8 @@ pub fn serve(engine: JsEngine) -> ExitCode {
                     let engine = QuickJsEngine::with_warm_runtimes_for_heap(
                         0,
                         settings.warm_heap_limit_bytes,
-                    );
+                    )
+                    .with_test_globals(settings.test_hooks);
                     Ok(Box::new(engine) as Box<dyn codemode_engine::Engine>)
                 }
             }

@@ -1257,3 +1257,64 @@ fn a_child_that_never_says_a_cell_with_a_result_ended_is_ended() {
         "{error}"
     );
 }
+
+/// A lane keeps its V8 isolate for the tenant's next cell when its cell ended on its own, with a
+/// fresh context: nothing a cell left in its globals, its built-ins' prototypes or its own
+/// globals' count reaches the next cell on that lane.
+#[test]
+fn each_cell_on_a_lane_starts_from_fresh_globals() {
+    let engine = ProcessEngine::new(config());
+    let probe = r#"
+        text([typeof globalThis.mark, typeof [].mark, typeof JSON.mark, Object.getOwnPropertyNames(globalThis).length].join(","));
+        text(String(__codemode_test_cells_before()));
+        globalThis.mark = 1;
+        Array.prototype.mark = 1;
+        JSON.mark = 1;
+        Object.freeze(Object.prototype);
+    "#;
+    let first = start(&engine, cell(probe)).finish();
+    assert_eq!(first.result.as_ref().map(|(_, error)| error), Some(&None));
+    let fresh = first.texts[0].clone();
+    assert!(
+        fresh.starts_with("undefined,undefined,undefined,"),
+        "{first:?}"
+    );
+    // One after another, as a session runs them: each lane serves many.
+    let mut most_before = 0;
+    for round in 0..12 {
+        let ended = start(&engine, cell(probe)).finish();
+        assert_eq!(ended.texts[0], fresh, "round {round}");
+        most_before = most_before.max(ended.texts[1].parse::<u32>().unwrap());
+    }
+    // The lanes did keep their isolates: some cell ran where others had.
+    assert!(most_before > 0, "no isolate served a second cell");
+}
+
+/// A cell that calls `exit()` leaves a promise job of its own queued; on a lane that keeps its
+/// isolate for the next cell, that job can never reach the next cell's output (nor its tools or
+/// stored values): code of an ended cell is refused the host.
+#[test]
+fn code_left_queued_by_an_exited_cell_never_reaches_the_next_one() {
+    let engine = ProcessEngine::new(config());
+    let mut reused = false;
+    for round in 0..8 {
+        let exited = start(
+            &engine,
+            cell("Promise.resolve().then(() => { text('late'); store('late', 1); }); text('a'); exit();"),
+        )
+        .finish();
+        assert_eq!(exited.texts, ["a"], "round {round}");
+        let next = start(
+            &engine,
+            cell("await new Promise((resolve) => setTimeout(resolve, 5)); text('b'); text(String(__codemode_test_cells_before()));"),
+        )
+        .finish();
+        assert_eq!(next.texts[0], "b", "round {round}: {next:?}");
+        assert_eq!(next.texts.len(), 2, "round {round}: {next:?}");
+        let (writes, error) = next.result.expect("completed");
+        assert!(writes.is_empty(), "round {round}: {writes:?}");
+        assert_eq!(error, None, "round {round}");
+        reused |= next.texts[1] != "0";
+    }
+    assert!(reused, "no cell ran in the isolate of an exited one");
+}

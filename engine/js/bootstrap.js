@@ -250,6 +250,8 @@
   defineGlobal('clearTimeout', clearTimeout);
   if (config.testHooks) {
     defineGlobal('__codemode_test_panic', () => host(OP_TEST_PANIC));
+    // How many cells this runtime served before this one (a lane may keep it for the next).
+    defineGlobal('__codemode_test_cells_before', () => config.cellsBefore);
   }
 
   // ---- what a cell must not have ----

@@ -28,6 +28,12 @@
 //   the runtime is created and valid until it is deleted.
 // - Every `Global` a `cm_runtime` holds is reset inside `cm_runtime_delete`, before the isolate is
 //   disposed: a `Global` destroyed after its isolate crashes the process.
+// - `cm_runtime_reset` gives a runtime a fresh context for another cell in the same isolate (the
+//   caller makes sure no terminator of the old cell can still reach the isolate). From then on the
+//   old context is unreachable from the runtime: its code, should V8 ever run any of it again (a
+//   FinalizationRegistry callback, a microtask left queued), can no longer call the host or record
+//   a throw or rejection, because every entry point from JavaScript checks that it is called from
+//   the runtime's current context.
 
 #include <libplatform/libplatform.h>
 #include <v8.h>
@@ -156,6 +162,11 @@ class CountingAllocator final : public ArrayBuffer::Allocator {
 
   void Release(size_t length) { used_.fetch_sub(length, std::memory_order_relaxed); }
 
+ public:
+  size_t used() const { return used_.load(std::memory_order_relaxed); }
+
+ private:
+
   const size_t limit_;
   std::atomic<size_t> used_{0};
 };
@@ -171,6 +182,8 @@ struct cm_runtime {
   cm_host_fn host = nullptr;
   void* host_data = nullptr;
   std::atomic<bool> heap_limit_hit{false};
+  // How many times the runtime was reset for another cell (cm_runtime_reset).
+  int resets = 0;
   std::string last_error;
   // Where the cell last threw through the throw-site object, or where the last promise rejected
   // without a handler was rejected in the cell (line, 1-based column; 0 when unknown), and with
@@ -207,6 +220,12 @@ class Entered {
  private:
   Context::Scope context_scope;
 };
+
+// Whether JavaScript running now runs in the runtime's current context: code of a context that
+// cm_runtime_reset replaced must never reach the host or the runtime's records.
+bool InCurrentContext(cm_runtime* rt, Local<Context> context) {
+  return !rt->context.IsEmpty() && context == rt->context.Get(rt->isolate);
+}
 
 Local<String> NewString(Isolate* isolate, const char* data, size_t length) {
   Local<String> result;
@@ -311,6 +330,8 @@ void RecordRejection(PromiseRejectMessage rejection) {
   Isolate* isolate = promise->GetIsolate();
   cm_runtime* rt = static_cast<cm_runtime*>(isolate->GetData(0));
   if (!rt) return;
+  Local<Context> creation;
+  if (!promise->GetCreationContext().ToLocal(&creation) || !InCurrentContext(rt, creation)) return;
   // An async function rejects with what a marked `throw` threw: the throw's position, recorded
   // already, is the one to keep (the rejection happens where the function ends).
   if (!rt->rejected_value.IsEmpty() &&
@@ -345,6 +366,11 @@ int32_t Settle(cm_runtime* rt, Local<Context> context, TryCatch& try_catch, bool
 void HostCall(const FunctionCallbackInfo<Value>& info) {
   Isolate* isolate = info.GetIsolate();
   cm_runtime* rt = static_cast<cm_runtime*>(info.Data().As<External>()->Value());
+  if (!InCurrentContext(rt, isolate->GetCurrentContext())) {
+    isolate->ThrowException(Exception::Error(
+        NewString(isolate, "this code belongs to a cell that has ended: it cannot reach the host")));
+    return;
+  }
   int32_t op = info[0]->Int32Value(isolate->GetCurrentContext()).FromMaybe(-1);
   std::string arguments[2];
   cm_str views[2] = {{nullptr, 0}, {nullptr, 0}};
@@ -388,7 +414,7 @@ void ThrowAtSite(const FunctionCallbackInfo<Value>& info) {
   cm_runtime* rt = static_cast<cm_runtime*>(info.Data().As<External>()->Value());
   Local<Value> value = info[0];
   Local<StackTrace> trace = StackTrace::CurrentStackTrace(isolate, 1);
-  if (trace->GetFrameCount() > 0) {
+  if (trace->GetFrameCount() > 0 && InCurrentContext(rt, isolate->GetCurrentContext())) {
     Local<StackFrame> frame = trace->GetFrame(isolate, 0);
     if (IsCellResource(isolate, frame->GetScriptName())) {
       rt->rejected_value.Reset(isolate, value);
@@ -588,6 +614,45 @@ void cm_runtime_delete(cm_runtime* rt) {
   } catch (...) {
   }
   delete rt;
+}
+
+// Gives the runtime a fresh context for another cell in the same isolate, unless the isolate is
+// better replaced: its heap hit the limit (which V8's callback then raised), it holds more than
+// kMaxResetHeapBytes of heap or ArrayBuffer memory (a cell that used much is not kept around), or
+// it has run kMaxCellsPerIsolate cells. Returns 0 when reset (the bootstrap must run again), 1
+// when the runtime should be deleted instead, CM_INTERNAL_ERROR on failure (delete it too). A
+// termination requested before the call is cancelled: the caller has made sure that no terminator
+// of the old cell can reach the isolate any more, so none can be requested after.
+constexpr size_t kMaxResetHeapBytes = 16 * 1024 * 1024;
+constexpr int kMaxCellsPerIsolate = 100;
+
+int32_t cm_runtime_reset(cm_runtime* rt) {
+  try {
+    if (rt->heap_limit_hit.load() || rt->resets + 1 >= kMaxCellsPerIsolate) return 1;
+    Isolate* isolate = rt->isolate;
+    Isolate::Scope isolate_scope(isolate);
+    HeapStatistics statistics;
+    isolate->GetHeapStatistics(&statistics);
+    if (statistics.used_heap_size() > kMaxResetHeapBytes ||
+        rt->allocator->used() > kMaxResetHeapBytes) {
+      return 1;
+    }
+    isolate->CancelTerminateExecution();
+    rt->module_promise.Reset();
+    rt->rejected_value.Reset();
+    rt->rejected_line = 0;
+    rt->rejected_column = 0;
+    rt->dispatch.Reset();
+    rt->last_error.clear();
+    HandleScope handle_scope(isolate);
+    Local<Context> context = Context::New(isolate);
+    if (context.IsEmpty()) return CM_INTERNAL_ERROR;
+    rt->context.Reset(isolate, context);
+    rt->resets++;
+    return 0;
+  } catch (...) {
+    return CM_INTERNAL_ERROR;
+  }
 }
 
 // Sets the process's fatal hook (null: none). V8 ends the process when a fatal hook returns.

@@ -8,6 +8,10 @@
 //! - [`IsolateTerminator`] is the one thing that crosses threads. It reaches the isolate only under
 //!   a mutex that [`V8Runtime`]'s `Drop` takes to detach it before the isolate is disposed, so a
 //!   terminate can never touch a freed isolate.
+//! - [`V8Runtime::reset`] keeps the isolate for another cell: it detaches every terminator handed
+//!   out so far before the shim cancels any termination and makes a fresh context, so no stop
+//!   meant for the old cell can reach the new one; terminators handed out after reach the isolate
+//!   as before.
 //! - Strings cross as pointer + length and are copied on the other side before the call returns.
 
 use std::ffi::{CStr, c_void};
@@ -69,6 +73,7 @@ unsafe extern "C" {
         host_data: *mut c_void,
     ) -> *mut RawRuntime;
     fn cm_runtime_delete(runtime: *mut RawRuntime);
+    fn cm_runtime_reset(runtime: *mut RawRuntime) -> i32;
     fn cm_runtime_terminate(runtime: *mut RawRuntime);
     fn cm_runtime_heap_limit_hit(runtime: *mut RawRuntime) -> i32;
     fn cm_runtime_last_error(runtime: *mut RawRuntime, length: *mut usize) -> *const u8;
@@ -430,6 +435,32 @@ impl<H: Host> V8Runtime<H> {
             2 => ModuleState::Rejected(self.last_error()),
             _ => ModuleState::Rejected(self.last_error()),
         }
+    }
+
+    /// Makes the runtime ready for another cell in the same isolate, with `host` as its host: a
+    /// fresh context (the bootstrap must run again), no termination pending, every terminator
+    /// handed out before detached. `false` when the isolate is better replaced (its heap reached
+    /// the limit, holds much, or has served many cells) or the shim failed: drop it then.
+    pub fn reset(&mut self, host: H) -> bool {
+        // First: after this, no stop meant for the old cell can reach the isolate.
+        self.terminator
+            .target
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .take();
+        // SAFETY: `raw` is live and we are on its thread; no JavaScript runs during the call.
+        if unsafe { cm_runtime_reset(self.raw) } != 0 {
+            return false;
+        }
+        self.terminator = IsolateTerminator {
+            target: Arc::new(Mutex::new(Some(SendRuntimePtr(self.raw)))),
+        };
+        // SAFETY: as in `host`: `slot` is live, and `&mut self` excludes running JavaScript.
+        let slot = unsafe { &mut *self.slot };
+        slot.host = host;
+        slot.reply.clear();
+        slot.panicked = false;
+        true
     }
 
     fn status(&self, status: i32) -> RunStatus {

@@ -45,6 +45,10 @@ impl ScriptRuntime for V8Runtime<CellHost> {
         V8Runtime::host(self)
     }
 
+    fn reset(&mut self, host: CellHost) -> bool {
+        V8Runtime::reset(self, host)
+    }
+
     fn terminator(&self) -> IsolateTerminator {
         V8Runtime::terminator(self)
     }

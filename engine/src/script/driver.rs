@@ -112,6 +112,15 @@ pub trait ScriptRuntime: Sized + 'static {
     fn create(heap_limit_bytes: usize, host: CellHost) -> Result<Self, EngineError>;
     /// The host its `host(...)` calls reach (never held across a call into JavaScript).
     fn host(&mut self) -> Self::HostGuard<'_>;
+    /// Makes the runtime ready for another cell in a fresh global scope, with `host` as its
+    /// host, after its last cell ended (the bootstrap then runs again): nothing of the old scope
+    /// may reach the host or the new scope, no stop meant for the old cell may reach the new one.
+    /// `false` when the runtime should be dropped instead. Only a lane reuses runtimes: its
+    /// cells are one tenant's ([`crate::lane`]). The default never reuses one.
+    fn reset(&mut self, host: CellHost) -> bool {
+        drop(host);
+        false
+    }
     /// A terminator for this runtime.
     fn terminator(&self) -> Self::Terminator;
     /// Whether a host call panicked (the runtime was stopped then).
@@ -147,6 +156,10 @@ const UNSETTLED_AWAIT: &str = "the script awaits a promise that nothing can sett
 struct BootstrapConfig {
     #[serde(rename = "testHooks")]
     test_hooks: bool,
+    /// How many cells the runtime served before (see [`ScriptRuntime::reset`]), for the test
+    /// hooks' `__codemode_test_cells_before()`.
+    #[serde(rename = "cellsBefore")]
+    cells_before: u32,
 }
 
 /// The state a [`crate::TerminateHandle`] shares with the runtime thread.
@@ -274,21 +287,47 @@ pub fn run_warm<R: ScriptRuntime>(
     cell: CellStart,
     context: ThreadContext<R::Terminator>,
 ) {
+    run_warm_keeping(warm, cell, context);
+}
+
+/// [`run_warm`], then makes the runtime ready for the next cell of this thread when its cell ran
+/// to an end of its own (not terminated, abandoned or panicked) and the runtime can be reset
+/// ([`ScriptRuntime::reset`]); `None` when a new runtime is needed.
+pub fn run_warm_then_reuse<R: ScriptRuntime>(
+    warm: WarmRuntime<R>,
+    cell: CellStart,
+    context: ThreadContext<R::Terminator>,
+) -> Option<WarmRuntime<R>> {
+    let (heap_limit_bytes, test_hooks) = (warm.heap_limit_bytes, context.test_hooks);
+    let cells_before = warm.cells_before.saturating_add(1);
+    let runtime = run_warm_keeping(warm, cell, context)?;
+    WarmRuntime::reuse(runtime, heap_limit_bytes, test_hooks, cells_before)
+}
+
+fn run_warm_keeping<R: ScriptRuntime>(
+    warm: WarmRuntime<R>,
+    cell: CellStart,
+    context: ThreadContext<R::Terminator>,
+) -> Option<R> {
     report::<R>(context.events.clone(), || {
         if context.events.send_blocking(RuntimeEvent::Started).is_err() {
             return (Ending::Abandoned, None);
         }
         CellThread::run_on(warm, cell, context)
-    });
+    })
 }
 
 /// Runs a cell's thread body and sends how it ended; a panic becomes `ThreadPanicked`. The
-/// runtime the body hands back is disposed of only after that: disposing of an isolate takes
-/// about as long as running a small cell (unmapping its heap), and the cell's owner need not wait
-/// for it.
-fn report<R: ScriptRuntime>(events: EventSender, body: impl FnOnce() -> (Ending, Option<R>)) {
+/// runtime the body hands back is disposed of (or handed back, when its cell ran to an end of its
+/// own) only after that: disposing of an isolate takes about as long as running a small cell
+/// (unmapping its heap), and the cell's owner need not wait for it.
+fn report<R: ScriptRuntime>(
+    events: EventSender,
+    body: impl FnOnce() -> (Ending, Option<R>),
+) -> Option<R> {
     let outcome = catch_unwind(AssertUnwindSafe(body));
     let (ending, disposal) = outcome.unwrap_or((Ending::Panicked, None));
+    let finished = matches!(ending, Ending::Finished { .. });
     let event = match ending {
         Ending::Finished {
             stored_value_writes,
@@ -311,7 +350,7 @@ fn report<R: ScriptRuntime>(events: EventSender, body: impl FnOnce() -> (Ending,
         // 1.1-1.2 ms after start() without this, 0.67-0.85 ms with it).
         std::thread::yield_now();
     }
-    drop(disposal);
+    if finished { disposal } else { None }
 }
 
 /// How a cell's thread ends.
@@ -359,6 +398,8 @@ struct CellThread<R: ScriptRuntime> {
 pub struct WarmRuntime<R> {
     runtime: R,
     heap_limit_bytes: usize,
+    /// How many cells it served before the next.
+    cells_before: u32,
 }
 
 impl<R> std::fmt::Debug for WarmRuntime<R> {
@@ -373,16 +414,35 @@ impl<R: ScriptRuntime> WarmRuntime<R> {
     /// Creates the runtime and runs the bootstrap, on the calling thread (which will run the
     /// cell).
     pub fn create(heap_limit_bytes: usize, test_hooks: bool) -> Result<Self, EngineError> {
-        // Nobody listens to the placeholder's events; the real host replaces it before any
-        // JavaScript runs.
-        let (placeholder_events, _) = crate::event_channel(None);
-        let placeholder = CellHost::new(
-            CellGlobals::new(String::new(), Vec::new(), Default::default()),
-            placeholder_events,
+        let runtime = R::create(heap_limit_bytes, placeholder_host(test_hooks))?;
+        Self::bootstrapped(runtime, heap_limit_bytes, test_hooks, 0)
+    }
+
+    /// Makes `runtime`, whose cell has ended, ready for another on this thread
+    /// ([`ScriptRuntime::reset`], then the bootstrap); `None` when a new one is needed.
+    fn reuse(
+        mut runtime: R,
+        heap_limit_bytes: usize,
+        test_hooks: bool,
+        cells_before: u32,
+    ) -> Option<Self> {
+        if !runtime.reset(placeholder_host(test_hooks)) {
+            return None;
+        }
+        Self::bootstrapped(runtime, heap_limit_bytes, test_hooks, cells_before).ok()
+    }
+
+    fn bootstrapped(
+        mut runtime: R,
+        heap_limit_bytes: usize,
+        test_hooks: bool,
+        cells_before: u32,
+    ) -> Result<Self, EngineError> {
+        let config = serde_json::to_string(&BootstrapConfig {
             test_hooks,
-        );
-        let mut runtime = R::create(heap_limit_bytes, placeholder)?;
-        let config = serde_json::to_string(&BootstrapConfig { test_hooks }).map_err(|error| {
+            cells_before,
+        })
+        .map_err(|error| {
             EngineError::Runtime(format!(
                 "cannot encode the bootstrap configuration: {error}"
             ))
@@ -391,6 +451,7 @@ impl<R: ScriptRuntime> WarmRuntime<R> {
             RunStatus::Ok => Ok(WarmRuntime {
                 runtime,
                 heap_limit_bytes,
+                cells_before,
             }),
             RunStatus::Exception(error) => Err(EngineError::Runtime(format!(
                 "the runtime's bootstrap failed: {error}"
@@ -405,6 +466,17 @@ impl<R: ScriptRuntime> WarmRuntime<R> {
     pub fn heap_limit_bytes(&self) -> usize {
         self.heap_limit_bytes
     }
+}
+
+/// The host of a runtime between cells. Nobody listens to its events; the cell's host replaces
+/// it before any of the cell's JavaScript runs.
+fn placeholder_host(test_hooks: bool) -> CellHost {
+    let (placeholder_events, _) = crate::event_channel(None);
+    CellHost::new(
+        CellGlobals::new(String::new(), Vec::new(), Default::default()),
+        placeholder_events,
+        test_hooks,
+    )
 }
 
 impl<R: ScriptRuntime> CellThread<R> {
@@ -441,6 +513,7 @@ impl<R: ScriptRuntime> CellThread<R> {
         let WarmRuntime {
             mut runtime,
             heap_limit_bytes,
+            ..
         } = warm;
         let _running = R::enter_cell(&cell.call_id);
         let call_id = cell.call_id.clone();

@@ -78,6 +78,15 @@ impl<R: ScriptRuntime> ScriptEngine<R> {
         ScriptEngine::build(DEFAULT_WARM_RUNTIMES, DEFAULT_HEAP_LIMIT_BYTES, true)
     }
 
+    /// With `on`, cells get the test hooks' globals (`__codemode_test_panic()`,
+    /// `__codemode_test_cells_before()`), as an engine process whose parent asked for test hooks
+    /// gives them; ignored in builds without the `test-hooks` feature.
+    #[doc(hidden)]
+    pub fn with_test_globals(mut self, on: bool) -> Self {
+        self.test_hooks = on && cfg!(feature = "test-hooks");
+        self
+    }
+
     /// How many pre-warmed runtimes are ready for a cell now (runtimes still being created are
     /// not counted: a cell that finds none ready starts cold).
     pub fn ready_runtimes(&self) -> usize {

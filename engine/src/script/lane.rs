@@ -1,5 +1,8 @@
 //! A lane's thread for a script engine: makes a runtime ready, waits on the lane for the next
-//! cell, runs it there with the lane's inbox, and again, until the lane closes. The runtime of a
+//! cell, runs it there with the lane's inbox, and again, until the lane closes. A runtime whose
+//! cell ran to an end of its own is reset for the next cell rather than replaced (the lane's cells
+//! are all one tenant's, see `crate::lane`): a fresh global scope in the same isolate costs a
+//! fraction of a new isolate. The runtime of a
 //! cell whose heap limit is not the one warmed for is made when the cell arrives (the cold path).
 
 use std::sync::Arc;
@@ -31,9 +34,14 @@ fn lane_thread<R: ScriptRuntime>(
     heap_limit_bytes: usize,
     test_hooks: bool,
 ) {
+    // The runtime the last cell left ready for the next, if it could (see `run_warm_then_reuse`).
+    let mut kept: Option<WarmRuntime<R>> = None;
     while lane.open() {
         // Made before the start arrives: a warm start is the lane's read of it, and the cell.
-        let warm = WarmRuntime::<R>::create(heap_limit_bytes, test_hooks);
+        let warm = match kept.take() {
+            Some(warm) => Ok(warm),
+            None => WarmRuntime::<R>::create(heap_limit_bytes, test_hooks),
+        };
         let Some(LaneCell {
             start,
             events,
@@ -54,6 +62,7 @@ fn lane_thread<R: ScriptRuntime>(
                     error_text: Some(error.to_string()),
                 });
             }
+            kept = warm.ok();
             continue;
         }
         let context = ThreadContext {
@@ -64,7 +73,7 @@ fn lane_thread<R: ScriptRuntime>(
         };
         match warm {
             Ok(warm) if warm.heap_limit_bytes() == start.limits.heap_limit_bytes => {
-                driver::run_warm(warm, start, context)
+                kept = driver::run_warm_then_reuse(warm, start, context);
             }
             _ => driver::run::<R>(start, context),
         }

@@ -27,7 +27,7 @@ use std::sync::mpsc;
 pub use driver::{
     BOOTSTRAP_JS, BOOTSTRAP_RESOURCE_NAME, CELL_RESOURCE_NAME, CellTerminator, CpuWatch,
     LaneTerminator, ModuleState, RunStatus, ScriptRuntime, ScriptTerminator, TerminateTarget,
-    ThreadContext, WarmRuntime, run, run_warm,
+    ThreadContext, WarmRuntime, run, run_warm, run_warm_then_reuse,
 };
 pub use engine::{DEFAULT_WARM_RUNTIMES, ScriptEngine};
 pub use host::{CellHost, Host, HostReply, HostStop};
