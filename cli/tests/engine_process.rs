@@ -101,17 +101,28 @@ impl Running {
             .expect("hung: the cell never ended")
     }
 
-    /// Waits for the first text the cell emits.
-    fn first_text(&mut self) -> String {
+    /// Reads the cell's events until `pick` takes one (`what` names it if none comes).
+    fn until<T>(&mut self, what: &str, mut pick: impl FnMut(RuntimeEvent) -> Option<T>) -> T {
         let deadline = std::time::Instant::now() + HANG_GUARD;
         loop {
-            assert!(std::time::Instant::now() < deadline, "hung: no text");
+            assert!(std::time::Instant::now() < deadline, "hung: no {what}");
             match self.events.try_recv() {
-                Some(RuntimeEvent::ContentItem(OutputItem::Text { text })) => return text,
-                Some(_) => {}
-                None => std::thread::sleep(Duration::from_millis(2)),
+                Some(event) => {
+                    if let Some(picked) = pick(event) {
+                        return picked;
+                    }
+                }
+                None => std::thread::sleep(Duration::from_millis(1)),
             }
         }
+    }
+
+    /// Waits for the first text the cell emits.
+    fn first_text(&mut self) -> String {
+        self.until("text", |event| match event {
+            RuntimeEvent::ContentItem(OutputItem::Text { text }) => Some(text),
+            _ => None,
+        })
     }
 }
 
@@ -454,15 +465,10 @@ fn tenant_cell(tenant: &str, source: &str) -> CellStart {
 
 /// Waits until the cell has made its first tool call (so it is running in its process).
 fn until_tool_call(running: &mut Running) -> (String, Option<codemode_protocol::JsonText>) {
-    let deadline = std::time::Instant::now() + HANG_GUARD;
-    loop {
-        assert!(std::time::Instant::now() < deadline, "hung: no tool call");
-        match running.events.try_recv() {
-            Some(RuntimeEvent::ToolCall { id, input, .. }) => return (id, input),
-            Some(_) => {}
-            None => std::thread::sleep(Duration::from_millis(2)),
-        }
-    }
+    running.until("tool call", |event| match event {
+        RuntimeEvent::ToolCall { id, input, .. } => Some((id, input)),
+        _ => None,
+    })
 }
 
 /// A cell that waits for one `echo` call, then says `word`.
@@ -1187,15 +1193,10 @@ fn a_cell_terminated_as_it_starts_is_stopped_without_ending_its_process() {
 impl Running {
     /// Waits for the cell's result, as its owner reads it, and returns its error text.
     fn until_result(&mut self) -> Option<String> {
-        let deadline = std::time::Instant::now() + HANG_GUARD;
-        loop {
-            assert!(std::time::Instant::now() < deadline, "hung: no result");
-            match self.events.try_recv() {
-                Some(RuntimeEvent::Result { error_text, .. }) => return error_text,
-                Some(_) => {}
-                None => std::thread::sleep(Duration::from_millis(1)),
-            }
-        }
+        self.until("result", |event| match event {
+            RuntimeEvent::Result { error_text, .. } => Some(error_text),
+            _ => None,
+        })
     }
 }
 

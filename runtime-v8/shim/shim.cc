@@ -182,8 +182,6 @@ struct cm_runtime {
   cm_host_fn host = nullptr;
   void* host_data = nullptr;
   std::atomic<bool> heap_limit_hit{false};
-  // How many times the runtime was reset for another cell (cm_runtime_reset).
-  int resets = 0;
   std::string last_error;
   // Where the cell last threw through the throw-site object, or where the last promise rejected
   // without a handler was rejected in the cell (line, 1-based column; 0 when unknown), and with
@@ -618,17 +616,16 @@ void cm_runtime_delete(cm_runtime* rt) {
 
 // Gives the runtime a fresh context for another cell in the same isolate, unless the isolate is
 // better replaced: its heap hit the limit (which V8's callback then raised), it holds more than
-// kMaxResetHeapBytes of heap or ArrayBuffer memory (a cell that used much is not kept around), or
-// it has run kMaxCellsPerIsolate cells. Returns 0 when reset (the bootstrap must run again), 1
+// kMaxResetHeapBytes of heap or ArrayBuffer memory (a cell that used much is not kept around).
+// (How many cells an isolate may serve is the caller's policy.) Returns 0 when reset (the bootstrap must run again), 1
 // when the runtime should be deleted instead, CM_INTERNAL_ERROR on failure (delete it too). A
 // termination requested before the call is cancelled: the caller has made sure that no terminator
 // of the old cell can reach the isolate any more, so none can be requested after.
 constexpr size_t kMaxResetHeapBytes = 16 * 1024 * 1024;
-constexpr int kMaxCellsPerIsolate = 100;
 
 int32_t cm_runtime_reset(cm_runtime* rt) {
   try {
-    if (rt->heap_limit_hit.load() || rt->resets + 1 >= kMaxCellsPerIsolate) return 1;
+    if (rt->heap_limit_hit.load()) return 1;
     Isolate* isolate = rt->isolate;
     Isolate::Scope isolate_scope(isolate);
     HeapStatistics statistics;
@@ -648,7 +645,6 @@ int32_t cm_runtime_reset(cm_runtime* rt) {
     Local<Context> context = Context::New(isolate);
     if (context.IsEmpty()) return CM_INTERNAL_ERROR;
     rt->context.Reset(isolate, context);
-    rt->resets++;
     return 0;
   } catch (...) {
     return CM_INTERNAL_ERROR;

@@ -440,7 +440,7 @@ impl<H: Host> V8Runtime<H> {
     /// Makes the runtime ready for another cell in the same isolate, with `host` as its host: a
     /// fresh context (the bootstrap must run again), no termination pending, every terminator
     /// handed out before detached. `false` when the isolate is better replaced (its heap reached
-    /// the limit, holds much, or has served many cells) or the shim failed: drop it then.
+    /// the limit, or holds much) or the shim failed: drop it then.
     pub fn reset(&mut self, host: H) -> bool {
         // First: after this, no stop meant for the old cell can reach the isolate.
         self.terminator

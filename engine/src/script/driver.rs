@@ -150,6 +150,11 @@ const UNSETTLED_AWAIT: &str = "the script awaits a promise that nothing can sett
     or timer is pending, so it would wait forever; resolve the promise, or await a tool call or a \
     timer instead";
 
+/// How many cells one runtime serves at most before a lane replaces it (see
+/// [`ScriptRuntime::reset`]): what a runtime keeps between cells (a heap's garbage, caches) does
+/// not build up without end.
+const MAX_CELLS_PER_RUNTIME: u32 = 100;
+
 /// What the bootstrap receives as its configuration (nothing of the cell: it may run before the
 /// cell is known).
 #[derive(Serialize)]
@@ -426,7 +431,7 @@ impl<R: ScriptRuntime> WarmRuntime<R> {
         test_hooks: bool,
         cells_before: u32,
     ) -> Option<Self> {
-        if !runtime.reset(placeholder_host(test_hooks)) {
+        if cells_before >= MAX_CELLS_PER_RUNTIME || !runtime.reset(placeholder_host(test_hooks)) {
             return None;
         }
         Self::bootstrapped(runtime, heap_limit_bytes, test_hooks, cells_before).ok()
