@@ -13,7 +13,7 @@ use rmcp::RoleServer;
 use rmcp::model::{ErrorCode, ErrorData, JsonRpcError, JsonRpcVersion2_0, RequestId};
 use rmcp::service::{RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::Transport;
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Stdin, Stdout};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader, Stdin, Stdout};
 use tokio::sync::Mutex;
 
 /// The longest line (one JSON-RPC message) the server reads: 16 MiB, as the MCP SDK's.
@@ -29,9 +29,12 @@ const INVALID_REQUEST: i32 = -32600;
 /// `receive` must be cancel-safe: the service drops its future whenever something else is ready
 /// (a response to send), so the line being read lives here, not in the future, and each error
 /// answer is written by a task of its own, whole.
-pub struct StdioTransport {
-    input: BufReader<Stdin>,
-    output: Arc<Mutex<Stdout>>,
+///
+/// Generic over its two ends so that tests can drive it in-process; the server uses
+/// [`transport`], over this process's stdin and stdout.
+pub struct StdioTransport<R = Stdin, W = Stdout> {
+    input: BufReader<R>,
+    output: Arc<Mutex<W>>,
     /// The start of the line being read (at most [`MAX_LINE_BYTES`] + 1 bytes are kept).
     partial: Vec<u8>,
     /// How many bytes of that line have been read.
@@ -40,12 +43,7 @@ pub struct StdioTransport {
 
 /// The transport over this process's stdin and stdout.
 pub fn transport() -> StdioTransport {
-    StdioTransport {
-        input: BufReader::new(tokio::io::stdin()),
-        output: Arc::new(Mutex::new(tokio::io::stdout())),
-        partial: Vec::new(),
-        partial_length: 0,
-    }
+    StdioTransport::new(tokio::io::stdin(), tokio::io::stdout())
 }
 
 /// One line read from the input.
@@ -59,7 +57,21 @@ enum Line {
     End,
 }
 
-impl StdioTransport {
+impl<R, W> StdioTransport<R, W>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    /// The transport that reads lines from `input` and writes messages to `output`.
+    pub fn new(input: R, output: W) -> Self {
+        StdioTransport {
+            input: BufReader::new(input),
+            output: Arc::new(Mutex::new(output)),
+            partial: Vec::new(),
+            partial_length: 0,
+        }
+    }
+
     /// Reads one line. Cancel-safe: between two awaits, whatever was read is both consumed from
     /// the input and kept in `self`.
     async fn read_line(&mut self) -> std::io::Result<Line> {
@@ -152,33 +164,46 @@ fn recover_id(text: &[u8]) -> Option<RequestId> {
     serde_json::from_value(id).ok()
 }
 
-/// `text` with each `\uD800`-`\uDFFF` escape replaced by `\uFFFD`.
+/// `text` with each `\uD800`-`\uDFFF` escape (a backslash, `u`, then four hex digits naming a
+/// surrogate) replaced by `\uFFFD`.
+///
+/// Works on characters, never on byte offsets into `text`, so no input can make it cut a
+/// character in two (an earlier version checked four bytes of an escape but skipped six, and a
+/// line holding `\ud8a` followed by a multi-byte character ended the server).
 fn replace_surrogate_escapes(text: &str) -> String {
-    let bytes = text.as_bytes();
+    let characters: Vec<char> = text.chars().collect();
     let mut out = String::with_capacity(text.len());
     let mut index = 0;
-    while index < bytes.len() {
-        let is_escape = bytes[index] == b'\\'
-            && index + 5 < bytes.len()
-            && bytes[index + 1] == b'u'
-            && matches!(bytes[index + 2], b'd' | b'D')
-            && matches!(bytes[index + 3], b'8'..=b'9' | b'a'..=b'f' | b'A'..=b'F');
-        if is_escape {
+    while index < characters.len() {
+        if is_surrogate_escape(&characters[index..]) {
             out.push_str("\\ufffd");
             index += 6;
         } else {
-            let character = text[index..]
-                .chars()
-                .next()
-                .expect("a character starts here");
-            out.push(character);
-            index += character.len_utf8();
+            out.push(characters[index]);
+            index += 1;
         }
     }
     out
 }
 
-impl Transport<RoleServer> for StdioTransport {
+/// Whether `characters` starts with `\uDXXX` naming a surrogate (D800 to DFFF).
+fn is_surrogate_escape(characters: &[char]) -> bool {
+    let [backslash, u, d, high, low_1, low_2, ..] = characters else {
+        return false;
+    };
+    *backslash == '\\'
+        && *u == 'u'
+        && matches!(d, 'd' | 'D')
+        && matches!(high, '8'..='9' | 'a'..='f' | 'A'..='F')
+        && low_1.is_ascii_hexdigit()
+        && low_2.is_ascii_hexdigit()
+}
+
+impl<R, W> Transport<RoleServer> for StdioTransport<R, W>
+where
+    R: AsyncRead + Unpin + Send + 'static,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
     type Error = std::io::Error;
 
     fn send(
@@ -254,6 +279,13 @@ impl Transport<RoleServer> for StdioTransport {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
+    use proptest::prelude::*;
+    use rmcp::model::{ClientJsonRpcMessage, ClientRequest};
+    use serde_json::Value;
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+
     use super::*;
 
     #[test]
@@ -268,5 +300,153 @@ mod tests {
             Some(RequestId::String("abc".into()))
         );
         assert_eq!(id("garbage"), None);
+    }
+
+    #[test]
+    fn a_short_surrogate_escape_before_a_multi_byte_character_is_left_as_it_is() {
+        // Four characters of an escape, then a two-byte and a four-byte character: the old scan
+        // skipped six bytes and cut the `é` in two.
+        assert_eq!(replace_surrogate_escapes(r"\ud8aé"), r"\ud8aé");
+        assert_eq!(replace_surrogate_escapes(r"\uD8a😀x"), r"\uD8a😀x");
+        assert_eq!(replace_surrogate_escapes(r"\ud8"), r"\ud8");
+        assert_eq!(
+            replace_surrogate_escapes(r"a\ud800é\uDFFF\ud7ff"),
+            r"a\ufffdé\ufffd\ud7ff"
+        );
+    }
+
+    /// What one line does to a transport: the messages `receive` returned before the `ping`
+    /// sent after it, and the lines the transport wrote.
+    struct Served {
+        messages_before: usize,
+        written: Vec<Value>,
+    }
+
+    /// Sends `line` then a `ping` with id `"after"` to a transport over in-memory pipes, and
+    /// reads until the ping arrives (each wait hang-guarded).
+    fn serve_line(line: &[u8]) -> Served {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let (mut client_writes, server_reads) = tokio::io::duplex(64 * 1024);
+            let (server_writes, client_reads) = tokio::io::duplex(64 * 1024);
+            let mut transport = StdioTransport::new(server_reads, server_writes);
+            let mut input = line.to_vec();
+            input.extend_from_slice(
+                b"\n{\"jsonrpc\":\"2.0\",\"id\":\"after\",\"method\":\"ping\"}\n",
+            );
+            let writer = tokio::spawn(async move {
+                client_writes.write_all(&input).await.unwrap();
+                client_writes
+            });
+            let mut messages_before = 0;
+            loop {
+                let message = tokio::time::timeout(Duration::from_secs(10), transport.receive())
+                    .await
+                    .expect("hung: the transport never returned the ping")
+                    .expect("the transport ended: a line ended the server");
+                let is_the_ping = matches!(
+                    &message,
+                    ClientJsonRpcMessage::Request(request)
+                        if request.id == RequestId::String("after".into())
+                            && matches!(request.request, ClientRequest::PingRequest(_))
+                );
+                if is_the_ping {
+                    break;
+                }
+                messages_before += 1;
+            }
+            let _client_writes = writer.await.unwrap();
+            drop(transport);
+            // Error answers are written by tasks of their own: give them their turn, then read
+            // what was written.
+            let mut written = Vec::new();
+            let mut lines = tokio::io::BufReader::new(client_reads).lines();
+            while let Ok(Ok(Some(line))) =
+                tokio::time::timeout(Duration::from_millis(200), lines.next_line()).await
+            {
+                written.push(serde_json::from_str(&line).expect("the transport writes JSON"));
+            }
+            Served {
+                messages_before,
+                written,
+            }
+        })
+    }
+
+    #[test]
+    fn a_line_that_cut_a_character_in_two_is_answered_and_the_next_line_served() {
+        let served =
+            serve_line(r#"{"jsonrpc":"2.0","id":3,"method":"x","params":"\ud8aé"}"#.as_bytes());
+        assert_eq!(served.messages_before, 0);
+        assert_eq!(served.written.len(), 1, "{:?}", served.written);
+        assert_eq!(served.written[0]["id"], 3);
+    }
+
+    /// Pieces that make lines hard to read: escapes whole and cut short, multi-byte characters,
+    /// JSON punctuation, an `id`, bytes that are not UTF-8.
+    fn piece() -> impl Strategy<Value = Vec<u8>> {
+        prop_oneof![
+            prop::sample::select(vec![
+                r"\ud800",
+                r"\uDFFF",
+                r"\ud8",
+                r"\ud8a",
+                r"\uD83D",
+                r"\u",
+                r"\",
+                "é",
+                "😀",
+                "\"",
+                "{",
+                "}",
+                "[",
+                "]",
+                ":",
+                ",",
+                r#""id":"#,
+                r#""jsonrpc":"2.0""#,
+                r#""method":"#,
+                "7",
+                "null",
+                " ",
+                "\t",
+                "\r",
+            ])
+            .prop_map(|piece| piece.as_bytes().to_vec()),
+            prop::collection::vec(
+                any::<u8>().prop_filter("one line", |byte| *byte != b'\n'),
+                0..8
+            ),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        #[test]
+        fn no_line_ends_the_server_and_each_unusable_line_is_answered(
+            pieces in prop::collection::vec(piece(), 0..24)
+        ) {
+            let line = pieces.concat();
+            let served = serve_line(&line);
+            let blank = line.iter().all(u8::is_ascii_whitespace);
+            let a_message = serde_json::from_slice::<ClientJsonRpcMessage>(&line).is_ok();
+            if blank || a_message {
+                prop_assert!(served.written.is_empty(), "{:?}", served.written);
+                prop_assert_eq!(served.messages_before, usize::from(a_message));
+            } else {
+                prop_assert_eq!(served.messages_before, 0);
+                prop_assert_eq!(served.written.len(), 1, "{:?}", served.written);
+                let answer = &served.written[0];
+                let code = answer["error"]["code"].as_i64();
+                prop_assert!(
+                    code == Some(i64::from(PARSE_ERROR)) || code == Some(i64::from(INVALID_REQUEST)),
+                    "{}", answer
+                );
+            }
+        }
     }
 }

@@ -511,6 +511,11 @@ fn every_stdio_request_gets_an_answer_even_an_oversized_or_unicode_broken_one() 
     let broken = server.answer(5);
     let message = broken["error"]["message"].as_str().unwrap();
     assert!(message.contains("lone surrogate escape"), "{broken}");
+    // Four characters of an escape, then a multi-byte character: a scan that skipped six bytes
+    // cut the character in two and ended the server.
+    server.send(r#"{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"exec","arguments":{"code":"\ud8aé"}}"#);
+    let cut = server.answer(9);
+    assert_eq!(cut["error"]["code"], json!(-32700), "{cut}");
     // A message past the 16 MiB a line may hold.
     let huge = format!(
         r#"{{"jsonrpc":"2.0","id":6,"method":"tools/call","params":{{"name":"exec","arguments":{{"code":"{}"}}}}}}"#,
