@@ -7,6 +7,7 @@
 
 mod config;
 mod engine_host;
+mod exit;
 mod http;
 mod run;
 mod serve;
@@ -48,14 +49,6 @@ enum Command {
         #[arg(long, value_name = "ADDR")]
         http: Option<String>,
     },
-}
-
-/// Exit statuses.
-pub(crate) mod exit {
-    pub const COMPLETED: u8 = 0;
-    pub const FAILED: u8 = 1;
-    pub const USAGE: u8 = 2;
-    pub const TERMINATED: u8 = 3;
 }
 
 fn main() -> ExitCode {

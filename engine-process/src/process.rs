@@ -27,7 +27,7 @@ use codemode_engine::{
 };
 use codemode_protocol::JsonText;
 
-use crate::ProcessEngineConfig;
+use crate::config::ProcessEngineConfig;
 use crate::lane::{Lane, LaneWriter, Refused};
 #[cfg(feature = "test-hooks")]
 use crate::wire::Probe;

@@ -26,11 +26,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::http;
 
-use super::McpArgs;
-use super::sessions::{Identity, SESSION_HEADER};
-
-/// Default of `--lease-secs`.
-pub(super) const DEFAULT_LEASE_SECS: u64 = 10;
+use super::args::McpArgs;
+use super::identity::{Identity, SESSION_HEADER};
 
 /// The header that marks a request one server forwarded to another.
 pub(super) const FORWARDED_HEADER: &str = "x-codemode-forwarded";

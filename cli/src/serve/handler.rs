@@ -1,12 +1,13 @@
 //! The MCP tool surface: `CodemodeServer`, the handler of one MCP session (or one request without
-//! MCP sessions), offering `exec` and `wait` (with their argument checks), `exec` tasks, and the
-//! conversion of a model-facing result into an MCP tool result.
+//! MCP sessions), offering `exec` and `wait` (with their argument checks), `exec` tasks and their
+//! requests, subscriptions, and logging levels. Every method of `CodemodeServer` is here; the
+//! sessions it reaches are opened by [`Shared`].
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use codemode_protocol::{OutputItem, WaitRequest};
-use codemode_session::{CellTicket, ExecOptions, Session, ToolResult};
+use codemode_protocol::WaitRequest;
+use codemode_session::{CellTicket, ExecOptions, Session};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams, ContentBlock,
     CreateTaskResult, GetTaskParams, GetTaskResult, ListToolsResult, PaginatedRequestParams,
@@ -18,8 +19,12 @@ use rmcp::{ErrorData, Peer, RoleServer, ServerHandler};
 use serde_json::{Map, Value, json};
 
 use super::cluster::{ProgressRelay, was_forwarded};
+use super::identity::Identity;
+use super::live::LiveSession;
 use super::progress::{Progress, Watched, request_id_text};
-use super::sessions::{Identity, LiveSession, LogThreshold, Shared, push_completions};
+use super::push::{LogThreshold, push_completions};
+use super::results::to_call_tool_result;
+use super::sessions::{McpSessionState, Shared};
 use super::tasks::{EXEC_TASK_POLL_INTERVAL, EXEC_TASK_TTL, duration_ms, follow_cell};
 
 /// The description of `exec` as this server offers it.
@@ -98,31 +103,38 @@ pub(super) fn count_argument(
 /// The handler of one MCP session (without MCP sessions, of one request).
 #[derive(Clone)]
 pub(super) struct CodemodeServer {
-    pub(super) shared: Arc<Shared>,
-    pub(super) state: Arc<tokio::sync::Mutex<ServerState>>,
+    shared: Arc<Shared>,
+    state: Arc<tokio::sync::Mutex<McpSessionState>>,
     /// The least severe log message this MCP session's client wants (`logging/setLevel`).
-    pub(super) log_threshold: LogThreshold,
-}
-
-/// What one MCP session holds: who it is (fixed at its first request) and, for a session the
-/// client did not name, its codemode session while open (closed after the idle timeout, opened
-/// again on the next request). A named session lives in the server's [`SessionRegistry`](super::registry::SessionRegistry) instead.
-#[derive(Default)]
-pub(super) struct ServerState {
-    pub(super) identity: Option<Identity>,
-    pub(super) live: Option<Arc<LiveSession>>,
+    log_threshold: LogThreshold,
 }
 
 impl CodemodeServer {
     pub(super) fn new(shared: Arc<Shared>) -> Self {
         CodemodeServer {
             shared,
-            state: Arc::new(tokio::sync::Mutex::new(ServerState::default())),
+            state: Arc::new(tokio::sync::Mutex::new(McpSessionState::default())),
             log_threshold: LogThreshold::default(),
         }
     }
 
-    pub(super) async fn exec(
+    /// The codemode session of this MCP session or request (see [`Shared::session`]).
+    async fn session(
+        &self,
+        extensions: &rmcp::model::Extensions,
+        peer: &Peer<RoleServer>,
+    ) -> Result<Arc<LiveSession>, ErrorData> {
+        self.shared
+            .session(&self.state, extensions, peer, &self.log_threshold)
+            .await
+    }
+
+    /// Who this MCP session (or request) is: fixed at its first request.
+    async fn identity(&self, extensions: &rmcp::model::Extensions) -> Result<Identity, ErrorData> {
+        self.shared.identity(&self.state, extensions).await
+    }
+
+    async fn exec(
         &self,
         arguments: Map<String, Value>,
         context: RequestContext<RoleServer>,
@@ -148,7 +160,7 @@ impl CodemodeServer {
             .client_capabilities()
             .is_some_and(|capabilities| capabilities.supports_tasks());
         let live = self.session(&context.extensions, &context.peer).await?;
-        let slot = self.reserve_cell(&live.tenant).await?;
+        let slot = self.shared.admit_cell(&live.tenant).await?;
         let session = &live.session;
         let call_id = format!("mcp-{}", request_id_text(&context));
         let progress = Progress::start(&context, session, Watched::Call(call_id.clone()));
@@ -232,7 +244,7 @@ impl CodemodeServer {
         })
     }
 
-    pub(super) async fn wait(
+    async fn wait(
         &self,
         arguments: Map<String, Value>,
         context: RequestContext<RoleServer>,
@@ -527,73 +539,5 @@ pub(super) fn object(schema: Value) -> Map<String, Value> {
     match schema {
         Value::Object(object) => object,
         _ => Map::new(),
-    }
-}
-
-/// A model-facing result as an MCP tool result: text as text blocks, images and audio as theirs.
-pub(super) fn to_call_tool_result(result: ToolResult) -> CallToolResult {
-    let content: Vec<ContentBlock> = result
-        .items
-        .into_iter()
-        .map(|item| match item {
-            OutputItem::Text { text } => ContentBlock::text(text),
-            OutputItem::Image(image) => match split_data_url(&image.image_url) {
-                // The detail the cell gave travels with the block, as upstream's does.
-                Some((mime, data)) => {
-                    let mut meta = rmcp::model::MetaObject::new();
-                    meta.0.insert(
-                        codemode_protocol::MCP_IMAGE_DETAIL_META.to_owned(),
-                        Value::String(image.detail.as_str().to_owned()),
-                    );
-                    ContentBlock::Image(rmcp::model::ImageContent::new(data, mime).with_meta(meta))
-                }
-                None => ContentBlock::text(format!(
-                    "[image that is not a base64 data URL: {} bytes]",
-                    image.image_url.len()
-                )),
-            },
-            OutputItem::Audio(audio) => match split_data_url(&audio.audio_url) {
-                Some((mime, data)) => ContentBlock::audio(data, mime),
-                None => ContentBlock::text(format!(
-                    "[audio that is not a base64 data URL: {} bytes]",
-                    audio.audio_url.len()
-                )),
-            },
-        })
-        .collect();
-    if result.is_error {
-        CallToolResult::error(content)
-    } else {
-        CallToolResult::success(content)
-    }
-}
-
-/// `data:<mime>;base64,<data>` as (mime, data).
-pub(super) fn split_data_url(url: &str) -> Option<(String, String)> {
-    let rest = url
-        .get(..5)
-        .filter(|scheme| scheme.eq_ignore_ascii_case("data:"))
-        .map(|_| &url[5..])?;
-    let (header, data) = rest.split_once(',')?;
-    let mime = header.strip_suffix(";base64")?;
-    Some((mime.to_owned(), data.to_owned()))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    pub(super) fn data_urls_split_into_mime_and_data() {
-        assert_eq!(
-            split_data_url("data:image/png;base64,AAA="),
-            Some(("image/png".into(), "AAA=".into()))
-        );
-        assert_eq!(
-            split_data_url("DATA:audio/wav;base64,UklG"),
-            Some(("audio/wav".into(), "UklG".into()))
-        );
-        assert_eq!(split_data_url("data:text/plain,hello"), None);
-        assert_eq!(split_data_url("https://x"), None);
     }
 }

@@ -1,14 +1,11 @@
 //! The server-wide limits (`--max-sessions`, `--max-cells`, their per-tenant shares, stored
-//! bytes, the idle timeout), and the check a new cell makes against them.
+//! bytes, the idle timeout), and the slots reserved under them.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use rmcp::ErrorData;
-
-use super::McpArgs;
-use super::handler::CodemodeServer;
+use super::args::McpArgs;
 
 /// The server-wide limits, and each tenant's share of them.
 #[derive(Debug, Clone, Copy)]
@@ -136,55 +133,4 @@ impl Drop for Slot {
             }
         }
     }
-}
-
-impl CodemodeServer {
-    /// Reserves a slot for a new cell of `tenant`, refused when the server runs its --max-cells
-    /// limit of cells already, or the tenant its share: in a cluster, the tenant's cells on every
-    /// server count (as the other servers last journaled them); the --max-cells limit is each
-    /// server's own. The new cell holds the slot while its session counts it.
-    pub(super) async fn reserve_cell(&self, tenant: &str) -> Result<Slot, ErrorData> {
-        let limits = &self.shared.limits;
-        let slot = self.shared.sessions.reserve_cell(tenant).map_err(|full| {
-            ErrorData::internal_error(
-                match full {
-                    SlotsFull::Server { held } => format!(
-                        "the server already runs {held} cells, its --max-cells limit of {}; wait \
-                         for one to finish, or terminate one with wait {{\"terminate\": true}}",
-                        limits.max_cells
-                    ),
-                    SlotsFull::Tenant { held } => cells_per_tenant_refusal(held, "", limits),
-                },
-                None,
-            )
-        })?;
-        let Some(cluster) = &self.shared.cluster else {
-            return Ok(slot);
-        };
-        match cluster.cells_elsewhere(tenant).await {
-            Ok((elsewhere, _)) => {
-                // This server's count (the new cell's slot aside) is exact; the others' as they
-                // last journaled it.
-                let yours =
-                    self.shared.sessions.cells_held_by(tenant).saturating_sub(1) + elsewhere;
-                if yours >= limits.max_cells_per_tenant {
-                    return Err(ErrorData::internal_error(
-                        cells_per_tenant_refusal(yours, " across the cluster", limits),
-                        None,
-                    ));
-                }
-            }
-            // The database is needed to start a cell anyway: this server's count stands.
-            Err(error) => tracing::warn!(%error, "cannot count the cluster's cells"),
-        }
-        Ok(slot)
-    }
-}
-
-fn cells_per_tenant_refusal(yours: usize, where_: &str, limits: &ServerLimits) -> String {
-    format!(
-        "your tenant already runs {yours} cells{where_}, the --max-cells-per-tenant limit of {}; \
-         wait for one to finish, or terminate one with wait {{\"terminate\": true}}",
-        limits.max_cells_per_tenant
-    )
 }

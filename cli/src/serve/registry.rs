@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use codemode_session::{SessionKey, StoredBytesBudget};
 
-use super::limits::{ServerLimits, Slot, Slots, SlotsFull};
-use super::sessions::LiveSession;
+use super::limits::{ServerLimits, Slots};
+use super::live::LiveSession;
 
 /// Held while one named session is looked up and opened, or closed.
 pub(super) type OpeningLock = tokio::sync::Mutex<()>;
@@ -74,24 +74,14 @@ impl SessionRegistry {
         }))
     }
 
-    /// Reserves a session's slot for `tenant`, before anything is awaited.
-    pub(super) fn reserve_session(&self, tenant: &str) -> Result<Slot, SlotsFull> {
-        self.session_slots.reserve(tenant)
+    /// The slots of open sessions (see [`admit`](super::admission::admit)).
+    pub(super) fn session_slots(&self) -> &Arc<Slots> {
+        &self.session_slots
     }
 
-    /// The sessions `tenant` holds open (or is opening) on this server.
-    pub(super) fn sessions_held_by(&self, tenant: &str) -> usize {
-        self.session_slots.held_by(tenant)
-    }
-
-    /// Reserves a cell's slot for `tenant`, before anything is awaited.
-    pub(super) fn reserve_cell(&self, tenant: &str) -> Result<Slot, SlotsFull> {
-        self.cell_slots.reserve(tenant)
-    }
-
-    /// The cells `tenant` runs (or is starting) on this server.
-    pub(super) fn cells_held_by(&self, tenant: &str) -> usize {
-        self.cell_slots.held_by(tenant)
+    /// The slots of running cells (see [`admit`](super::admission::admit)).
+    pub(super) fn cell_slots(&self) -> &Arc<Slots> {
+        &self.cell_slots
     }
 
     /// Counts `live` among the open sessions until it is dropped.

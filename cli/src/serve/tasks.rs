@@ -9,8 +9,8 @@ use codemode_session::ToolResult;
 use rmcp::model::CallToolResult;
 use rmcp::task_manager::{TaskContext, TaskExit};
 
-use super::handler::to_call_tool_result;
-use super::sessions::LiveSession;
+use super::live::LiveSession;
+use super::results::to_call_tool_result;
 
 /// How long an `exec` task lives: a cell still running then is terminated and the task fails;
 /// an ended task stays readable as long again.

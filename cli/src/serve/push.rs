@@ -1,0 +1,80 @@
+//! What the server tells a client unprompted: completion push (a cell that finished while nobody
+//! waited on it), as MCP log messages at the level the client set.
+
+use std::sync::Arc;
+
+use codemode_session::{Session, SessionEvent};
+use rmcp::{Peer, RoleServer};
+use serde_json::{Value, json};
+
+/// Completion push: tells the client about cells that finish while nobody waits on them, for as
+/// long as the session lives.
+pub(super) fn push_completions(session: &Session, peer: Peer<RoleServer>, threshold: LogThreshold) {
+    let mut events = session.subscribe();
+    tokio::spawn(async move {
+        while let Ok(event) = events.recv().await {
+            if let SessionEvent::CellFinished {
+                cell_id,
+                error_text,
+            } = event
+            {
+                let status = if error_text.is_some() {
+                    "failed"
+                } else {
+                    "completed"
+                };
+                let message = format!(
+                    "Cell {cell_id} {status} in the background; call wait with cell_id \"{cell_id}\" for its output."
+                );
+                if push_log(
+                    &peer,
+                    &threshold,
+                    json!({"cell_id": cell_id, "status": status, "message": message}),
+                )
+                .await
+                .is_err()
+                {
+                    break;
+                }
+            }
+        }
+    });
+}
+
+#[allow(deprecated)]
+/// Sends a log message (at level `info`) to the client, unless it asked for more severe ones
+/// only. MCP logging is deprecated in the SDK, but it is still the one standard way for a server
+/// to tell a client something unprompted.
+pub(super) async fn push_log(
+    peer: &Peer<RoleServer>,
+    threshold: &LogThreshold,
+    data: Value,
+) -> Result<(), rmcp::ServiceError> {
+    use rmcp::model::{LoggingLevel, LoggingMessageNotificationParam};
+    if !threshold.allows(LoggingLevel::Info) {
+        return Ok(());
+    }
+    let mut message = LoggingMessageNotificationParam::new(LoggingLevel::Info, data);
+    message.logger = Some("codemode".to_owned());
+    peer.notify_logging_message(message).await
+}
+
+/// The least severe level of log message one MCP session's client wants, as `logging/setLevel`
+/// set it (every level until it does, as the specification leaves it to the server). Shared
+/// between the handler and the tasks that push messages to that client.
+#[derive(Clone, Default)]
+pub(super) struct LogThreshold(Arc<std::sync::atomic::AtomicU8>);
+
+#[allow(deprecated)]
+impl LogThreshold {
+    /// Messages at `level` and above are sent from now on.
+    pub(super) fn set(&self, level: rmcp::model::LoggingLevel) {
+        self.0
+            .store(level as u8, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Whether a message at `level` is sent.
+    pub(super) fn allows(&self, level: rmcp::model::LoggingLevel) -> bool {
+        level as u8 >= self.0.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
