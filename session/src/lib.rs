@@ -24,14 +24,19 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+mod cell_host;
 mod config;
 mod discovery;
+mod error;
 mod hints;
 mod ids;
 mod model;
 mod ports;
+mod registry;
 mod render;
+mod report;
 mod session;
+mod shared;
 mod stored;
 mod strip;
 mod throw_sites;
@@ -43,12 +48,15 @@ pub use codemode_cell_actor::{
 pub use codemode_protocol::{JsonText, tools_declaration};
 pub use config::{CellActivity, CellActivityHook, SessionConfig};
 pub use discovery::{ToolsShown, tools_section};
+pub use error::SessionError;
 pub use hints::error_hints;
-pub use model::{CellTicket, ExecOptions, ToolResult};
+pub use model::{ExecOptions, ToolResult};
 pub use ports::{
     SessionKey, Store, StoreError, StoreErrorKind, ToolCallContext, ToolListError,
     ToolListErrorKind, ToolProgress, ToolProvider,
 };
+pub use registry::CellTicket;
 pub use render::{audio_tokens, fit_output, render_report, render_text, truncate};
-pub use session::{CellReport, Session, SessionError, SessionEvent, WaitOutcome};
+pub use report::{CellReport, SessionEvent, WaitOutcome};
+pub use session::Session;
 pub use stored::StoredBytesBudget;

@@ -7,8 +7,10 @@ use codemode_protocol::{ExecuteRequest, OutputItem, WaitRequest, parse_exec_inpu
 use serde_json::{Value, json};
 
 use crate::discovery::tools_section;
+use crate::registry::CellTicket;
 use crate::render::render_report;
-use crate::session::{CellReport, Session, WaitOutcome};
+use crate::report::{CellReport, WaitOutcome};
+use crate::session::Session;
 use codemode_cell_actor::CellEvent;
 
 /// What a model-facing tool call returns.
@@ -86,26 +88,6 @@ impl ExecOptions {
     pub fn with_ticket(mut self, ticket: CellTicket) -> Self {
         self.ticket = Some(ticket);
         self
-    }
-}
-
-/// Something an embedder hands a new cell to hold for as long as the cell is registered in its
-/// session (running, or ended but not yet observed), dropped when it leaves the registry, or at
-/// once when the cell does not start. A server's slot in a limit that several sessions share is
-/// one: it is reserved before the `exec` call awaits anything, so that concurrent calls cannot
-/// all pass one check, and it is given back exactly when the session stops counting the cell.
-pub struct CellTicket(#[allow(dead_code)] Box<dyn std::any::Any + Send + Sync>);
-
-impl CellTicket {
-    /// A ticket holding `held` (its `Drop` runs when the cell leaves the registry).
-    pub fn new(held: impl std::any::Any + Send + Sync) -> Self {
-        CellTicket(Box::new(held))
-    }
-}
-
-impl std::fmt::Debug for CellTicket {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("CellTicket")
     }
 }
 

@@ -16,7 +16,7 @@ use codemode_cell_actor::{CellEvent, ToolCallFate};
 use codemode_protocol::OutputItem;
 use codemode_protocol::limits::BYTES_PER_TOKEN;
 
-use crate::session::CellReport;
+use crate::report::CellReport;
 
 /// Renders `report` for the model as content items: a text header, the output items (consecutive
 /// texts joined), then the error, if any.

@@ -6,203 +6,39 @@
 //! stored values, each behind its own small mutex that is never held across an await. A cell is in
 //! the registry from its start until its terminal outcome has been delivered (or its actor closed).
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use codemode_cell_actor::{
-    CellConfig, CellError, CellEvent, CellHandle, CellHost, CompletionClaim, CompletionCommit,
-    Observation, StartedCell, ToolError, ToolErrorKind, ToolInvocation, start_cell,
+    CellConfig, CellError, CellEvent, CellHandle, Observation, ObservationFuture, StartedCell,
+    start_cell,
 };
-use codemode_engine::{CellLimits, CellStart, Engine, EngineError, PendingMode};
+use codemode_engine::{CellLimits, CellStart, Engine, PendingMode};
 use codemode_protocol::limits::MAX_SOURCE_BYTES;
-use codemode_protocol::{ExecuteRequest, JsonText, StoredValues, ToolDefinition, WaitRequest};
+use codemode_protocol::{ExecuteRequest, StoredValues, ToolDefinition, WaitRequest};
 
 use crate::stored::HeldValues;
 use tokio::sync::broadcast;
-use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
+use crate::cell_host::{SessionCellHost, cell_tool_progress};
 use crate::config::SessionConfig;
+use crate::error::SessionError;
 use crate::hints::error_hints;
 use crate::ids::CellIds;
-use crate::model::CellTicket;
-use crate::ports::{
-    SessionKey, Store, StoreError, ToolCallContext, ToolListError, ToolProgress, ToolProvider,
-};
-use crate::strip::{StrippedSource, strip_types};
+use crate::ports::{SessionKey, Store, ToolProvider};
+use crate::registry::{CellEntry, CellTicket, Registry};
+use crate::report::{CellReport, SessionEvent, WaitOutcome};
+use crate::shared::{ListedTools, Shared, lock};
+use crate::strip::{StrippedSource, UnsupportedTypeScript, strip_types};
 
 /// How many session events a slow subscriber may fall behind before it misses some.
 const EVENT_BUFFER: usize = 1024;
 
-/// What an observation of a cell returned.
-#[derive(Debug, Clone, PartialEq)]
-pub struct CellReport {
-    /// The cell observed.
-    pub cell_id: String,
-    /// What the observation returned.
-    pub event: CellEvent,
-    /// How long the observation took.
-    pub wall_time: Duration,
-    /// For a failed cell: where in the source the error points (a code frame), and the closest
-    /// tool names; each a paragraph of its own.
-    pub error_hints: Vec<String>,
-}
-
-/// The result of `wait`: an observation, or no such cell (distinct from any error).
-#[derive(Debug, Clone, PartialEq)]
-pub enum WaitOutcome {
-    /// The cell was observed (or terminated).
-    Observed(CellReport),
-    /// No cell with this id: never started, or its result was already delivered.
-    NotFound {
-        /// The id asked for.
-        cell_id: String,
-    },
-}
-
-/// Something a session tells its subscribers.
-#[derive(Debug, Clone, PartialEq)]
-pub enum SessionEvent {
-    /// A cell finished while nobody was observing it (completion push); `wait` returns its result.
-    CellFinished {
-        /// The cell.
-        cell_id: String,
-        /// Its error text, if it failed.
-        error_text: Option<String>,
-    },
-    /// A cell called `notify`.
-    Notification {
-        /// The cell.
-        cell_id: String,
-        /// The request that started it.
-        call_id: String,
-        /// The message.
-        text: String,
-    },
-}
-
-/// Why a session operation failed. Each message carries its cause; none has a separate source.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum SessionError {
-    #[error("the session is shut down and starts no more cells")]
-    /// `shutdown` was called.
-    ShutDown,
-    #[error(
-        "too many active cells: this session already has {limit} cells running or waiting to be \
-         observed (the max_active_cells limit); wait for or terminate one before starting another"
-    )]
-    /// The active-cell limit is reached.
-    TooManyCells {
-        /// The limit.
-        limit: usize,
-    },
-    #[error("this session has used every cell id and can start no more cells; open a new session")]
-    /// Every cell id was used.
-    CellIdsExhausted,
-    /// The source is larger than a cell accepts.
-    #[error(
-        "the source is {size} bytes, more than the {limit} bytes a cell accepts; send smaller \
-         code, and pass large data through tools or stored values"
-    )]
-    SourceTooLarge {
-        /// The source's size.
-        size: usize,
-        /// The limit.
-        limit: usize,
-    },
-    /// An observation or termination of a cell got no event.
-    #[error("cell {cell_id}: {error}")]
-    Cell {
-        /// The cell's id.
-        cell_id: String,
-        /// What went wrong with it.
-        error: CellError,
-    },
-    #[error(transparent)]
-    /// The engine could not start the cell.
-    Engine(#[from] EngineError),
-    #[error("failed to load the session's stored values: {0}")]
-    /// The store could not load the values.
-    Store(StoreError),
-    #[error("failed to list the session's tools: {0}")]
-    /// The provider could not list its tools.
-    Tools(ToolListError),
-}
-
-/// Everything a session and its cells' hosts share.
-struct Shared {
-    key: SessionKey,
-    /// The key's text form, for logs and events.
-    id: String,
-    engine: Arc<dyn Engine>,
-    store: Arc<dyn Store>,
-    provider: Arc<dyn ToolProvider>,
-    /// The tools as last listed; listed again before a cell starts when the provider's
-    /// `tools_version` moved.
-    tools: Mutex<ListedTools>,
-    config: SessionConfig,
-    /// The stored values as of the last commit, and what they cost; each cell starts with a
-    /// reference to them.
-    values: Mutex<HeldValues>,
-    /// Held (asynchronously) across one cell's store commit and its merge into `values`, so that
-    /// commits reach the store and `values` in the same order. Nothing else waits for it: starts,
-    /// observations and terminations never touch it.
-    commit_order: tokio::sync::Mutex<()>,
-    registry: Mutex<Registry>,
-    events: broadcast::Sender<SessionEvent>,
-    /// The cells' actor tasks; `shutdown` waits for them.
-    tasks: TaskTracker,
-}
-
-/// The provider's tools as of one listing.
-struct ListedTools {
-    version: u64,
-    tools: Arc<[ToolDefinition]>,
-    names: Arc<[String]>,
-}
-
-impl ListedTools {
-    fn new(version: u64, tools: Vec<ToolDefinition>) -> Self {
-        let names = tools.iter().map(ToolDefinition::global_name).collect();
-        ListedTools {
-            version,
-            tools: tools.into(),
-            names,
-        }
-    }
-}
-
-#[derive(Default)]
-struct Registry {
-    cells: HashMap<String, CellEntry>,
-    /// Cells whose engine start is under way (no lock is held while an engine starts a cell):
-    /// counted against the active-cell limit.
-    starting: usize,
-    ids: CellIds,
-    shut_down: bool,
-}
-
-struct CellEntry {
-    handle: CellHandle,
-    /// The source as the engine ran it, for error hints.
-    source: Arc<str>,
-    /// What the embedder gave the cell to hold while it is registered.
-    _ticket: Option<CellTicket>,
-}
-
 /// Sources up to this size have their types stripped on the async worker that starts the cell (a
 /// few microseconds, less than a hop to a blocking thread); larger ones on a blocking thread.
 const STRIP_ON_WORKER_BYTES: usize = 16 * 1024;
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    // Critical sections here never panic; recover the data anyway rather than spread a panic.
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
 
 /// A session: create it with [`Session::open`], give the model `exec` and `wait` through
 /// [`Session::exec_tool`] and [`Session::wait_tool`], or call the operations directly. Dropping it
@@ -396,14 +232,13 @@ impl Session {
     }
 
     /// Starts a cell, which holds `ticket` while it is registered (dropped at once if it does not
-    /// start).
+    /// start), and makes its first observation.
     pub(crate) async fn start(
         &self,
         request: ExecuteRequest,
         observation: Observation,
         ticket: Option<CellTicket>,
     ) -> Result<CellReport, SessionError> {
-        let shared = &self.shared;
         let began = Instant::now();
         self.refresh_tools().await;
         if request.source.len() > MAX_SOURCE_BYTES {
@@ -412,8 +247,40 @@ impl Session {
                 limit: MAX_SOURCE_BYTES,
             });
         }
-        // Another process may have committed to this session since: the cell starts from the
-        // latest committed values (no lock is held while the store answers).
+        self.refresh_values().await?;
+        let stripped = erase_types(&request.source).await;
+        let call_id = request.call_id.clone();
+        let (cell_id, source, cell) = match self.claim_start(request, stripped)? {
+            Claimed::Start {
+                cell_id,
+                source,
+                cell,
+            } => (cell_id, source, cell),
+            Claimed::Unsupported {
+                cell_id,
+                source,
+                error_text,
+            } => {
+                // The cell fails as a syntax error would, without running.
+                let event = CellEvent::Completed {
+                    output: Default::default(),
+                    error_text: Some(error_text),
+                    result_buffered_for: Duration::ZERO,
+                };
+                return first_report(self.conclude(&cell_id, &source, Ok(event), began)?);
+            }
+        };
+        let first_observation =
+            self.launch(&cell_id, &call_id, &source, cell, observation, ticket)?;
+        tracing::info!(session = %self.shared.id, cell_id, "cell started");
+        let answer = first_observation.await;
+        first_report(self.conclude(&cell_id, &source, answer, began)?)
+    }
+
+    /// Another process may have committed to this session since its values were loaded: the
+    /// cell starts from the latest committed values (no lock is held while the store answers).
+    async fn refresh_values(&self) -> Result<(), SessionError> {
+        let shared = &self.shared;
         if shared.store.shared_between_processes() {
             let latest = shared
                 .store
@@ -422,73 +289,80 @@ impl Session {
                 .map_err(SessionError::Store)?;
             lock(&shared.values).refresh(latest);
         }
-        // TypeScript is erased before the engine sees the source (positions kept), outside any
-        // lock. Hints read the source as the model wrote it.
-        let stripped = if request.source.len() <= STRIP_ON_WORKER_BYTES {
-            strip_types(&request.source)
-        } else {
-            // Parsing a large source takes milliseconds: not on an async worker.
-            let source = request.source.clone();
-            tokio::task::spawn_blocking(move || strip_types(&source))
-                .await
-                .unwrap_or(Ok(StrippedSource::AsWritten))
-        };
-        let (cell_id, source, cell) = {
-            let mut registry = lock(&shared.registry);
-            if registry.shut_down {
-                return Err(SessionError::ShutDown);
-            }
-            if registry.cells.len() + registry.starting >= shared.config.max_active_cells {
-                return Err(SessionError::TooManyCells {
-                    limit: shared.config.max_active_cells,
+        Ok(())
+    }
+
+    /// The registry's step of a start, in one critical section: refuses a cell the session
+    /// cannot take (shut down, at its active-cell limit, out of ids), allocates its id, and
+    /// counts it as starting, with what the engine will be given.
+    fn claim_start(
+        &self,
+        request: ExecuteRequest,
+        stripped: Result<StrippedSource, UnsupportedTypeScript>,
+    ) -> Result<Claimed, SessionError> {
+        let shared = &self.shared;
+        let mut registry = lock(&shared.registry);
+        if registry.shut_down {
+            return Err(SessionError::ShutDown);
+        }
+        if registry.cells.len() + registry.starting >= shared.config.max_active_cells {
+            return Err(SessionError::TooManyCells {
+                limit: shared.config.max_active_cells,
+            });
+        }
+        let cell_id = registry
+            .ids
+            .allocate()
+            .ok_or(SessionError::CellIdsExhausted)?;
+        let source: Arc<str> = Arc::from(request.source.as_str());
+        let runnable = match stripped {
+            Ok(StrippedSource::Stripped(code)) => code,
+            Ok(StrippedSource::AsWritten) => request.source,
+            Err(unsupported) => {
+                return Ok(Claimed::Unsupported {
+                    cell_id,
+                    source,
+                    error_text: unsupported.error_text,
                 });
             }
-            let cell_id = registry
-                .ids
-                .allocate()
-                .ok_or(SessionError::CellIdsExhausted)?;
-            let source: Arc<str> = Arc::from(request.source.as_str());
-            let runnable = match stripped {
-                Ok(StrippedSource::Stripped(code)) => code,
-                Ok(StrippedSource::AsWritten) => request.source,
-                Err(unsupported) => {
-                    drop(registry);
-                    // The cell fails as a syntax error would, without running.
-                    let event = CellEvent::Completed {
-                        output: Default::default(),
-                        error_text: Some(unsupported.error_text),
-                        result_buffered_for: Duration::ZERO,
-                    };
-                    return match self.conclude(&cell_id, &source, Ok(event), began)? {
-                        WaitOutcome::Observed(report) => Ok(report),
-                        WaitOutcome::NotFound { cell_id } => Err(SessionError::Cell {
-                            cell_id,
-                            error: CellError::Closed,
-                        }),
-                    };
-                }
-            };
-            registry.starting += 1;
-            let cell = CellStart {
-                tenant: shared.config.tenant.clone(),
-                call_id: request.call_id.clone(),
-                source: runnable,
-                enabled_tools: lock(&shared.tools).tools.to_vec(),
-                stored_values: Arc::clone(&lock(&shared.values).values),
-                limits: CellLimits::default()
-                    .with_heap_limit_bytes(shared.config.heap_limit_bytes)
-                    .with_cpu_time_limit(shared.config.cpu_time_limit)
-                    .with_max_tool_calls(shared.config.max_tool_calls),
-                pending_mode: PendingMode::PauseUntilResumed,
-            };
-            (cell_id, source, cell)
         };
-        // No lock is held while the engine starts the cell: an engine may have to start a process
-        // for it, and other cells of the session go on meanwhile.
+        registry.starting += 1;
+        let cell = CellStart {
+            tenant: shared.config.tenant.clone(),
+            call_id: request.call_id,
+            source: runnable,
+            enabled_tools: lock(&shared.tools).tools.to_vec(),
+            stored_values: Arc::clone(&lock(&shared.values).values),
+            limits: CellLimits::default()
+                .with_heap_limit_bytes(shared.config.heap_limit_bytes)
+                .with_cpu_time_limit(shared.config.cpu_time_limit)
+                .with_max_tool_calls(shared.config.max_tool_calls),
+            pending_mode: PendingMode::PauseUntilResumed,
+        };
+        Ok(Claimed::Start {
+            cell_id,
+            source,
+            cell,
+        })
+    }
+
+    /// Has the engine start a claimed cell (no lock is held meanwhile: an engine may have to
+    /// start a process for it, and other cells of the session go on), then registers it, in one
+    /// critical section with the end of its claim. Returns its first observation, to await.
+    fn launch(
+        &self,
+        cell_id: &str,
+        call_id: &str,
+        source: &Arc<str>,
+        cell: CellStart,
+        observation: Observation,
+        ticket: Option<CellTicket>,
+    ) -> Result<ObservationFuture, SessionError> {
+        let shared = &self.shared;
         let host = Arc::new(SessionCellHost {
             shared: Arc::clone(shared),
-            cell_id: cell_id.clone(),
-            tool_progress: cell_tool_progress(shared, &cell_id, &request.call_id),
+            cell_id: cell_id.to_owned(),
+            tool_progress: cell_tool_progress(shared, cell_id, call_id),
             error_text: Mutex::new(None),
         });
         let config = CellConfig {
@@ -496,49 +370,37 @@ impl Session {
             failure_handler: shared.config.on_runtime_failure.clone(),
         };
         let started = start_cell(&*shared.engine, cell, host, config, observation);
-        let first_observation = {
-            let mut registry = lock(&shared.registry);
-            registry.starting -= 1;
-            let StartedCell {
-                handle,
-                first_observation,
-                task,
-            } = started?;
-            let span = tracing::info_span!("cell", session = %shared.id, cell_id = %cell_id);
-            shared.tasks.spawn(task.instrument(span));
-            if registry.shut_down {
-                // The session shut down while the cell started: it ends at once.
-                drop(handle.terminate());
-                return Err(SessionError::ShutDown);
-            }
-            registry.cells.insert(
-                cell_id.clone(),
-                CellEntry {
-                    handle,
-                    source: Arc::clone(&source),
-                    _ticket: ticket,
-                },
-            );
-            // Under the registry's lock, which the cell's close takes too: heard before it.
-            if let Some(hook) = &shared.config.on_cell_activity {
-                hook(crate::CellActivity::CellStarted {
-                    session: shared.id.clone(),
-                    cell_id: cell_id.clone(),
-                    tenant: shared.config.tenant.clone(),
-                });
-            }
-            first_observation
-        };
-        tracing::info!(session = %shared.id, cell_id, "cell started");
-        let answer = first_observation.await;
-        match self.conclude(&cell_id, &source, answer, began)? {
-            WaitOutcome::Observed(report) => Ok(report),
-            // The cell's actor closed before answering its first observation.
-            WaitOutcome::NotFound { cell_id } => Err(SessionError::Cell {
-                cell_id,
-                error: CellError::Closed,
-            }),
+        let mut registry = lock(&shared.registry);
+        registry.starting -= 1;
+        let StartedCell {
+            handle,
+            first_observation,
+            task,
+        } = started?;
+        let span = tracing::info_span!("cell", session = %shared.id, cell_id = %cell_id);
+        shared.tasks.spawn(task.instrument(span));
+        if registry.shut_down {
+            // The session shut down while the cell started: it ends at once.
+            drop(handle.terminate());
+            return Err(SessionError::ShutDown);
         }
+        registry.cells.insert(
+            cell_id.to_owned(),
+            CellEntry {
+                handle,
+                source: Arc::clone(source),
+                _ticket: ticket,
+            },
+        );
+        // Under the registry's lock, which the cell's close takes too: heard before it.
+        if let Some(hook) = &shared.config.on_cell_activity {
+            hook(crate::CellActivity::CellStarted {
+                session: shared.id.clone(),
+                cell_id: cell_id.to_owned(),
+                tenant: shared.config.tenant.clone(),
+            });
+        }
+        Ok(first_observation)
     }
 
     async fn observe(
@@ -600,6 +462,47 @@ impl Session {
     }
 }
 
+/// What the registry's step of a start decided.
+enum Claimed {
+    /// The cell has its id and is counted as starting: the engine runs `cell`.
+    Start {
+        cell_id: String,
+        source: Arc<str>,
+        cell: CellStart,
+    },
+    /// The source uses TypeScript that cannot be erased: the cell fails without running.
+    Unsupported {
+        cell_id: String,
+        source: Arc<str>,
+        error_text: String,
+    },
+}
+
+/// The report of a new cell's first observation: a cell whose actor closed before answering it
+/// is an error, not "no such cell".
+fn first_report(outcome: WaitOutcome) -> Result<CellReport, SessionError> {
+    match outcome {
+        WaitOutcome::Observed(report) => Ok(report),
+        WaitOutcome::NotFound { cell_id } => Err(SessionError::Cell {
+            cell_id,
+            error: CellError::Closed,
+        }),
+    }
+}
+
+/// TypeScript erased before the engine sees the source (positions kept), outside any lock.
+/// Hints read the source as the model wrote it.
+async fn erase_types(source: &str) -> Result<StrippedSource, UnsupportedTypeScript> {
+    if source.len() <= STRIP_ON_WORKER_BYTES {
+        return strip_types(source);
+    }
+    // Parsing a large source takes milliseconds: not on an async worker.
+    let source = source.to_owned();
+    tokio::task::spawn_blocking(move || strip_types(&source))
+        .await
+        .unwrap_or(Ok(StrippedSource::AsWritten))
+}
+
 fn log_observation(session: &str, cell_id: &str, event: &CellEvent) {
     let items = event.output().entries().len();
     match event {
@@ -640,163 +543,5 @@ impl Drop for Session {
             drop(handle.terminate());
         }
         self.shared.tasks.close();
-    }
-}
-
-/// A cell's tool progress: published as the cell's notifications, which name the request that
-/// started it, so its watchers hear a tool's progress as they hear `notify(...)`.
-fn cell_tool_progress(shared: &Arc<Shared>, cell_id: &str, call_id: &str) -> ToolProgress {
-    let events = shared.events.clone();
-    let (cell_id, call_id) = (cell_id.to_owned(), call_id.to_owned());
-    ToolProgress::new(move |text| {
-        let _ = events.send(SessionEvent::Notification {
-            cell_id: cell_id.clone(),
-            call_id: call_id.clone(),
-            text,
-        });
-    })
-}
-
-/// The host of one cell of a session.
-struct SessionCellHost {
-    shared: Arc<Shared>,
-    cell_id: String,
-    /// Where the cell's tools report progress (made once per cell, shared by its calls).
-    tool_progress: ToolProgress,
-    /// The error text of the cell's completion, kept for the completion notice.
-    error_text: Mutex<Option<Option<String>>>,
-}
-
-impl CellHost for SessionCellHost {
-    async fn invoke_tool(
-        &self,
-        invocation: ToolInvocation,
-        cancellation: CancellationToken,
-    ) -> Result<JsonText, ToolError> {
-        let tool = invocation.name.global_name();
-        if let Some(hook) = &self.shared.config.on_cell_activity {
-            hook(crate::CellActivity::ToolCallStarted {
-                session: self.shared.id.clone(),
-                cell_id: self.cell_id.clone(),
-                call_id: invocation.id.clone(),
-                tool: tool.to_string(),
-            });
-        }
-        let span = tracing::info_span!(
-            "tool_call",
-            session = %self.shared.id,
-            cell_id = %self.cell_id,
-            tool = %tool,
-            call_id = %invocation.id,
-        );
-        let log_content = self.shared.config.log_content;
-        async move {
-            if log_content {
-                tracing::debug!(input = ?invocation.input, "tool call input");
-            }
-            let began = Instant::now();
-            let result = self
-                .shared
-                .provider
-                .call_tool(
-                    invocation,
-                    ToolCallContext::new(cancellation.clone())
-                        .with_progress(self.tool_progress.clone()),
-                )
-                .await;
-            let duration_ms = began.elapsed().as_millis() as u64;
-            let outcome = match (&result, cancellation.is_cancelled()) {
-                (_, true) => "cancelled",
-                (Ok(_), false) => "ok",
-                (Err(error), false) => match error.kind {
-                    ToolErrorKind::NotFound => "not found",
-                    ToolErrorKind::InvalidArguments => "invalid arguments",
-                    ToolErrorKind::Unavailable => "unavailable",
-                    ToolErrorKind::Cancelled => "cancelled",
-                    _ => "failed",
-                },
-            };
-            tracing::info!(duration_ms, outcome, "tool call finished");
-            if log_content {
-                tracing::debug!(result = ?result, "tool call result");
-            }
-            result
-        }
-        .instrument(span)
-        .await
-    }
-
-    async fn notify(&self, call_id: String, text: String, _cancellation: CancellationToken) {
-        if self.shared.config.log_content {
-            tracing::debug!(cell_id = %self.cell_id, text = %text, "notification");
-        }
-        // No subscriber is not an error: notifications are best effort.
-        let _ = self.shared.events.send(SessionEvent::Notification {
-            cell_id: self.cell_id.clone(),
-            call_id,
-            text,
-        });
-    }
-
-    async fn commit_completion(&self, mut claim: CompletionClaim) -> CompletionCommit {
-        let shared = &self.shared;
-        *lock(&self.error_text) = Some(claim.error_text().map(str::to_owned));
-        let writes = claim.take_stored_value_writes();
-        if writes.is_empty() {
-            return claim.publish();
-        }
-        // The outcome is already claimed: no lock of the session or the cell is held while the
-        // store works, only the commit order (which nothing but other commits waits for).
-        let _order = shared.commit_order.lock().await;
-        // Only commits change the values, and they run one at a time: what is charged here is
-        // what is applied below.
-        let charged = lock(&shared.values).charge(&writes, shared.config.max_stored_bytes);
-        let committed = match charged {
-            Err(refused) => Err(refused),
-            Ok(charge) => match shared.store.commit(&shared.key, &writes).await {
-                Ok(()) => Ok((charge, writes)),
-                Err(error) => {
-                    tracing::error!(session = %shared.id, cell_id = %self.cell_id, %error, "failed to commit stored values");
-                    Err(error)
-                }
-            },
-        };
-        match committed {
-            Ok((charge, writes)) => {
-                lock(&shared.values).apply(writes, charge);
-                claim.publish()
-            }
-            Err(error) => {
-                let note = format!("the cell's stored values could not be saved: {error}");
-                let mut error_text = lock(&self.error_text);
-                if let Some(text) = error_text.as_mut() {
-                    *text = Some(match text.take() {
-                        Some(existing) => format!("{existing}\n{note}"),
-                        None => note.clone(),
-                    });
-                }
-                drop(error_text);
-                claim.publish_with_commit_failure(&note)
-            }
-        }
-    }
-
-    fn completed_unobserved(&self) {
-        let error_text = lock(&self.error_text).take().flatten();
-        tracing::info!(session = %self.shared.id, cell_id = %self.cell_id, "cell finished in the background");
-        let _ = self.shared.events.send(SessionEvent::CellFinished {
-            cell_id: self.cell_id.clone(),
-            error_text,
-        });
-    }
-
-    async fn closed(&self) {
-        lock(&self.shared.registry).cells.remove(&self.cell_id);
-        if let Some(hook) = &self.shared.config.on_cell_activity {
-            hook(crate::CellActivity::CellClosed {
-                session: self.shared.id.clone(),
-                cell_id: self.cell_id.clone(),
-            });
-        }
     }
 }

@@ -13,9 +13,8 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use crate::{
-    PREFIX_LIB, V8_RUNTIME_LIBRARIES, copy, run, stage_library, v8_prefix, workspace_root,
-};
+use crate::shell::{copy, run, workspace_root};
+use crate::v8::{PREFIX_LIB, V8_RUNTIME_LIBRARIES, setup_v8, stage_library, v8_prefix};
 
 /// Libraries every Debian and Ubuntu system has: never bundled.
 const BASE_SYSTEM: [&str; 10] = [
@@ -43,7 +42,7 @@ fn package_name() -> String {
 
 /// Builds the tarball and returns its path.
 pub fn dist() -> Result<PathBuf, String> {
-    crate::setup_v8()?;
+    setup_v8()?;
     let root = workspace_root();
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
     run(Command::new(&cargo)
@@ -236,7 +235,7 @@ pub fn check() -> Result<(), String> {
 /// renamed out of sight and an empty environment, checks that its program links no V8 and runs a
 /// cell on QuickJS. Run it last: it leaves `target/release/codemode*` built without V8.
 pub fn no_v8_check() -> Result<(), String> {
-    let root = crate::workspace_root();
+    let root = workspace_root();
     run(
         Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
             .current_dir(&root)

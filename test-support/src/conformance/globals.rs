@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 
 use super::harness::{Options, error_of, run, run_with, texts_of};
-use super::subject;
+use super::subject::subject;
 use codemode_engine::RuntimeEvent;
 use codemode_protocol::{AudioItem, ImageDetail, ImageItem, OutputItem};
 use serde_json::json;

@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 
 pub use crate::HANG_GUARD;
 
-use super::subject;
+use super::subject::subject;
 
 /// Options of a test cell; `Default` is a client-mode cell with the `echo`, `fail` and `web.search`
 /// tools, no stored values and the default limits.

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use super::harness::{Options, run, start, start_with, texts_of};
-use super::subject;
+use super::subject::subject;
 use codemode_engine::{PendingMode, RuntimeCommand, RuntimeControl, RuntimeEvent};
 use codemode_protocol::{OutputItem, ToolKind, ToolName};
 use serde_json::json;

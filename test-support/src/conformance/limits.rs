@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use super::harness::{Options, run_with, texts_of};
-use super::subject;
+use super::subject::subject;
 use codemode_engine::{CellLimits, CellStart, EngineError, PendingMode, event_channel};
 
 const SMALL_HEAP: usize = 32 * 1024 * 1024;

@@ -1,0 +1,179 @@
+//! The host of one cell of a session ([`SessionCellHost`]): it runs the cell's tool calls through
+//! the session's provider, publishes its notifications and tool progress, commits its stored
+//! values in order when it completes, and takes it out of the registry when it closes.
+
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use codemode_cell_actor::{
+    CellHost, CompletionClaim, CompletionCommit, ToolError, ToolErrorKind, ToolInvocation,
+};
+use codemode_protocol::JsonText;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use crate::ports::{ToolCallContext, ToolProgress};
+use crate::report::SessionEvent;
+use crate::shared::{Shared, lock};
+
+/// A cell's tool progress: published as the cell's notifications, which name the request that
+/// started it, so its watchers hear a tool's progress as they hear `notify(...)`.
+pub(crate) fn cell_tool_progress(
+    shared: &Arc<Shared>,
+    cell_id: &str,
+    call_id: &str,
+) -> ToolProgress {
+    let events = shared.events.clone();
+    let (cell_id, call_id) = (cell_id.to_owned(), call_id.to_owned());
+    ToolProgress::new(move |text| {
+        let _ = events.send(SessionEvent::Notification {
+            cell_id: cell_id.clone(),
+            call_id: call_id.clone(),
+            text,
+        });
+    })
+}
+
+/// The host of one cell of a session.
+pub(crate) struct SessionCellHost {
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) cell_id: String,
+    /// Where the cell's tools report progress (made once per cell, shared by its calls).
+    pub(crate) tool_progress: ToolProgress,
+    /// The error text of the cell's completion, kept for the completion notice.
+    pub(crate) error_text: Mutex<Option<Option<String>>>,
+}
+
+impl CellHost for SessionCellHost {
+    async fn invoke_tool(
+        &self,
+        invocation: ToolInvocation,
+        cancellation: CancellationToken,
+    ) -> Result<JsonText, ToolError> {
+        let tool = invocation.name.global_name();
+        if let Some(hook) = &self.shared.config.on_cell_activity {
+            hook(crate::CellActivity::ToolCallStarted {
+                session: self.shared.id.clone(),
+                cell_id: self.cell_id.clone(),
+                call_id: invocation.id.clone(),
+                tool: tool.to_string(),
+            });
+        }
+        let span = tracing::info_span!(
+            "tool_call",
+            session = %self.shared.id,
+            cell_id = %self.cell_id,
+            tool = %tool,
+            call_id = %invocation.id,
+        );
+        let log_content = self.shared.config.log_content;
+        async move {
+            if log_content {
+                tracing::debug!(input = ?invocation.input, "tool call input");
+            }
+            let began = Instant::now();
+            let result = self
+                .shared
+                .provider
+                .call_tool(
+                    invocation,
+                    ToolCallContext::new(cancellation.clone())
+                        .with_progress(self.tool_progress.clone()),
+                )
+                .await;
+            let duration_ms = began.elapsed().as_millis() as u64;
+            let outcome = match (&result, cancellation.is_cancelled()) {
+                (_, true) => "cancelled",
+                (Ok(_), false) => "ok",
+                (Err(error), false) => match error.kind {
+                    ToolErrorKind::NotFound => "not found",
+                    ToolErrorKind::InvalidArguments => "invalid arguments",
+                    ToolErrorKind::Unavailable => "unavailable",
+                    ToolErrorKind::Cancelled => "cancelled",
+                    _ => "failed",
+                },
+            };
+            tracing::info!(duration_ms, outcome, "tool call finished");
+            if log_content {
+                tracing::debug!(result = ?result, "tool call result");
+            }
+            result
+        }
+        .instrument(span)
+        .await
+    }
+
+    async fn notify(&self, call_id: String, text: String, _cancellation: CancellationToken) {
+        if self.shared.config.log_content {
+            tracing::debug!(cell_id = %self.cell_id, text = %text, "notification");
+        }
+        // No subscriber is not an error: notifications are best effort.
+        let _ = self.shared.events.send(SessionEvent::Notification {
+            cell_id: self.cell_id.clone(),
+            call_id,
+            text,
+        });
+    }
+
+    async fn commit_completion(&self, mut claim: CompletionClaim) -> CompletionCommit {
+        let shared = &self.shared;
+        *lock(&self.error_text) = Some(claim.error_text().map(str::to_owned));
+        let writes = claim.take_stored_value_writes();
+        if writes.is_empty() {
+            return claim.publish();
+        }
+        // The outcome is already claimed: no lock of the session or the cell is held while the
+        // store works, only the commit order (which nothing but other commits waits for).
+        let _order = shared.commit_order.lock().await;
+        // Only commits change the values, and they run one at a time: what is charged here is
+        // what is applied below.
+        let charged = lock(&shared.values).charge(&writes, shared.config.max_stored_bytes);
+        let committed = match charged {
+            Err(refused) => Err(refused),
+            Ok(charge) => match shared.store.commit(&shared.key, &writes).await {
+                Ok(()) => Ok((charge, writes)),
+                Err(error) => {
+                    tracing::error!(session = %shared.id, cell_id = %self.cell_id, %error, "failed to commit stored values");
+                    Err(error)
+                }
+            },
+        };
+        match committed {
+            Ok((charge, writes)) => {
+                lock(&shared.values).apply(writes, charge);
+                claim.publish()
+            }
+            Err(error) => {
+                let note = format!("the cell's stored values could not be saved: {error}");
+                let mut error_text = lock(&self.error_text);
+                if let Some(text) = error_text.as_mut() {
+                    *text = Some(match text.take() {
+                        Some(existing) => format!("{existing}\n{note}"),
+                        None => note.clone(),
+                    });
+                }
+                drop(error_text);
+                claim.publish_with_commit_failure(&note)
+            }
+        }
+    }
+
+    fn completed_unobserved(&self) {
+        let error_text = lock(&self.error_text).take().flatten();
+        tracing::info!(session = %self.shared.id, cell_id = %self.cell_id, "cell finished in the background");
+        let _ = self.shared.events.send(SessionEvent::CellFinished {
+            cell_id: self.cell_id.clone(),
+            error_text,
+        });
+    }
+
+    async fn closed(&self) {
+        lock(&self.shared.registry).cells.remove(&self.cell_id);
+        if let Some(hook) = &self.shared.config.on_cell_activity {
+            hook(crate::CellActivity::CellClosed {
+                session: self.shared.id.clone(),
+                cell_id: self.cell_id.clone(),
+            });
+        }
+    }
+}

@@ -1,0 +1,53 @@
+//! What a session reports: an observation of a cell ([`CellReport`]), the outcome of `wait`
+//! ([`WaitOutcome`]), and what it tells its subscribers ([`SessionEvent`]).
+
+use std::time::Duration;
+
+use codemode_cell_actor::CellEvent;
+
+/// What an observation of a cell returned.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CellReport {
+    /// The cell observed.
+    pub cell_id: String,
+    /// What the observation returned.
+    pub event: CellEvent,
+    /// How long the observation took.
+    pub wall_time: Duration,
+    /// For a failed cell: where in the source the error points (a code frame), and the closest
+    /// tool names; each a paragraph of its own.
+    pub error_hints: Vec<String>,
+}
+
+/// The result of `wait`: an observation, or no such cell (distinct from any error).
+#[derive(Debug, Clone, PartialEq)]
+pub enum WaitOutcome {
+    /// The cell was observed (or terminated).
+    Observed(CellReport),
+    /// No cell with this id: never started, or its result was already delivered.
+    NotFound {
+        /// The id asked for.
+        cell_id: String,
+    },
+}
+
+/// Something a session tells its subscribers.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SessionEvent {
+    /// A cell finished while nobody was observing it (completion push); `wait` returns its result.
+    CellFinished {
+        /// The cell.
+        cell_id: String,
+        /// Its error text, if it failed.
+        error_text: Option<String>,
+    },
+    /// A cell called `notify`.
+    Notification {
+        /// The cell.
+        cell_id: String,
+        /// The request that started it.
+        call_id: String,
+        /// The message.
+        text: String,
+    },
+}

@@ -1,0 +1,68 @@
+//! `bench`: the benchmark suite on a release build, beside pydantic-monty installed from PyPI.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::shell::{run, workspace_root};
+use crate::v8::setup_v8;
+
+pub(crate) fn bench() -> Result<(), String> {
+    setup_v8()?;
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    let root = workspace_root();
+    run(Command::new(&cargo)
+        .args(["build", "--release", "-p", "codemode-cli"])
+        .current_dir(&root))?;
+    let json = root.join("target/bench/bench.json");
+    let codemode = root.join("target/release/codemode");
+    let mut bench = Command::new(&cargo);
+    bench
+        .args([
+            "run",
+            "--release",
+            "-q",
+            "-p",
+            "codemode-cli",
+            "--example",
+            "bench",
+            "--",
+        ])
+        .arg("--json")
+        .arg(&json)
+        .arg("--codemode")
+        .arg(&codemode)
+        .current_dir(&root);
+    if let Some(python) = install_monty(&root) {
+        bench.arg("--monty-python").arg(python);
+    }
+    run(&mut bench)
+}
+
+/// The pydantic-monty release the bench measures beside (its yardstick): pinned, so that a
+/// comparison over time compares codemode, not Monty.
+const MONTY_VERSION: &str = "1.4.0";
+
+/// Installs pydantic-monty [`MONTY_VERSION`] from PyPI into its own virtual environment under
+/// `target/bench/monty`, once; the environment's Python, or `None` (saying why) when Python or
+/// PyPI is out of reach, and the bench leaves its table out.
+fn install_monty(root: &Path) -> Option<PathBuf> {
+    let venv = root.join("target/bench/monty");
+    let python = venv.join("bin/python");
+    let installed = venv.join(format!("installed-{MONTY_VERSION}"));
+    if installed.exists() {
+        return Some(python);
+    }
+    let mut make_venv = Command::new("python3");
+    make_venv.args(["-m", "venv", "--clear"]).arg(&venv);
+    let mut install = Command::new(&python);
+    install.args(["-m", "pip", "install", "--quiet"]);
+    install.arg(format!("pydantic-monty=={MONTY_VERSION}"));
+    for mut step in [make_venv, install] {
+        if let Err(error) = run(&mut step) {
+            eprintln!("the bench goes on without pydantic-monty: {error}");
+            return None;
+        }
+    }
+    let _ = std::fs::write(&installed, "");
+    Some(python)
+}
