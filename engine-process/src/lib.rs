@@ -50,7 +50,6 @@ mod process;
 mod sandbox;
 mod wire;
 
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use codemode_engine::{CellStart, Engine, EngineError, EngineHandles, EventSender};
@@ -101,7 +100,7 @@ impl ProcessEngine {
     /// (empty without one). Only with test hooks.
     #[doc(hidden)]
     #[cfg(feature = "test-hooks")]
-    pub fn control_group_folders(&self) -> Vec<PathBuf> {
+    pub fn control_group_folders(&self) -> Vec<std::path::PathBuf> {
         self.pool.control_group_folders()
     }
 

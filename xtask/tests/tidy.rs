@@ -37,8 +37,16 @@ const STRING_ERRORS_ALLOWED: &[(&str, &str)] = &[
         "the binary's edge: a source file that cannot be read, printed",
     ),
     (
-        "cli/src/http.rs",
-        "the binary's edge: token files, secrets and names refused at start-up, printed",
+        "cli/src/http/tokens.rs",
+        "the binary's edge: token and secret files refused at start-up, printed",
+    ),
+    (
+        "cli/src/http/gate.rs",
+        "the binary's edge: a cluster token refused at start-up, printed",
+    ),
+    (
+        "cli/src/http/tenant.rs",
+        "the binary's edge: a name refused, the text handed to the client as it is",
     ),
     (
         "cli/src/serve/mod.rs",
@@ -71,7 +79,6 @@ const LINE_BUDGET: usize = 1_000;
 
 /// Source files allowed past [`LINE_BUDGET`], and why.
 const OVER_BUDGET: &[(&str, &str)] = &[
-    ("engine-process/src/process.rs", "to be split"),
     ("host-adapters/src/tools/mcp.rs", "to be split"),
     ("cli/examples/bench.rs", "to be split"),
 ];
