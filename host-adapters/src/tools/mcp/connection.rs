@@ -1,0 +1,330 @@
+//! The connection to one downstream server ([`McpTools`] and its [`Connection`]): made on first
+//! use and kept, started again (or reconnected) after the server dies or drops it, with a
+//! generation so that a failure seen by an old call never drops a newer connection; a stdio
+//! server's stderr is logged line by line.
+
+use rmcp::service::{ClientServiceExt, RoleClient, RunningService};
+use rmcp::transport::{ConfigureCommandExt, StreamableHttpClientTransport, TokioChildProcess};
+use serde_json::Value;
+use tokio::sync::Mutex;
+
+use super::notifications::{ListWatcher, ProgressRoutes};
+use super::transport::{McpServerConfig, McpTransport, lifecycle};
+
+/// Why a connection could not be made; displays as its message.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum StartError {
+    /// Nothing another handshake would change (the program does not start, a header is
+    /// malformed, the start was cancelled, it timed out): the message.
+    #[error("{0}")]
+    Final(String),
+    /// The handshake failed: another one, over a new connection, may succeed.
+    #[error("{0}")]
+    Handshake(String),
+}
+
+impl StartError {
+    /// The failure of a handshake, as `what` went.
+    pub(super) fn of(error: rmcp::service::ClientInitializeError, what: String) -> Self {
+        let message = format!("{what}: {error}");
+        match error {
+            rmcp::service::ClientInitializeError::Cancelled => StartError::Final(message),
+            _ => StartError::Handshake(message),
+        }
+    }
+}
+
+pub(super) type Client = RunningService<RoleClient, ListWatcher>;
+
+/// The live connection and its generation (counted up at each connect), so that a failure seen by
+/// an old call never drops a newer connection.
+struct Connection {
+    pub(super) client: Client,
+    pub(super) generation: u64,
+    /// The server's process, for a stdio server.
+    pub(super) pid: Option<u32>,
+}
+
+/// The tools of one MCP server.
+pub struct McpTools {
+    pub(super) config: McpServerConfig,
+    /// The output schema of each tool that has one, by the server's name for it, as last listed.
+    pub(super) output_schemas: std::sync::Mutex<std::collections::HashMap<String, Value>>,
+    connection: Mutex<Option<Connection>>,
+    pub(super) generations: std::sync::atomic::AtomicU64,
+    /// Grows when the server says its tools changed, and when it is started again.
+    pub(super) tools_version: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    /// Tools the server refused outside a task (`taskSupport: "required"` in the 2025-11-25
+    /// revision): called as tasks from then on.
+    pub(super) task_only: std::sync::Mutex<std::collections::HashSet<String>>,
+    /// Where the progress of each call in flight goes, by progress token.
+    pub(super) progress: ProgressRoutes,
+}
+
+impl std::fmt::Debug for McpTools {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("McpTools")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl McpTools {
+    /// A provider for this server; it connects on first use.
+    pub fn new(config: McpServerConfig) -> Self {
+        McpTools {
+            config,
+            output_schemas: std::sync::Mutex::new(std::collections::HashMap::new()),
+            connection: Mutex::new(None),
+            generations: std::sync::atomic::AtomicU64::new(0),
+            tools_version: std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0)),
+            task_only: std::sync::Mutex::new(std::collections::HashSet::new()),
+            progress: ProgressRoutes::default(),
+        }
+    }
+
+    pub(super) fn watcher(&self) -> ListWatcher {
+        ListWatcher {
+            version: std::sync::Arc::clone(&self.tools_version),
+            namespace: self.config.namespace.clone(),
+            progress: std::sync::Arc::clone(&self.progress),
+        }
+    }
+
+    /// The server's configuration.
+    pub fn config(&self) -> &McpServerConfig {
+        &self.config
+    }
+
+    /// The live client, connecting (or reconnecting) first if needed.
+    ///
+    /// A kept connection to a stdio server is checked first: a server that died since the last
+    /// call may not have been noticed by the connection yet, and its process's state tells at
+    /// once (a read of `/proc`, far cheaper than a ping round trip). If it is gone, the server is
+    /// started again, so a server killed between two calls costs the next call nothing.
+    pub(super) async fn client(&self) -> Result<(rmcp::Peer<RoleClient>, u64), StartError> {
+        let mut connection = self.connection.lock().await;
+        if let Some(live) = connection.as_ref() {
+            if !live.client.is_closed() && live.pid.is_none_or(process_alive) {
+                return Ok((live.client.peer().clone(), live.generation));
+            }
+            tracing::warn!(server = %self.config.namespace, "the MCP server is gone; starting it again");
+            connection.take();
+        }
+        let (client, pid) = tokio::time::timeout(self.config.connect_timeout, self.connect())
+            .await
+            .map_err(|_| {
+                StartError::Final(format!(
+                    "the MCP server \"{}\" did not start within {:.0} s",
+                    self.config.namespace,
+                    self.config.connect_timeout.as_secs_f64()
+                ))
+            })??;
+        let generation = self
+            .generations
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        if generation > 0 {
+            // Started again (it crashed, or was shut down): it may offer other tools now.
+            self.tools_version
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+        let peer = client.peer().clone();
+        *connection = Some(Connection {
+            client,
+            generation,
+            pid,
+        });
+        Ok((peer, generation))
+    }
+
+    /// Starts or reaches the server; for a stdio server, also its process id.
+    ///
+    /// First as [`lifecycle`] says (`server/discover`, falling back to `initialize` when the
+    /// server refuses it). A server that answers `server/discover` in some other way (an empty
+    /// result, an error rmcp does not take for "legacy", or closing the connection, as some
+    /// older servers do with any request before `initialize`) is reached again from the start,
+    /// over a new connection (a new process, for a stdio server), with `initialize` alone.
+    pub(super) async fn connect(&self) -> Result<(Client, Option<u32>), StartError> {
+        match self.start(lifecycle()).await {
+            Ok(started) => Ok(started),
+            Err(error @ StartError::Final(_)) => Err(error),
+            Err(StartError::Handshake(discover)) => {
+                tracing::info!(
+                    server = %self.config.namespace,
+                    error = %discover,
+                    "the MCP server did not take server/discover; connecting again with initialize"
+                );
+                self.start(rmcp::service::ClientLifecycleMode::Initialize)
+                    .await
+                    .map_err(|error| match error {
+                        StartError::Final(message) | StartError::Handshake(message) => {
+                            StartError::Final(format!(
+                                "{message} (and before that, with server/discover: {discover})"
+                            ))
+                        }
+                    })
+            }
+        }
+    }
+
+    /// [`Self::connect`] with one lifecycle.
+    pub(super) async fn start(
+        &self,
+        lifecycle: rmcp::service::ClientLifecycleMode,
+    ) -> Result<(Client, Option<u32>), StartError> {
+        let namespace = &self.config.namespace;
+        match &self.config.transport {
+            McpTransport::Stdio {
+                program,
+                args,
+                env,
+                cwd,
+            } => {
+                let environment = self.config.environment.as_ref();
+                let command = tokio::process::Command::new(program).configure(|command| {
+                    if let Some(environment) = environment {
+                        command.env_clear().envs(environment.iter().cloned());
+                    }
+                    command.args(args).envs(env);
+                    if let Some(cwd) = cwd {
+                        command.current_dir(cwd);
+                    }
+                });
+                let (transport, stderr) = TokioChildProcess::builder(command)
+                    .stderr(std::process::Stdio::piped())
+                    .spawn()
+                    .map_err(|error| {
+                        StartError::Final(format!(
+                            "cannot start the MCP server \"{namespace}\" ({program}): {error}"
+                        ))
+                    })?;
+                if let Some(stderr) = stderr {
+                    tokio::spawn(log_stderr(namespace.clone(), stderr));
+                }
+                let pid = transport.id();
+                let failed =
+                    format!("the MCP server \"{namespace}\" ({program}) failed to initialise");
+                Ok((self.handshake(transport, lifecycle, failed).await?, pid))
+            }
+            McpTransport::Http { url, headers } => {
+                let mut config =
+                    rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig::with_uri(
+                        url.as_str(),
+                    );
+                for (name, value) in headers {
+                    let name = http::HeaderName::try_from(name.as_str()).map_err(|error| {
+                        StartError::Final(format!(
+                            "the MCP server \"{namespace}\" has a bad header name {name:?}: {error}"
+                        ))
+                    })?;
+                    let value = http::HeaderValue::try_from(value.as_str()).map_err(|error| {
+                        StartError::Final(format!("the MCP server \"{namespace}\" has a bad value for header {name}: {error}"))
+                    })?;
+                    config.custom_headers.insert(name, value);
+                }
+                let transport = StreamableHttpClientTransport::from_config(config);
+                let failed = format!("cannot connect to the MCP server \"{namespace}\" at {url}");
+                Ok((self.handshake(transport, lifecycle, failed).await?, None))
+            }
+        }
+    }
+
+    /// Starts the MCP lifecycle over `transport`; `failed` says what failed, for the error.
+    pub(super) async fn handshake<T, E, A>(
+        &self,
+        transport: T,
+        lifecycle: rmcp::service::ClientLifecycleMode,
+        failed: String,
+    ) -> Result<Client, StartError>
+    where
+        T: rmcp::transport::IntoTransport<RoleClient, E, A>,
+        E: std::error::Error + Send + Sync + 'static,
+    {
+        self.watcher()
+            .serve_with_lifecycle(transport, lifecycle)
+            .await
+            .map_err(|error| StartError::of(error, failed))
+    }
+
+    /// Ends the connection, if any: a stdio server has its standard input closed, gets 3 s to
+    /// exit, then `SIGTERM` and 3 s more, then is killed (the MCP specification's sequence), so
+    /// that it is never cut off mid-write. The next call starts it again.
+    pub async fn shutdown(&self) {
+        let live = self.connection.lock().await.take();
+        if let Some(live) = live
+            && let Err(error) = live.client.cancel().await
+        {
+            tracing::warn!(server = %self.config.namespace, %error, "the MCP server did not close cleanly");
+        }
+    }
+
+    /// Drops the connection of `generation` (if it is still the current one), so that the next
+    /// call starts the server again.
+    pub(super) async fn forget(&self, generation: u64) {
+        let mut connection = self.connection.lock().await;
+        if connection
+            .as_ref()
+            .is_some_and(|live| live.generation == generation)
+            && let Some(dead) = connection.take()
+        {
+            drop(dead.client);
+        }
+    }
+}
+
+/// The longest line of a server's standard error that is logged whole.
+pub(super) const MAX_STDERR_LINE: usize = 2000;
+
+/// Logs what a stdio server writes to its standard error, a line at a time, each naming the
+/// server, instead of letting it spill onto the terminal.
+pub(super) async fn log_stderr(server: String, stderr: tokio::process::ChildStderr) {
+    use tokio::io::AsyncBufReadExt;
+    let mut lines = tokio::io::BufReader::new(stderr).lines();
+    loop {
+        match lines.next_line().await {
+            Ok(Some(line)) => {
+                let mut line = line;
+                if line.len() > MAX_STDERR_LINE {
+                    let end = (0..=MAX_STDERR_LINE)
+                        .rev()
+                        .find(|&end| line.is_char_boundary(end))
+                        .unwrap_or(0);
+                    line.truncate(end);
+                    line.push_str(" […]");
+                }
+                tracing::info!(target: "codemode::downstream", server = %server, "{line}");
+            }
+            Ok(None) => break,
+            // Not UTF-8, or the pipe failed: nothing more to log as lines.
+            Err(_) => break,
+        }
+    }
+}
+
+/// Whether process `pid` is still running: it exists and is not a zombie (exited, not yet
+/// reaped). Where `/proc` cannot be read for another reason, assume it runs.
+pub(super) fn process_alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the parenthesised command name, which may itself contain ')'.
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.trim_start().chars().next())
+            .is_none_or(|state| state != 'Z' && state != 'X'),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => false,
+        Err(_) => true,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    pub(super) fn a_process_is_alive_until_it_exits() {
+        assert!(process_alive(std::process::id()));
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        child.wait().unwrap();
+        assert!(!process_alive(pid));
+    }
+}

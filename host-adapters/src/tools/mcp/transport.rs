@@ -1,0 +1,142 @@
+//! How a downstream server is reached and named ([`McpServerConfig`], [`McpTransport`]: a stdio
+//! child process or streamable HTTP), and how a connection to it starts ([`lifecycle`]: the
+//! 2026-07-28 discovery first, `initialize` for an older server).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// How the server is reached.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum McpTransport {
+    /// A child process speaking MCP on its stdin and stdout.
+    Stdio {
+        /// The program to run.
+        program: String,
+        /// Its arguments.
+        args: Vec<String>,
+        /// Environment variables set for it, on top of the inherited environment.
+        env: BTreeMap<String, String>,
+        /// Its working directory; the current one when `None`.
+        cwd: Option<PathBuf>,
+    },
+    /// A streamable HTTP endpoint, such as `http://127.0.0.1:8080/mcp`.
+    Http {
+        /// The server's URL (`http://host:port/mcp`).
+        url: String,
+        /// Headers sent with every request (an `Authorization` header, for instance).
+        headers: BTreeMap<String, String>,
+    },
+}
+
+impl McpTransport {
+    /// A stdio server: `program` with `args`, in the inherited environment.
+    pub fn stdio(program: impl Into<String>, args: Vec<String>) -> Self {
+        McpTransport::Stdio {
+            program: program.into(),
+            args,
+            env: BTreeMap::new(),
+            cwd: None,
+        }
+    }
+
+    /// A stdio server from a command line such as `node "my server.js" --flag`, split into words
+    /// as a POSIX shell would (quotes and backslashes), without running a shell. `None` when the
+    /// line names no program or its quotes do not close.
+    pub fn stdio_command(command_line: &str) -> Option<Self> {
+        let mut words = shlex::split(command_line)?.into_iter();
+        let program = words.next()?;
+        Some(McpTransport::stdio(program, words.collect()))
+    }
+
+    /// A streamable HTTP server at `url`, with no extra headers.
+    pub fn http(url: impl Into<String>) -> Self {
+        McpTransport::Http {
+            url: url.into(),
+            headers: BTreeMap::new(),
+        }
+    }
+}
+
+/// How a connection starts: `server/discover` first, speaking 2026-07-28 (no `initialize`,
+/// each request carrying its protocol version, client info and capabilities in `_meta`, and over
+/// HTTP the `MCP-Protocol-Version`, `Mcp-Method` and `Mcp-Name` headers) to a server that answers
+/// it; to a server of an older revision, which refuses the method, `initialize` offering
+/// 2025-11-25, which it knows (and may answer with an older one it speaks).
+pub(super) fn lifecycle() -> rmcp::service::ClientLifecycleMode {
+    rmcp::service::ClientLifecycleMode::Auto {
+        preferred_versions: vec![rmcp::model::ProtocolVersion::V_2026_07_28],
+        legacy_version: Some(rmcp::model::ProtocolVersion::V_2025_11_25),
+    }
+}
+
+/// One downstream server.
+#[derive(Debug, Clone)]
+pub struct McpServerConfig {
+    /// The namespace of its tools: `tools.<namespace>__<tool>`.
+    pub namespace: String,
+    /// How to reach the server.
+    pub transport: McpTransport,
+    /// How long one call may take before it fails.
+    pub call_timeout: Duration,
+    /// How long starting and initialising the connection may take.
+    pub connect_timeout: Duration,
+    /// The whole environment a stdio server starts with, before its transport's `env`; `None`:
+    /// this process's environment.
+    pub environment: Option<Vec<(std::ffi::OsString, std::ffi::OsString)>>,
+}
+
+impl McpServerConfig {
+    /// A server whose tools appear under `namespace`, reached through `transport`.
+    pub fn new(namespace: impl Into<String>, transport: McpTransport) -> Self {
+        McpServerConfig {
+            namespace: namespace.into(),
+            transport,
+            call_timeout: Duration::from_secs(60),
+            connect_timeout: Duration::from_secs(30),
+            environment: None,
+        }
+    }
+
+    /// This configuration with the whole environment a stdio server starts with (the
+    /// transport's `env` still goes on top), instead of this process's.
+    pub fn with_environment(
+        mut self,
+        environment: impl IntoIterator<Item = (std::ffi::OsString, std::ffi::OsString)>,
+    ) -> Self {
+        self.environment = Some(environment.into_iter().collect());
+        self
+    }
+
+    /// This configuration with another per-call timeout.
+    pub fn with_call_timeout(mut self, timeout: Duration) -> Self {
+        self.call_timeout = timeout;
+        self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn command_lines_split_into_program_and_arguments_as_a_shell_would() {
+        assert_eq!(
+            McpTransport::stdio_command("node  server.js --port 1"),
+            Some(McpTransport::stdio(
+                "node",
+                vec!["server.js".into(), "--port".into(), "1".into()]
+            ))
+        );
+        assert_eq!(
+            McpTransport::stdio_command(r#""/opt/my tools/server" --name 'a b' c\ d"#),
+            Some(McpTransport::stdio(
+                "/opt/my tools/server",
+                vec!["--name".into(), "a b".into(), "c d".into()]
+            ))
+        );
+        assert_eq!(McpTransport::stdio_command("   "), None);
+        assert_eq!(McpTransport::stdio_command("node 'unclosed"), None);
+    }
+}
