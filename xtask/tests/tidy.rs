@@ -78,9 +78,7 @@ const STRING_ERRORS_ALLOWED: &[(&str, &str)] = &[
 const LINE_BUDGET: usize = 1_000;
 
 /// Source files allowed past [`LINE_BUDGET`], and why.
-const OVER_BUDGET: &[(&str, &str)] = &[
-    ("cli/examples/bench.rs", "to be split"),
-];
+const OVER_BUDGET: &[(&str, &str)] = &[("cli/examples/bench.rs", "to be split")];
 
 /// The files of `cli/src/serve/`, bottom layer first: a file imports only from lower layers.
 const SERVE_LAYERS: &[&[&str]] = &[

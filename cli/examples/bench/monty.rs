@@ -13,7 +13,7 @@ use codemode_engine::{Engine, RuntimeEvent, event_channel};
 use rmcp::transport::ConfigureCommandExt;
 use serde_json::{Value, json};
 
-use super::{Stats, cell, mcp_calls, ms, stats, tool_round_trip};
+use crate::measure::{Stats, cell, mcp_calls, ms, stats, tool_round_trip};
 
 /// A running `monty.py`: one pool of Monty workers answering requests a line each.
 pub struct Monty {

@@ -18,7 +18,7 @@ use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use serde_json::{Value, json};
 
-use super::{Stats, ms, stats};
+use crate::measure::{Stats, ms, stats};
 
 /// One figure, with the file store and with PostgreSQL.
 pub struct StoreRow {

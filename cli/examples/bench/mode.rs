@@ -1,0 +1,126 @@
+//! What the bench is asked to do ([`Mode`]): the whole suite, or one quick mode, read once from
+//! the command line with the options every mode shares ([`Options`]).
+
+/// What one run of the bench measures.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Mode {
+    /// Every table, and the JSON file (the default).
+    Suite,
+    /// `--round-trip-only`: tool round trips in-process and in engine processes.
+    RoundTrip { engine: String },
+    /// `--round-trips-in-process N`: N in-process round trips, for instruction counts.
+    RoundTripsInProcess { engine: String, iterations: usize },
+    /// `--quickjs-start-only`: QuickJS's warm start in-process.
+    QuickJsStart,
+    /// `--quickjs-process-start-only`: QuickJS's warm start in an engine process.
+    QuickJsProcessStart,
+    /// `--quickjs-targets`: QuickJS and V8 in engine processes beside the yardsticks.
+    QuickJsTargets,
+    /// `--spawn-only`: one engine process's spawn to ready, and its idle memory.
+    Spawn,
+    /// `--payload-only`: the large-payload rows.
+    Payload,
+    /// `--stored-only`: the stored-value rows.
+    Stored,
+    /// `--stores-only`: the stores' table.
+    Stores,
+    /// `--monty-only`: the table beside pydantic-monty (needs `--monty-python`).
+    Monty { python: String },
+    /// `--exec-only`: `exec` over MCP back to back beside a trivial MCP tool.
+    Exec { isolation: String, runs: usize },
+    /// `--engines-only`: the engines' table.
+    Engines,
+}
+
+/// What every mode may be given.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Options {
+    /// The release binary (`--codemode`).
+    pub(crate) codemode: String,
+    /// Where the suite writes its figures (`--json`).
+    pub(crate) json: Option<String>,
+    /// The Python of pydantic-monty's environment (`--monty-python`).
+    pub(crate) monty_python: Option<String>,
+}
+
+/// The flags that choose a mode; at most one is given.
+const MODE_FLAGS: &[&str] = &[
+    "--round-trip-only",
+    "--round-trips-in-process",
+    "--quickjs-start-only",
+    "--quickjs-process-start-only",
+    "--quickjs-targets",
+    "--spawn-only",
+    "--payload-only",
+    "--stored-only",
+    "--stores-only",
+    "--monty-only",
+    "--exec-only",
+    "--engines-only",
+];
+
+/// The value after `--name`, if given.
+fn flag(args: &[String], name: &str) -> Option<String> {
+    args.iter()
+        .position(|arg| arg == name)
+        .and_then(|at| args.get(at + 1))
+        .cloned()
+}
+
+/// Reads the mode and the options from the arguments (without the program's name).
+pub(crate) fn parse(args: &[String]) -> Result<(Mode, Options), String> {
+    let options = Options {
+        codemode: flag(args, "--codemode").unwrap_or_else(|| "target/release/codemode".into()),
+        json: flag(args, "--json"),
+        monty_python: flag(args, "--monty-python"),
+    };
+    let chosen: Vec<&str> = MODE_FLAGS
+        .iter()
+        .copied()
+        .filter(|mode| args.iter().any(|arg| arg == mode))
+        .collect();
+    let engine = || match flag(args, "--engine").as_deref() {
+        None | Some("v8") => Ok("v8".to_owned()),
+        Some("quickjs") => Ok("quickjs".to_owned()),
+        Some(other) => Err(format!("--engine takes v8 or quickjs, not {other}")),
+    };
+    let count = |name: &str, default: usize| match flag(args, name) {
+        None => Ok(default),
+        Some(text) => text
+            .parse()
+            .map_err(|_| format!("{name} takes a number, not {text}")),
+    };
+    let mode = match chosen.as_slice() {
+        [] => Mode::Suite,
+        ["--round-trip-only"] => Mode::RoundTrip { engine: engine()? },
+        ["--round-trips-in-process"] => Mode::RoundTripsInProcess {
+            engine: engine()?,
+            iterations: count("--round-trips-in-process", 0)?,
+        },
+        ["--quickjs-start-only"] => Mode::QuickJsStart,
+        ["--quickjs-process-start-only"] => Mode::QuickJsProcessStart,
+        ["--quickjs-targets"] => Mode::QuickJsTargets,
+        ["--spawn-only"] => Mode::Spawn,
+        ["--payload-only"] => Mode::Payload,
+        ["--stored-only"] => Mode::Stored,
+        ["--stores-only"] => Mode::Stores,
+        ["--monty-only"] => Mode::Monty {
+            python: options
+                .monty_python
+                .clone()
+                .ok_or("--monty-only needs --monty-python, the Python of Monty's environment")?,
+        },
+        ["--exec-only"] => Mode::Exec {
+            isolation: flag(args, "--isolation").unwrap_or_else(|| "process".into()),
+            runs: count("--runs", 40)?,
+        },
+        ["--engines-only"] => Mode::Engines,
+        several => {
+            return Err(format!(
+                "give one mode at most, not {}",
+                several.join(" and ")
+            ));
+        }
+    };
+    Ok((mode, options))
+}
