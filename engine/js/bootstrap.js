@@ -12,21 +12,6 @@
 (function installCodemodeGlobals(host, configJson) {
   'use strict';
 
-  // The ops of `host(op, a?, b?)`; the Rust side (engine/src/script/host.rs) uses the same numbers.
-  const OP_TEXT = 1;
-  const OP_IMAGE = 2;
-  const OP_AUDIO = 3;
-  const OP_STORE = 4;
-  const OP_LOAD = 5;
-  const OP_NOTIFY = 6;
-  const OP_YIELD = 7;
-  const OP_EXIT = 8;
-  const OP_TOOL_CALL = 9;
-  const OP_SET_TIMEOUT = 10;
-  const OP_CLEAR_TIMEOUT = 11;
-  const OP_GENERATED_IMAGE = 12;
-  const OP_TEST_PANIC = 99;
-
   // The kinds of `dispatch(kind, id, payload)`.
   const DISPATCH_RESOLVE = 1;
   const DISPATCH_REJECT = 2;
@@ -70,6 +55,23 @@
   const arraySpliceMethod = Array.prototype.splice;
 
   const config = jsonParse(configJson);
+  // The ops of `host(op, a?, b?)`, numbered once on the Rust side (HostOp, in
+  // engine/src/script/ops.rs) and received with the configuration.
+  const {
+    TEXT: OP_TEXT,
+    IMAGE: OP_IMAGE,
+    AUDIO: OP_AUDIO,
+    STORE: OP_STORE,
+    LOAD: OP_LOAD,
+    NOTIFY: OP_NOTIFY,
+    YIELD: OP_YIELD,
+    EXIT: OP_EXIT,
+    TOOL_CALL: OP_TOOL_CALL,
+    SET_TIMEOUT: OP_SET_TIMEOUT,
+    CLEAR_TIMEOUT: OP_CLEAR_TIMEOUT,
+    GENERATED_IMAGE: OP_GENERATED_IMAGE,
+    TEST_PANIC: OP_TEST_PANIC,
+  } = config.ops;
   const global = globalThis;
 
   function defineGlobal(name, value) {

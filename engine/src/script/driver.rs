@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use super::host::{CellHost, HostStop};
+use super::ops::HostOp;
 use crate::globals::CellGlobals;
 use crate::lane::{CellInbox, Received, Wait};
 use crate::{
@@ -165,6 +166,8 @@ struct BootstrapConfig {
     /// hooks' `__codemode_test_cells_before()`.
     #[serde(rename = "cellsBefore")]
     cells_before: u32,
+    /// The number of each op of `host(op, a?, b?)`, by name ([`HostOp::numbers`]).
+    ops: std::collections::BTreeMap<&'static str, i32>,
 }
 
 /// The state a [`crate::TerminateHandle`] shares with the runtime thread.
@@ -446,6 +449,7 @@ impl<R: ScriptRuntime> WarmRuntime<R> {
         let config = serde_json::to_string(&BootstrapConfig {
             test_hooks,
             cells_before,
+            ops: HostOp::numbers(),
         })
         .map_err(|error| {
             EngineError::Runtime(format!(

@@ -6,6 +6,7 @@
 
 use std::time::Instant;
 
+use super::ops::HostOp;
 use crate::globals::{self, CellGlobals, JsString, Refusal};
 use crate::timers::{Timers, normalize_delay};
 use crate::{EventSender, RuntimeEvent};
@@ -30,41 +31,6 @@ pub trait Host {
     /// three bytes (decoded with [`JsString`]).
     fn call(&mut self, op: i32, a: Option<&[u8]>, b: Option<&[u8]>) -> HostReply;
 }
-
-// The ops of the bootstrap. js/bootstrap.js declares the same names with the same numbers; the
-// test `the_bootstrap_declares_the_same_ops` holds the two tables to each other.
-const OP_TEXT: i32 = 1;
-const OP_IMAGE: i32 = 2;
-const OP_AUDIO: i32 = 3;
-const OP_STORE: i32 = 4;
-const OP_LOAD: i32 = 5;
-const OP_NOTIFY: i32 = 6;
-const OP_YIELD: i32 = 7;
-const OP_EXIT: i32 = 8;
-const OP_TOOL_CALL: i32 = 9;
-const OP_SET_TIMEOUT: i32 = 10;
-const OP_CLEAR_TIMEOUT: i32 = 11;
-const OP_GENERATED_IMAGE: i32 = 12;
-/// The op of `__codemode_test_panic()`, a global that exists only with test hooks on.
-const OP_TEST_PANIC: i32 = 99;
-
-/// Every op by the name both sides give it.
-#[cfg_attr(not(test), allow(dead_code))]
-const OPS: &[(&str, i32)] = &[
-    ("OP_TEXT", OP_TEXT),
-    ("OP_IMAGE", OP_IMAGE),
-    ("OP_AUDIO", OP_AUDIO),
-    ("OP_STORE", OP_STORE),
-    ("OP_LOAD", OP_LOAD),
-    ("OP_NOTIFY", OP_NOTIFY),
-    ("OP_YIELD", OP_YIELD),
-    ("OP_EXIT", OP_EXIT),
-    ("OP_TOOL_CALL", OP_TOOL_CALL),
-    ("OP_SET_TIMEOUT", OP_SET_TIMEOUT),
-    ("OP_CLEAR_TIMEOUT", OP_CLEAR_TIMEOUT),
-    ("OP_GENERATED_IMAGE", OP_GENERATED_IMAGE),
-    ("OP_TEST_PANIC", OP_TEST_PANIC),
-];
 
 /// Why the host stopped the cell's JavaScript from inside a host call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -157,18 +123,18 @@ impl Host for CellHost {
         if self.stop.is_some() {
             return HostReply::Terminate;
         }
-        match op {
-            OP_TEXT => self.emit_reply(RuntimeEvent::ContentItem(globals::text_item(
+        match HostOp::from_number(op) {
+            Some(HostOp::Text) => self.emit_reply(RuntimeEvent::ContentItem(globals::text_item(
                 js_string(raw_a).text,
             ))),
-            OP_IMAGE => match globals::image_item(
+            Some(HostOp::Image) => match globals::image_item(
                 parse_json(plain(raw_a).as_deref()),
                 plain(raw_b).as_deref(),
             ) {
                 Ok(item) => self.emit_reply(RuntimeEvent::ContentItem(item)),
                 Err(refusal) => refused(refusal),
             },
-            OP_GENERATED_IMAGE => {
+            Some(HostOp::GeneratedImage) => {
                 match globals::generated_image_items(parse_json(plain(raw_a).as_deref())) {
                     Ok(items) => {
                         for item in items {
@@ -181,28 +147,28 @@ impl Host for CellHost {
                     Err(refusal) => refused(refusal),
                 }
             }
-            OP_AUDIO => match globals::audio_item(parse_json(plain(raw_a).as_deref())) {
+            Some(HostOp::Audio) => match globals::audio_item(parse_json(plain(raw_a).as_deref())) {
                 Ok(item) => self.emit_reply(RuntimeEvent::ContentItem(item)),
                 Err(refusal) => refused(refusal),
             },
-            OP_STORE => match self
+            Some(HostOp::Store) => match self
                 .globals
                 .store(&js_string(raw_a), plain(raw_b).as_deref())
             {
                 Ok(()) => HostReply::Undefined,
                 Err(refusal) => refused(refusal),
             },
-            OP_LOAD => match self.globals.load(&js_string(raw_a)) {
+            Some(HostOp::Load) => match self.globals.load(&js_string(raw_a)) {
                 Some(json) => HostReply::String(json),
                 None => HostReply::Undefined,
             },
-            OP_NOTIFY => match self.globals.notify(js_string(raw_a).text) {
+            Some(HostOp::Notify) => match self.globals.notify(js_string(raw_a).text) {
                 Ok(event) => self.emit_reply(event),
                 Err(refusal) => refused(refusal),
             },
-            OP_YIELD => self.emit_reply(RuntimeEvent::YieldRequested),
-            OP_EXIT => self.stop_with(HostStop::Exit),
-            OP_TOOL_CALL => {
+            Some(HostOp::Yield) => self.emit_reply(RuntimeEvent::YieldRequested),
+            Some(HostOp::Exit) => self.stop_with(HostStop::Exit),
+            Some(HostOp::ToolCall) => {
                 let index = plain(raw_a)
                     .and_then(|index| index.parse::<usize>().ok())
                     .unwrap_or(usize::MAX);
@@ -224,14 +190,14 @@ impl Host for CellHost {
                     Err(refusal) => refused(refusal),
                 }
             }
-            OP_SET_TIMEOUT => {
+            Some(HostOp::SetTimeout) => {
                 let delay = plain(raw_a)
                     .and_then(|delay| delay.parse::<f64>().ok())
                     .unwrap_or(0.0);
                 let id = self.timers.set(Instant::now(), normalize_delay(delay));
                 HostReply::String(id.to_string())
             }
-            OP_CLEAR_TIMEOUT => {
+            Some(HostOp::ClearTimeout) => {
                 if let Some(id) = plain(raw_a).and_then(|id| id.parse::<u64>().ok()) {
                     self.timers.clear(id);
                 }
@@ -239,7 +205,7 @@ impl Host for CellHost {
             }
             // The injected panic exists only in builds made for tests.
             #[cfg(feature = "test-hooks")]
-            OP_TEST_PANIC if self.test_hooks => panic!("a panic injected by a test hook"),
+            Some(HostOp::TestPanic) if self.test_hooks => panic!("a panic injected by a test hook"),
             _ => HostReply::Throw(format!("unknown host operation {op}")),
         }
     }
@@ -247,37 +213,4 @@ impl Host for CellHost {
 
 fn parse_json(text: Option<&str>) -> Option<serde_json::Value> {
     text.and_then(|text| serde_json::from_str(text).ok())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The op numbers are written twice, here and in the bootstrap: every `const OP_… = n;` the
-    /// bootstrap declares must be in [`OPS`] with the same number, and every op of [`OPS`] in the
-    /// bootstrap.
-    #[test]
-    fn the_bootstrap_declares_the_same_ops() {
-        let declared: Vec<(String, i32)> = super::super::BOOTSTRAP_JS
-            .lines()
-            .filter_map(|line| {
-                let rest = line.trim().strip_prefix("const OP_")?;
-                let (name, number) = rest.strip_suffix(';')?.split_once(" = ")?;
-                Some((format!("OP_{name}"), number.trim().parse().ok()?))
-            })
-            .collect();
-        let mut declared_sorted = declared.clone();
-        declared_sorted.sort();
-        let mut ours: Vec<(String, i32)> = OPS
-            .iter()
-            .map(|(name, number)| ((*name).to_owned(), *number))
-            .collect();
-        ours.sort();
-        assert_eq!(declared_sorted, ours);
-        // No two ops share a number.
-        let mut numbers: Vec<i32> = OPS.iter().map(|(_, number)| *number).collect();
-        numbers.sort_unstable();
-        numbers.dedup();
-        assert_eq!(numbers.len(), OPS.len());
-    }
 }

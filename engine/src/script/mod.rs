@@ -19,6 +19,7 @@ mod driver;
 mod engine;
 mod host;
 mod lane;
+mod ops;
 mod pool;
 
 use std::sync::Arc;
@@ -32,6 +33,7 @@ pub use driver::{
 pub use engine::{DEFAULT_WARM_RUNTIMES, ScriptEngine};
 pub use host::{CellHost, Host, HostReply, HostStop};
 pub use lane::serve_lane;
+pub use ops::HostOp;
 pub use pool::{Job, WarmPool};
 
 use crate::{CellStart, EngineError, EngineHandles, EventSender, TerminateHandle};
