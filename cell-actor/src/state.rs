@@ -18,7 +18,8 @@
 //! arrives while the commit runs gets the completion once it is published: the claim already won.
 
 use codemode_protocol::StoredValues;
-use std::sync::{Arc, Mutex, MutexGuard};
+use parking_lot::{Mutex, MutexGuard};
+use std::sync::Arc;
 
 use tokio::sync::oneshot;
 use tokio::time::Instant;
@@ -196,9 +197,7 @@ impl CellState {
     fn phase(&self) -> MutexGuard<'_, Phase> {
         // The critical sections never panic while holding the lock, so poison is never expected;
         // recover the state anyway rather than spreading a panic.
-        self.phase
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.phase.lock()
     }
 
     /// Claims the outcome for a completion: when the cell is still running, builds the event with

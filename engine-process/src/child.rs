@@ -9,12 +9,13 @@
 //! runtime thread itself, and its events written there by that thread: no other thread of the
 //! process carries them.
 
+use parking_lot::Mutex;
 use std::collections::{HashMap, VecDeque};
 use std::io::Write;
 use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use codemode_engine::lane::{CellInbox, CellLane, LaneCell, Received, Wait};
@@ -202,7 +203,7 @@ fn run(
         .spawn(move || {
             for (writer, message) in queued {
                 let frame = wire::encode(&message);
-                let mut writer = lock(&writer);
+                let mut writer = writer.lock();
                 if let Ok(frame) = frame {
                     let _ = writer.stream.write_all(&frame);
                 }
@@ -290,7 +291,7 @@ fn run(
             ToChild::Terminate { cell } => {
                 #[cfg(feature = "test-hooks")]
                 TERMINATIONS_READ.fetch_add(1, Ordering::SeqCst);
-                let mut cells = lock(&cells);
+                let mut cells = cells.lock();
                 // A cell whose start its lane's thread has not read yet is stopped as it starts.
                 // (A termination that comes after its cell ended leaves a few bytes here, until
                 // the process is retired.)
@@ -535,11 +536,15 @@ struct LaneInbox(Arc<Mutex<LaneReader>>);
 
 impl CellInbox for LaneInbox {
     fn next_command(&mut self, wait: Wait) -> Received<RuntimeCommand> {
-        lock(&self.0).next(wait, |reader| reader.commands.pop_front())
+        self.0
+            .lock()
+            .next(wait, |reader| reader.commands.pop_front())
     }
 
     fn next_control(&mut self) -> Received<RuntimeControl> {
-        lock(&self.0).next(Wait::Forever, |reader| reader.controls.pop_front())
+        self.0
+            .lock()
+            .next(Wait::Forever, |reader| reader.controls.pop_front())
     }
 }
 
@@ -562,12 +567,12 @@ impl LaneReader {
 
 impl CellLane for SocketLane {
     fn open(&mut self) -> bool {
-        !lock(&self.reader).closed_now()
+        !self.reader.lock().closed_now()
     }
 
     fn next_cell(&mut self) -> Option<LaneCell> {
         let (cell, start) = {
-            let mut reader = lock(&self.reader);
+            let mut reader = self.reader.lock();
             reader.cell = None;
             reader.commands.clear();
             reader.controls.clear();
@@ -587,7 +592,8 @@ impl CellLane for SocketLane {
             (cell, start)
         };
         self.cell = Some(cell);
-        lock(&self.cells)
+        self.cells
+            .lock()
             .entry(cell)
             .or_insert(Hosted {
                 terminate: None,
@@ -623,8 +629,8 @@ impl CellLane for SocketLane {
 
     fn started(&mut self, terminate: TerminateHandle) {
         let Some(cell) = self.cell else { return };
-        let stopped_on_lane = lock(&self.reader).terminated;
-        let mut cells = lock(&self.cells);
+        let stopped_on_lane = self.reader.lock().terminated;
+        let mut cells = self.cells.lock();
         if let Some(hosted) = cells.get_mut(&cell) {
             if hosted.terminated || stopped_on_lane {
                 terminate.terminate();
@@ -651,11 +657,7 @@ pub fn hard_stop(stop: &HardStop) -> ! {
         // kept), but never for long (the parent then sees a crash without the reason).
         let deadline = Instant::now() + Duration::from_millis(500);
         loop {
-            let writer = match writer.try_lock() {
-                Ok(writer) => Some(writer),
-                Err(std::sync::TryLockError::Poisoned(poisoned)) => Some(poisoned.into_inner()),
-                Err(std::sync::TryLockError::WouldBlock) => None,
-            };
+            let writer = writer.try_lock();
             let waiting = Instant::now() < deadline;
             match writer {
                 Some(mut writer) if QUEUED.load(Ordering::SeqCst) == 0 || !waiting => {
@@ -686,7 +688,7 @@ struct CellEnd {
 
 impl Drop for CellEnd {
     fn drop(&mut self) {
-        let hosted = lock(&self.cells).remove(&self.cell);
+        let hosted = self.cells.lock().remove(&self.cell);
         // Dropped outside the lock: its terminate handle may belong to a thread that ends now.
         drop(hosted);
         send_on(&self.lane, ToParent::Ended { cell: self.cell });
@@ -703,7 +705,7 @@ fn send(message: ToParent) {
 /// Sends `message` on `channel`: written at once when it is small and nothing waits for the
 /// writer thread there, else queued for it.
 fn send_on(channel: &SharedWriter, message: ToParent) {
-    let mut guard = lock(channel);
+    let mut guard = channel.lock();
     if guard.queued == 0 && message.is_small() {
         match wire::encode(&message) {
             // A parent that is gone ends the process through the reading side.
@@ -724,7 +726,7 @@ fn send_on(channel: &SharedWriter, message: ToParent) {
     {
         return;
     }
-    lock(channel).queued -= 1;
+    channel.lock().queued -= 1;
     QUEUED.fetch_sub(1, Ordering::SeqCst);
 }
 impl ToParent {
@@ -750,12 +752,6 @@ impl ToParent {
             _ => true,
         }
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// An event as the wire carries it: an error text past [`wire::MAX_ERROR_TEXT_BYTES`] is cut,
@@ -887,7 +883,7 @@ fn probe(what: Probe, cells: &Cells) -> Option<(bool, String)> {
                 },
                 Forgery::HugeHeader => {
                     if let Some(writer) = CONTROL.get() {
-                        let _ = lock(writer).stream.write_all(&u32::MAX.to_le_bytes());
+                        let _ = writer.lock().stream.write_all(&u32::MAX.to_le_bytes());
                     }
                     return Some((true, "forged".to_owned()));
                 }
@@ -942,7 +938,7 @@ fn forged_tool_call(
 #[cfg(feature = "test-hooks")]
 fn send_forged(cells: &Cells, forged: &ToParent) {
     let lane = {
-        let cells = lock(cells);
+        let cells = cells.lock();
         cells
             .iter()
             .filter_map(|(cell, hosted)| Some((*cell, Arc::clone(hosted.lane.as_ref()?))))
@@ -950,6 +946,6 @@ fn send_forged(cells: &Cells, forged: &ToParent) {
             .map(|(_, lane)| lane)
     };
     if let (Ok(frame), Some(lane)) = (wire::encode(forged), lane) {
-        let _ = lock(&lane).stream.write_all(&frame);
+        let _ = lane.lock().stream.write_all(&frame);
     }
 }

@@ -6,10 +6,11 @@
 //! without waiting, and the rest by the task as the socket drains: no thread of the parent ever
 //! waits for a child to read.
 
+use parking_lot::Mutex;
 use std::collections::VecDeque;
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::UnixStream;
-use std::sync::{Mutex, OnceLock};
+use std::sync::OnceLock;
 
 /// A lane between cells: its number in its process, and the parent's end of its socket
 /// (non-blocking).
@@ -73,7 +74,7 @@ impl LaneWriter {
     /// it); the rest waits for the lane task. Never blocks.
     pub(crate) fn send(&self, mut frame: Vec<u8>) -> Result<(), Refused> {
         use nix::sys::socket::{MsgFlags, send};
-        let mut out = lock(&self.out);
+        let mut out = self.out.lock();
         if !out.open {
             return Err(Refused::Closed);
         }
@@ -105,12 +106,12 @@ impl LaneWriter {
 
     /// Whether bytes wait to be written.
     pub(crate) fn waiting(&self) -> bool {
-        !lock(&self.out).frames.is_empty()
+        !self.out.lock().frames.is_empty()
     }
 
     /// Writes what waits as far as `socket` (the lane, on the task's runtime) takes it now.
     pub(crate) fn write_waiting(&self, socket: &tokio::net::UnixStream) -> std::io::Result<()> {
-        let mut out = lock(&self.out);
+        let mut out = self.out.lock();
         let Waiting {
             frames,
             bytes,
@@ -139,7 +140,7 @@ impl LaneWriter {
     /// Ends the cell's time on the lane: nothing more is written, and what waits is dropped.
     /// Whether the lane is between frames (else it is cut inside one, and serves no other cell).
     pub(crate) fn close(&self) -> bool {
-        let mut out = lock(&self.out);
+        let mut out = self.out.lock();
         out.open = false;
         out.frames.clear();
         out.bytes = 0;
@@ -152,7 +153,7 @@ impl LaneWriter {
 pub(crate) fn fallback_runtime() -> std::io::Result<tokio::runtime::Handle> {
     static RUNTIME: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
     static MAKING: Mutex<()> = Mutex::new(());
-    let _making = lock(&MAKING);
+    let _making = MAKING.lock();
     if let Some(runtime) = RUNTIME.get() {
         return Ok(runtime.handle().clone());
     }
@@ -162,10 +163,4 @@ pub(crate) fn fallback_runtime() -> std::io::Result<tokio::runtime::Handle> {
         .enable_io()
         .build()?;
     Ok(RUNTIME.get_or_init(|| runtime).handle().clone())
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }

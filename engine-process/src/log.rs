@@ -14,7 +14,7 @@ const WINDOW: Duration = Duration::from_secs(10);
 const MAX_READ_BYTES: u64 = 64 * 1024;
 
 /// What a reader thread keeps of its stream: the last fatal-error line V8 printed, if any.
-pub(crate) type FatalLine = std::sync::Arc<std::sync::Mutex<Option<String>>>;
+pub(crate) type FatalLine = std::sync::Arc<parking_lot::Mutex<Option<String>>>;
 
 /// Whether V8 (or the C++ runtime) says with this line why it is about to end the process.
 fn is_fatal_line(line: &str) -> bool {
@@ -78,9 +78,7 @@ pub(crate) fn capture(
                     .collect();
                 // Kept even when the line itself is not logged: it names a crash.
                 if is_fatal_line(&text) {
-                    *fatal
-                        .lock()
-                        .unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(text.clone());
+                    *fatal.lock() = Some(text.clone());
                 }
                 if logged >= LINES_PER_WINDOW {
                     dropped += 1;

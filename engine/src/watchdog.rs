@@ -14,9 +14,10 @@
 //!
 //! Knows nothing of any engine: it sees clocks, stop functions and call ids.
 
+use parking_lot::{Condvar, Mutex};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 /// What a watchdog does with a cell that goes on running after it was asked to stop.
@@ -81,14 +82,6 @@ struct Shared {
     next_key: AtomicU64,
 }
 
-impl Shared {
-    fn lock(&self) -> MutexGuard<'_, HashMap<u64, Watched>> {
-        self.watched
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-}
-
 /// A cell thread under watch; unregisters on drop.
 pub struct Watch {
     key: u64,
@@ -120,7 +113,7 @@ impl crate::script::CpuWatch for Watch {
 
 impl Drop for Watch {
     fn drop(&mut self) {
-        let removed = self.shared.lock().remove(&self.key);
+        let removed = self.shared.watched.lock().remove(&self.key);
         // Dropped outside the lock: the stop function may own anything.
         drop(removed);
     }
@@ -162,7 +155,7 @@ impl CpuWatchdog {
         })?;
         let key = shared.next_key.fetch_add(1, Ordering::Relaxed);
         let was_idle = {
-            let mut watched = shared.lock();
+            let mut watched = shared.watched.lock();
             let was_idle = watched.is_empty();
             watched.insert(
                 key,
@@ -207,12 +200,9 @@ impl CpuWatchdog {
     fn run(&self, shared: &Shared) {
         loop {
             {
-                let mut watched = shared.lock();
+                let mut watched = shared.watched.lock();
                 while watched.is_empty() {
-                    watched = shared
-                        .wake
-                        .wait(watched)
-                        .unwrap_or_else(|poisoned| poisoned.into_inner());
+                    shared.wake.wait(&mut watched);
                 }
             }
             // Each check waits a poll first: one right at a cell's start finds nothing spent,
@@ -221,7 +211,7 @@ impl CpuWatchdog {
             let policy = (self.hard_stop)();
             let now = Instant::now();
             let mut report = Vec::new();
-            let mut watched = shared.lock();
+            let mut watched = shared.watched.lock();
             for cell in watched.values_mut() {
                 if cell.stopped_at.is_none()
                     && (cell.cpu_time)()
@@ -262,14 +252,12 @@ mod tests {
         assert_eq!(stop.reason, crate::HardStopReason::CpuTimeLimit);
         REPORTED
             .lock()
-            .unwrap()
             .push(stop.call_id.clone().unwrap_or_default());
     }
 
     fn reported(call_id: &str) -> usize {
         REPORTED
             .lock()
-            .unwrap()
             .iter()
             .filter(|reported| *reported == call_id)
             .count()
@@ -300,7 +288,7 @@ mod tests {
             let (read, counted) = (Arc::clone(&millis), Arc::clone(&stops));
             let watch = WATCHDOG
                 .watch(
-                    move || read.lock().unwrap().map(Duration::from_millis),
+                    move || read.lock().map(Duration::from_millis),
                     Duration::from_millis(baseline_ms),
                     Duration::from_millis(budget_ms),
                     move || {
@@ -319,7 +307,7 @@ mod tests {
         }
 
         fn spend_until(&self, millis: u64) {
-            *self.millis.lock().unwrap() = Some(millis);
+            *self.millis.lock() = Some(millis);
         }
 
         fn stops(&self) -> usize {
@@ -382,7 +370,7 @@ mod tests {
             ..
         } = unwatched;
         drop(watch);
-        *millis.lock().unwrap() = Some(1_000);
+        *millis.lock() = Some(1_000);
         let unreadable = Cell::watched(None, 0, 0, "unreadable");
         std::thread::sleep(Duration::from_millis(20));
         assert_eq!(

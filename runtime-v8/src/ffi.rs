@@ -14,10 +14,11 @@
 //!   as before.
 //! - Strings cross as pointer + length and are copied on the other side before the call returns.
 
+use parking_lot::Mutex;
 use std::ffi::{CStr, c_void};
 use std::marker::PhantomData;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 
 use codemode_engine::script::{Host, HostReply, ModuleState, RunStatus};
 
@@ -301,10 +302,7 @@ unsafe impl Send for SendRuntimePtr {}
 
 impl IsolateTerminator {
     pub fn terminate(&self) {
-        let target = self
-            .target
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let target = self.target.lock();
         if let Some(runtime) = target.as_ref() {
             // SAFETY: the runtime is alive while its pointer is in the locked slot (see above).
             unsafe { cm_runtime_terminate(runtime.0) };
@@ -443,11 +441,7 @@ impl<H: Host> V8Runtime<H> {
     /// the limit, or holds much) or the shim failed: drop it then.
     pub fn reset(&mut self, host: H) -> bool {
         // First: after this, no stop meant for the old cell can reach the isolate.
-        self.terminator
-            .target
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .take();
+        self.terminator.target.lock().take();
         // SAFETY: `raw` is live and we are on its thread; no JavaScript runs during the call.
         if unsafe { cm_runtime_reset(self.raw) } != 0 {
             return false;
@@ -486,11 +480,7 @@ impl<H: Host> V8Runtime<H> {
 impl<H: Host> Drop for V8Runtime<H> {
     fn drop(&mut self) {
         // Detach the terminator first: after this no other thread can reach the isolate.
-        self.terminator
-            .target
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .take();
+        self.terminator.target.lock().take();
         // SAFETY: `raw` is live and unreachable from other threads now; it is freed exactly once.
         unsafe { cm_runtime_delete(self.raw) };
         // SAFETY: the runtime that could call back into `slot` is gone; `slot` came from

@@ -6,7 +6,8 @@
 //! stored values, each behind its own small mutex that is never held across an await. A cell is in
 //! the registry from its start until its terminal outcome has been delivered (or its actor closed).
 
-use std::sync::{Arc, Mutex};
+use parking_lot::Mutex;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use codemode_cell_actor::{
@@ -30,7 +31,7 @@ use crate::ids::CellIds;
 use crate::ports::{SessionKey, Store, ToolProvider};
 use crate::registry::{CellEntry, CellTicket, Registry};
 use crate::report::{CellReport, SessionEvent, WaitOutcome};
-use crate::shared::{ListedTools, Shared, lock};
+use crate::shared::{ListedTools, Shared};
 use crate::strip::{StrippedSource, UnsupportedTypeScript, strip_types};
 
 /// How many session events a slow subscriber may fall behind before it misses some.
@@ -51,7 +52,7 @@ impl std::fmt::Debug for Session {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Session")
             .field("id", &self.shared.id)
-            .field("tools", &lock(&self.shared.tools).names)
+            .field("tools", &self.shared.tools.lock().names)
             .finish_non_exhaustive()
     }
 }
@@ -112,7 +113,7 @@ impl Session {
 
     /// The tools cells of this session may call, as last listed.
     pub fn tools(&self) -> Arc<[ToolDefinition]> {
-        Arc::clone(&lock(&self.shared.tools).tools)
+        Arc::clone(&self.shared.tools.lock().tools)
     }
 
     /// Lists the tools again if the provider says they may have changed since the last listing
@@ -121,13 +122,13 @@ impl Session {
     async fn refresh_tools(&self) {
         let shared = &self.shared;
         let version = shared.provider.tools_version();
-        if lock(&shared.tools).version == version {
+        if shared.tools.lock().version == version {
             return;
         }
         match shared.provider.list_tools().await {
             Ok(tools) => {
                 tracing::info!(session = %shared.id, tools = tools.len(), "tools listed again");
-                *lock(&shared.tools) = ListedTools::new(version, tools);
+                *shared.tools.lock() = ListedTools::new(version, tools);
             }
             Err(error) => {
                 tracing::warn!(session = %shared.id, %error, "cannot list the tools again; keeping the last listing");
@@ -137,17 +138,17 @@ impl Session {
 
     /// The session's stored values now (shared, not copied).
     pub fn stored_values(&self) -> Arc<StoredValues> {
-        Arc::clone(&lock(&self.shared.values).values)
+        Arc::clone(&self.shared.values.lock().values)
     }
 
     /// The bytes (keys and JSON text) of the session's stored values now.
     pub fn stored_bytes(&self) -> usize {
-        lock(&self.shared.values).bytes
+        self.shared.values.lock().bytes
     }
 
     /// How many cells are running or waiting to be observed.
     pub fn active_cells(&self) -> usize {
-        lock(&self.shared.registry).cells.len()
+        self.shared.registry.lock().cells.len()
     }
 
     /// Session events: cells that finished unobserved, and notifications.
@@ -213,7 +214,7 @@ impl Session {
     }
 
     fn close_registry(&self) -> Vec<CellHandle> {
-        let mut registry = lock(&self.shared.registry);
+        let mut registry = self.shared.registry.lock();
         registry.shut_down = true;
         registry
             .cells
@@ -225,7 +226,9 @@ impl Session {
     /// The handle and source of a cell, taken before observing it: the cell may leave the
     /// registry while the observation runs.
     fn entry(&self, cell_id: &str) -> Option<(CellHandle, Arc<str>)> {
-        lock(&self.shared.registry)
+        self.shared
+            .registry
+            .lock()
             .cells
             .get(cell_id)
             .map(|entry| (entry.handle.clone(), Arc::clone(&entry.source)))
@@ -287,7 +290,7 @@ impl Session {
                 .load(&shared.key)
                 .await
                 .map_err(SessionError::Store)?;
-            lock(&shared.values).refresh(latest);
+            shared.values.lock().refresh(latest);
         }
         Ok(())
     }
@@ -301,7 +304,7 @@ impl Session {
         stripped: Result<StrippedSource, UnsupportedTypeScript>,
     ) -> Result<Claimed, SessionError> {
         let shared = &self.shared;
-        let mut registry = lock(&shared.registry);
+        let mut registry = shared.registry.lock();
         if registry.shut_down {
             return Err(SessionError::ShutDown);
         }
@@ -331,8 +334,8 @@ impl Session {
             tenant: shared.config.tenant.clone(),
             call_id: request.call_id,
             source: runnable,
-            enabled_tools: lock(&shared.tools).tools.to_vec(),
-            stored_values: Arc::clone(&lock(&shared.values).values),
+            enabled_tools: shared.tools.lock().tools.to_vec(),
+            stored_values: Arc::clone(&shared.values.lock().values),
             limits: CellLimits::default()
                 .with_heap_limit_bytes(shared.config.heap_limit_bytes)
                 .with_cpu_time_limit(shared.config.cpu_time_limit)
@@ -370,7 +373,7 @@ impl Session {
             failure_handler: shared.config.on_runtime_failure.clone(),
         };
         let started = start_cell(&*shared.engine, cell, host, config, observation);
-        let mut registry = lock(&shared.registry);
+        let mut registry = shared.registry.lock();
         registry.starting -= 1;
         let StartedCell {
             handle,
@@ -443,13 +446,13 @@ impl Session {
             }
         };
         if event.is_terminal() {
-            lock(&self.shared.registry).cells.remove(cell_id);
+            self.shared.registry.lock().cells.remove(cell_id);
         }
         let error_hints = match &event {
             CellEvent::Completed {
                 error_text: Some(error_text),
                 ..
-            } => error_hints(error_text, source, &lock(&self.shared.tools).names),
+            } => error_hints(error_text, source, &self.shared.tools.lock().names),
             _ => Vec::new(),
         };
         log_observation(&self.shared.id, cell_id, &event);

@@ -3,7 +3,8 @@
 //! event channel and its cells' actor tasks. Each part behind its own small lock, never held
 //! across an await.
 
-use std::sync::{Arc, Mutex, MutexGuard};
+use parking_lot::Mutex;
+use std::sync::Arc;
 
 use codemode_engine::Engine;
 use codemode_protocol::ToolDefinition;
@@ -57,12 +58,4 @@ impl ListedTools {
             names,
         }
     }
-}
-
-/// Locks `mutex`.
-pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    // Critical sections here never panic; recover the data anyway rather than spread a panic.
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }

@@ -12,7 +12,8 @@
 //! The stripped source then has its `throw` statements marked (`crate::throw_sites`), positions
 //! kept as well.
 
-use std::sync::{Arc, Mutex};
+use parking_lot::Mutex;
+use std::sync::Arc;
 
 use swc_common::errors::{DiagnosticBuilder, Emitter, Handler};
 use swc_common::sync::Lrc;
@@ -60,9 +61,7 @@ pub(crate) fn strip_types(source: &str) -> Result<StrippedSource, UnsupportedTyp
             Ok(StrippedSource::Stripped(code))
         }
         Ok(Err(error)) if matches!(error.code, ErrorCode::UnsupportedSyntax) => {
-            let diagnostics = diagnostics
-                .lock()
-                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            let diagnostics = diagnostics.lock();
             let (message, position) = diagnostics
                 .first()
                 .cloned()
@@ -113,10 +112,7 @@ struct Collect(Arc<Mutex<Vec<Diagnostic>>>);
 impl Emitter for Collect {
     fn emit(&mut self, diagnostic: &mut DiagnosticBuilder<'_>) {
         let position = diagnostic.span.primary_span().map(|span| span.lo);
-        self.0
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .push((diagnostic.message(), position));
+        self.0.lock().push((diagnostic.message(), position));
     }
 }
 

@@ -7,6 +7,8 @@
 //! - No source file outside tests over [`LINE_BUDGET`] lines unless [`OVER_BUDGET`] names it
 //!   (and a file named there that fits again must leave the list).
 //! - Every module starts with its `//!` comment, saying its role.
+//! - Locks in the crates' sources are `parking_lot`'s, which cannot be poisoned: no
+//!   `std::sync::Mutex` and no poisoned-lock recovery written by hand.
 //! - No loop of imports between the modules of any crate.
 //! - The serving layers of `cli/src/serve/` ([`SERVE_LAYERS`]): each file imports only from the
 //!   layers below its own.
@@ -432,6 +434,42 @@ fn source_files_keep_within_the_line_budget() {
     assert!(
         fit.is_empty(),
         "files on OVER_BUDGET that fit the budget now: {fit:?}; take them off the list"
+    );
+}
+
+#[test]
+fn locks_cannot_be_poisoned_and_need_no_recovery() {
+    let mut found = Vec::new();
+    for file in rust_files() {
+        let name = slash(&file);
+        if is_test_code(&file) || name.starts_with("xtask/") || !name.contains("/src/") {
+            continue;
+        }
+        let code = without_test_modules(&without_comments(&read(&file)));
+        for (number, line) in code.lines().enumerate() {
+            let std_lock = [
+                "std::sync::Mutex",
+                "std::sync::Condvar",
+                "std::sync::RwLock",
+            ]
+            .iter()
+            .any(|path| line.contains(path))
+                || (line.contains("use std::sync::{")
+                    && ["Mutex", "Condvar", "RwLock"].iter().any(|lock| {
+                        line.split(['{', '}', ',', ' '])
+                            .any(|item| item.trim() == *lock)
+                    }));
+            if std_lock || line.contains("poisoned") {
+                found.push(format!("{name}:{}: {}", number + 1, line.trim()));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "std locks or poisoned-lock recovery in the sources:\n{}\nuse parking_lot::{{Mutex, \
+         Condvar}}, whose lock() returns the guard: no lock can be poisoned, so none needs \
+         recovering",
+        found.join("\n")
     );
 }
 

@@ -59,7 +59,7 @@ impl ServerLimits {
 pub(super) struct Slots {
     max_total: usize,
     max_per_tenant: usize,
-    held: std::sync::Mutex<HeldSlots>,
+    held: parking_lot::Mutex<HeldSlots>,
 }
 
 #[derive(Default)]
@@ -88,13 +88,13 @@ impl Slots {
         Arc::new(Slots {
             max_total,
             max_per_tenant,
-            held: std::sync::Mutex::new(HeldSlots::default()),
+            held: parking_lot::Mutex::new(HeldSlots::default()),
         })
     }
 
     /// Reserves a slot for `tenant` if both the server and the tenant are below their limits.
     pub(super) fn reserve(self: &Arc<Self>, tenant: &str) -> Result<Slot, SlotsFull> {
-        let mut held = self.lock();
+        let mut held = self.held.lock();
         if held.total >= self.max_total {
             return Err(SlotsFull::Server { held: held.total });
         }
@@ -112,19 +112,13 @@ impl Slots {
 
     /// The slots `tenant` holds now.
     pub(super) fn held_by(&self, tenant: &str) -> usize {
-        self.lock().by_tenant.get(tenant).copied().unwrap_or(0)
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, HeldSlots> {
-        self.held
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.held.lock().by_tenant.get(tenant).copied().unwrap_or(0)
     }
 }
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        let mut held = self.slots.lock();
+        let mut held = self.slots.held.lock();
         held.total = held.total.saturating_sub(1);
         if let Some(yours) = held.by_tenant.get_mut(&self.tenant) {
             *yours = yours.saturating_sub(1);

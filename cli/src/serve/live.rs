@@ -19,12 +19,12 @@ pub(super) struct LiveSession {
     _slot: Slot,
     pub(super) session: Session,
     pub(super) tenant: String,
-    last_used: std::sync::Mutex<Instant>,
+    last_used: parking_lot::Mutex<Instant>,
     pub(super) tasks: TaskManager,
     /// The cluster this server is in, told when the session closes.
     cluster: Option<Arc<Cluster>>,
     /// The `wait` calls observing a cell now, by cell id.
-    waits: std::sync::Mutex<HashMap<String, WaitInFlight>>,
+    waits: parking_lot::Mutex<HashMap<String, WaitInFlight>>,
 }
 
 /// A `wait` call observing a cell: whether its client cancelled it, and when it let go.
@@ -46,11 +46,7 @@ pub(super) struct WaitRegistration {
 impl Drop for WaitRegistration {
     fn drop(&mut self) {
         self.released.cancel();
-        let mut waits = self
-            .live
-            .waits
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut waits = self.live.waits.lock();
         if waits
             .get(&self.cell_id)
             .is_some_and(|wait| wait.released.is_cancelled())
@@ -86,10 +82,10 @@ impl LiveSession {
             _slot: slot,
             session,
             tenant,
-            last_used: std::sync::Mutex::new(Instant::now()),
+            last_used: parking_lot::Mutex::new(Instant::now()),
             tasks,
             cluster,
-            waits: std::sync::Mutex::new(HashMap::new()),
+            waits: parking_lot::Mutex::new(HashMap::new()),
         }
     }
 
@@ -101,12 +97,7 @@ impl LiveSession {
         cell_id: &str,
         cancelled: CancellationToken,
     ) -> WaitRegistration {
-        let previous = self
-            .waits
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .get(cell_id)
-            .cloned();
+        let previous = self.waits.lock().get(cell_id).cloned();
         if let Some(previous) = previous
             && previous.cancelled.is_cancelled()
         {
@@ -114,10 +105,7 @@ impl LiveSession {
                 tokio::time::timeout(CANCELLED_WAIT_RELEASE, previous.released.cancelled()).await;
         }
         let released = CancellationToken::new();
-        let mut waits = self
-            .waits
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut waits = self.waits.lock();
         // A wait still holding the cell keeps its entry (this one will be told the cell is busy).
         if waits
             .get(cell_id)
@@ -140,16 +128,10 @@ impl LiveSession {
     }
 
     pub(super) fn touch(&self) {
-        *self
-            .last_used
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner()) = Instant::now();
+        *self.last_used.lock() = Instant::now();
     }
 
     pub(super) fn idle_for(&self) -> Duration {
-        self.last_used
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .elapsed()
+        self.last_used.lock().elapsed()
     }
 }

@@ -3,8 +3,9 @@
 //! now, and the named sessions with their single-flight opening locks. Its state is private: the
 //! rest of the server reaches it through these methods, each one critical section.
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Weak};
 
 use codemode_session::{SessionKey, StoredBytesBudget};
 
@@ -35,12 +36,6 @@ pub(super) struct SessionRegistry {
     opening_named: Mutex<HashMap<SessionKey, Weak<OpeningLock>>>,
 }
 
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
 impl SessionRegistry {
     pub(super) fn new(limits: &ServerLimits) -> Self {
         SessionRegistry {
@@ -65,7 +60,7 @@ impl SessionRegistry {
 
     /// The budget all sessions of `tenant` draw their stored values from.
     pub(super) fn tenant_stored_budget(&self, tenant: &str) -> Arc<StoredBytesBudget> {
-        let mut budgets = lock(&self.stored_per_tenant);
+        let mut budgets = self.stored_per_tenant.lock();
         Arc::clone(budgets.entry(tenant.to_owned()).or_insert_with(|| {
             StoredBytesBudget::new(
                 "the stored values of your tenant's open sessions (--max-stored-bytes-per-tenant)",
@@ -86,32 +81,32 @@ impl SessionRegistry {
 
     /// Counts `live` among the open sessions until it is dropped.
     pub(super) fn add_live(&self, live: &Arc<LiveSession>) {
-        let mut sessions = lock(&self.live);
+        let mut sessions = self.live.lock();
         sessions.retain(|session| session.strong_count() > 0);
         sessions.push(Arc::downgrade(live));
     }
 
     /// The sessions open now.
     pub(super) fn live_sessions(&self) -> Vec<Arc<LiveSession>> {
-        let mut sessions = lock(&self.live);
+        let mut sessions = self.live.lock();
         sessions.retain(|session| session.strong_count() > 0);
         sessions.iter().filter_map(Weak::upgrade).collect()
     }
 
     /// The named session with this key, if open.
     pub(super) fn named_session(&self, key: &SessionKey) -> Option<Arc<LiveSession>> {
-        lock(&self.named).get(key).cloned()
+        self.named.lock().get(key).cloned()
     }
 
     /// Registers the named session `key` (under its opening lock).
     pub(super) fn add_named(&self, key: &SessionKey, live: &Arc<LiveSession>) {
-        lock(&self.named).insert(key.clone(), Arc::clone(live));
+        self.named.lock().insert(key.clone(), Arc::clone(live));
     }
 
     /// Takes the named session `key` out of the registry if it is still `live` (under its
     /// opening lock); whether it was.
     pub(super) fn remove_named(&self, key: &SessionKey, live: &Arc<LiveSession>) -> bool {
-        let mut named = lock(&self.named);
+        let mut named = self.named.lock();
         let current = named
             .get(key)
             .is_some_and(|current| Arc::ptr_eq(current, live));
@@ -124,7 +119,7 @@ impl SessionRegistry {
     /// The lock held while the named session `key` is looked up, opened or closed: one
     /// per key (single-flight), dropped from the map once nobody holds it.
     pub(super) fn opening_lock(&self, key: &SessionKey) -> Arc<OpeningLock> {
-        let mut locks = lock(&self.opening_named);
+        let mut locks = self.opening_named.lock();
         if let Some(lock) = locks.get(key).and_then(Weak::upgrade) {
             return lock;
         }

@@ -3,13 +3,13 @@
 //! cell's lane, within what such a frame may carry), and a frame that breaks a rule ends the
 //! process with a [`Misbehaviour`] that says which.
 
-use std::sync::Mutex;
+use parking_lot::Mutex;
 use std::time::Duration;
 
 use codemode_engine::RuntimeEvent;
 use codemode_protocol::JsonText;
 
-use super::state::{ProcessState, lock};
+use super::state::ProcessState;
 use crate::wire::{self, CellNumber, ToParent};
 
 /// Checks a cell's frame from the child (from `check_lane`) against what the parent sent
@@ -23,10 +23,10 @@ pub(super) fn check_cell_frame(
     use codemode_protocol::limits::{
         MAX_STORED_BYTES_PER_CELL, MAX_TOOL_INPUT_BYTES, MAX_TOOL_INPUT_BYTES_IN_FLIGHT,
     };
-    let hosts = |cell: &CellNumber| lock(state).cells.contains_key(cell);
+    let hosts = |cell: &CellNumber| state.lock().cells.contains_key(cell);
     match message {
         ToParent::Event { cell, event } => {
-            let mut state = lock(state);
+            let mut state = state.lock();
             let Some(slot) = state.cells.get_mut(cell) else {
                 return Err(Misbehaviour::UnknownCell(*cell));
             };

@@ -6,10 +6,11 @@
 //! the channel closes: it decides each cell's fate, which the cell's lane task delivers after
 //! whatever the cell sent before the end.
 
+use parking_lot::{Condvar, Mutex};
 use std::collections::HashMap;
 use std::os::unix::net::UnixStream;
 use std::process::Child;
-use std::sync::{Arc, Condvar, Mutex, Weak};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use codemode_engine::{EngineError, HardStopReason};
@@ -18,7 +19,7 @@ use super::checks::{Misbehaviour, check_control, describe_exit};
 use super::grace::{GraceKills, Overdue};
 use super::outbox::{MAX_OUTBOX_BYTES, MAX_OUTBOX_FRAMES, OutFrame, Outbox, write_out};
 use super::spawn::Spawned;
-use super::state::{CellSlot, IdleLanes, ProcessState, Tenant, failure, lock};
+use super::state::{CellSlot, IdleLanes, ProcessState, Tenant, failure};
 use crate::config::ProcessEngineConfig;
 use crate::lane::{Lane, LaneWriter, Refused};
 use crate::wire::{self, CellNumber, ToChild, ToLane, ToParent};
@@ -123,11 +124,11 @@ impl EngineProcess {
     }
 
     pub(super) fn alive(&self) -> bool {
-        !lock(&self.state).ended
+        !self.state.lock().ended
     }
 
     pub(super) fn hosts(&self, cell: CellNumber) -> bool {
-        lock(&self.state).cells.contains_key(&cell)
+        self.state.lock().cells.contains_key(&cell)
     }
 
     /// Places cell `number` of `tenant` here, its slot and all, if there is room and the process
@@ -140,7 +141,7 @@ impl EngineProcess {
         number: CellNumber,
         slot: Box<CellSlot>,
     ) -> Result<(), Box<CellSlot>> {
-        let mut state = lock(&self.state);
+        let mut state = self.state.lock();
         if state.ended || state.retired || state.cells.len() >= config.cells_per_process {
             return Err(slot);
         }
@@ -175,7 +176,7 @@ impl EngineProcess {
     /// An idle lane, or a new one: its child end sent to the child with a `Lane` frame.
     pub(super) fn take_lane(&self) -> Result<Lane, EngineError> {
         let number = {
-            let mut lanes = lock(&self.lanes);
+            let mut lanes = self.lanes.lock();
             // The lane idle longest: one given back a moment ago may still be making its runtime.
             if !lanes.idle.is_empty() {
                 return Ok(lanes.idle.remove(0));
@@ -211,7 +212,9 @@ impl EngineProcess {
 
     /// Sends `message` to cell `cell` on its lane; dropped if the cell has none (it ended).
     pub(super) fn send_lane(&self, cell: CellNumber, message: &ToLane) {
-        let writer = lock(&self.state)
+        let writer = self
+            .state
+            .lock()
             .cells
             .get(&cell)
             .and_then(|slot| slot.lane.clone());
@@ -224,7 +227,7 @@ impl EngineProcess {
 
     /// Queues `frame` (and the socket riding on it) for the writer thread; never blocks.
     pub(super) fn send_out(&self, frame: OutFrame) -> Result<(), EngineError> {
-        let mut outbox = lock(&self.outbox);
+        let mut outbox = self.outbox.lock();
         if outbox.stopped || outbox.closing {
             return Err(EngineError::Unavailable(
                 "the engine process is gone".to_owned(),
@@ -286,7 +289,7 @@ impl EngineProcess {
 
     /// Ends the channel once what waits is written: the child ends once it reads to the end.
     pub(super) fn close(&self) {
-        lock(&self.outbox).closing = true;
+        self.outbox.lock().closing = true;
         self.outbox_ready.notify_one();
     }
 
@@ -295,7 +298,7 @@ impl EngineProcess {
     fn write_until_closed(self: Arc<Self>, mut writer: UnixStream, stall_deadline: Duration) {
         loop {
             let frame = {
-                let mut outbox = lock(&self.outbox);
+                let mut outbox = self.outbox.lock();
                 outbox.writing = false;
                 loop {
                     if outbox.stopped {
@@ -310,10 +313,7 @@ impl EngineProcess {
                         let _ = writer.shutdown(std::net::Shutdown::Write);
                         return;
                     }
-                    outbox = self
-                        .outbox_ready
-                        .wait(outbox)
-                        .unwrap_or_else(|poisoned| poisoned.into_inner());
+                    self.outbox_ready.wait(&mut outbox);
                 }
             };
             if let Err(error) = write_out(&mut writer, frame) {
@@ -325,7 +325,7 @@ impl EngineProcess {
                         deadline: stall_deadline,
                     });
                 }
-                lock(&self.outbox).stopped = true;
+                self.outbox.lock().stopped = true;
                 return;
             }
         }
@@ -336,20 +336,20 @@ impl EngineProcess {
     pub(super) fn misbehaved(&self, why: Misbehaviour) {
         let why = why.to_string();
         {
-            let mut state = lock(&self.state);
+            let mut state = self.state.lock();
             if state.ended {
                 return;
             }
             state.misbehaved.get_or_insert(why.clone());
         }
-        lock(&self.outbox).stopped = true;
+        self.outbox.lock().stopped = true;
         self.outbox_ready.notify_one();
         tracing::error!(pid = self.pid, reason = %why, "ending an engine process that misbehaved");
         self.kill();
     }
 
     pub(super) fn kill(&self) {
-        if let Some(child) = lock(&self.child).as_mut() {
+        if let Some(child) = self.child.lock().as_mut() {
             let _ = child.kill();
         }
     }
@@ -357,7 +357,7 @@ impl EngineProcess {
     /// Kills the process because `cell` did not stop within its grace period.
     pub(super) fn kill_for(&self, cell: CellNumber) {
         {
-            let mut state = lock(&self.state);
+            let mut state = self.state.lock();
             if state.ended || !state.cells.contains_key(&cell) {
                 return;
             }
@@ -405,7 +405,7 @@ impl EngineProcess {
                     reason,
                     message,
                 } => {
-                    lock(&self.state).hard_stop = Some((cell, reason, message));
+                    self.state.lock().hard_stop = Some((cell, reason, message));
                 }
                 #[cfg(feature = "test-hooks")]
                 ToParent::ProbeResult { allowed, detail } => {
@@ -428,13 +428,15 @@ impl EngineProcess {
     pub(super) fn ended(&self) {
         // Nothing more comes from it; make sure it is gone before it is reaped.
         self.kill();
-        let status = lock(&self.child)
+        let status = self
+            .child
+            .lock()
             .take()
             .and_then(|mut child| child.wait().ok());
-        drop(lock(&self.cgroup).take());
+        drop(self.cgroup.lock().take());
         // The cells stay until their lane tasks have delivered what they sent, then their fates.
         let (cells, hard_stop, killed_for, misbehaved) = {
-            let mut state = lock(&self.state);
+            let mut state = self.state.lock();
             state.ended = true;
             let cells: Vec<(CellNumber, bool, usize, Option<Duration>)> = state
                 .cells
@@ -455,14 +457,14 @@ impl EngineProcess {
                 state.misbehaved.take(),
             )
         };
-        lock(&self.outbox).stopped = true;
+        self.outbox.lock().stopped = true;
         self.outbox_ready.notify_one();
         // The process is gone, so its pipes close and the readers end: whatever it printed last
         // has been read.
-        for reader in std::mem::take(&mut *lock(&self.output_readers)) {
+        for reader in std::mem::take(&mut *self.output_readers.lock()) {
             let _ = reader.join();
         }
-        let printed = lock(&self.fatal_line).take();
+        let printed = self.fatal_line.lock().take();
         let crash = match (&hard_stop, status, printed) {
             (Some((_, HardStopReason::Fatal | HardStopReason::OutOfMemory, message)), _, _) => {
                 message.clone()
@@ -510,7 +512,7 @@ impl EngineProcess {
             };
             fates.insert(number, Some(failure(error)));
         }
-        lock(&self.state).fates = fates;
+        self.state.lock().fates = fates;
         self.over.send_replace(true);
     }
 }
@@ -531,7 +533,9 @@ impl Overdue for EngineProcess {
     /// The start deadline of cell `cell` passed: a child that has not said the cell started by
     /// then stopped reading.
     fn start_overdue(&self, cell: CellNumber, deadline: Duration) {
-        let overdue = lock(&self.state)
+        let overdue = self
+            .state
+            .lock()
             .cells
             .get(&cell)
             .is_some_and(|slot| !slot.started);

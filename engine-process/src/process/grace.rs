@@ -3,10 +3,10 @@
 //! deadlines of one pool are watched by one thread, woken only for a deadline earlier than the
 //! one it sleeps until.
 
-use std::sync::{Arc, Condvar, Mutex, Weak};
+use parking_lot::{Condvar, Mutex};
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
-use super::state::lock;
 use crate::wire::CellNumber;
 
 /// What a deadline that passed does to the process it was armed for.
@@ -73,7 +73,7 @@ impl GraceKills {
         cell: CellNumber,
         what: Deadline,
     ) -> bool {
-        let mut due = lock(&self.due);
+        let mut due = self.due.lock();
         due.kills.push((deadline, process, cell, what));
         if !due.watching {
             let kills = Arc::clone(self);
@@ -99,7 +99,7 @@ impl GraceKills {
     }
 
     pub(super) fn watch(&self) {
-        let mut due = lock(&self.due);
+        let mut due = self.due.lock();
         loop {
             due.sleeping = Sleeping::Awake;
             if due.closed {
@@ -121,29 +121,24 @@ impl GraceKills {
                         }
                     }
                 }
-                due = lock(&self.due);
+                due = self.due.lock();
                 continue;
             }
             let earliest = due.kills.iter().map(|(deadline, _, _, _)| *deadline).min();
             due.sleeping = earliest.map_or(Sleeping::Untimed, Sleeping::Until);
-            due = match earliest {
+            match earliest {
                 Some(next) => {
                     self.wake
-                        .wait_timeout(due, next.saturating_duration_since(now))
-                        .unwrap_or_else(|poisoned| poisoned.into_inner())
-                        .0
+                        .wait_for(&mut due, next.saturating_duration_since(now));
                 }
-                None => self
-                    .wake
-                    .wait(due)
-                    .unwrap_or_else(|poisoned| poisoned.into_inner()),
-            };
+                None => self.wake.wait(&mut due),
+            }
         }
     }
 
     /// Ends the thread (the pool is gone, and its processes with it).
     pub(super) fn close(&self) {
-        lock(&self.due).closed = true;
+        self.due.lock().closed = true;
         self.wake.notify_one();
     }
 }

@@ -12,7 +12,7 @@ use codemode_engine::{EventSender, RuntimeEvent};
 use super::checks::{Misbehaviour, check_lane};
 use super::engine_process::{EngineProcess, ProcessOwner};
 use super::grace::{Deadline, Overdue};
-use super::state::{failure, lock};
+use super::state::failure;
 use crate::lane::{Lane, LaneWriter};
 use crate::wire::{self, CellNumber, FrameBuffer, ToChild, ToParent};
 
@@ -50,7 +50,7 @@ pub(super) async fn serve_cell(
     match ending {
         (LaneEnding::Ended, Some(socket)) => {
             let (slot, now_idle) = {
-                let mut state = lock(&process.state);
+                let mut state = process.state.lock();
                 let slot = state.cells.remove(&cell);
                 (slot, state.cells.is_empty())
             };
@@ -58,7 +58,7 @@ pub(super) async fn serve_cell(
             drop(events);
             // The lane goes back for the next cell, while few enough wait.
             if let Ok(socket) = socket.into_std() {
-                let mut lanes = lock(&process.lanes);
+                let mut lanes = process.lanes.lock();
                 if between_frames && lanes.idle.len() < process.warm_lanes && process.alive() {
                     lanes.idle.push(Lane { number, socket });
                 }
@@ -77,7 +77,7 @@ pub(super) async fn serve_cell(
             let mut over = process.over.subscribe();
             let _ = over.wait_for(|over| *over).await;
             let (slot, fate) = {
-                let mut state = lock(&process.state);
+                let mut state = process.state.lock();
                 (state.cells.remove(&cell), state.fates.remove(&cell))
             };
             drop(slot);
@@ -120,7 +120,7 @@ async fn read_lane(
                         finished(process, cell, owner);
                     }
                     {
-                        let mut state = lock(&process.state);
+                        let mut state = process.state.lock();
                         if let Some(slot) = state.cells.get_mut(&cell) {
                             slot.started = true;
                             // The child knows the cell by its number: a notification gets
@@ -172,7 +172,7 @@ async fn read_lane(
 /// only: a child may repeat a result, not the deadline).
 fn finished(process: &Arc<EngineProcess>, cell: CellNumber, owner: &Weak<dyn ProcessOwner>) {
     {
-        let mut state = lock(&process.state);
+        let mut state = process.state.lock();
         match state.cells.get_mut(&cell) {
             Some(slot) if !slot.finished => slot.finished = true,
             _ => return,
@@ -217,7 +217,7 @@ impl Drop for LaneGuard {
         if self.done {
             return;
         }
-        let slot = lock(&self.process.state).cells.remove(&self.cell);
+        let slot = self.process.state.lock().cells.remove(&self.cell);
         if let Some(slot) = slot {
             if let Some(lane) = &slot.lane {
                 lane.close();

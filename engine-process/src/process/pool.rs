@@ -2,9 +2,10 @@
 //! room (or queueing it for one being started for it), keeping spares and idle processes, and
 //! retiring them; and stopping a cell ([`CellTerminator`]), wherever it is.
 
+use parking_lot::Mutex;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 use codemode_engine::{
@@ -17,7 +18,7 @@ use super::grace::{Deadline, GraceKills, Overdue};
 use super::lane_task::serve_cell;
 use super::route::{CellRoute, RouteState};
 use super::spawn::{raise_descriptor_limit, spawn};
-use super::state::{CellSlot, Tenant, failure, lock};
+use super::state::{CellSlot, Tenant, failure};
 use crate::config::ProcessEngineConfig;
 use crate::lane::LaneWriter;
 #[cfg(feature = "test-hooks")]
@@ -109,12 +110,12 @@ impl Pool {
 
     pub(crate) fn check(&self) -> Result<String, EngineError> {
         let process = self.spawn()?;
-        lock(&self.processes).spares.push(process);
+        self.processes.lock().spares.push(process);
         Ok(self.describe().unwrap_or_default())
     }
 
     pub(crate) fn process_ids(&self) -> Vec<u32> {
-        let processes = lock(&self.processes);
+        let processes = self.processes.lock();
         processes
             .active
             .iter()
@@ -127,13 +128,17 @@ impl Pool {
     /// The control-group folders of the process that took the most recent cell (test hooks).
     #[cfg(feature = "test-hooks")]
     pub(crate) fn control_group_folders(&self) -> Vec<std::path::PathBuf> {
-        let latest = lock(&self.processes)
+        let latest = self
+            .processes
+            .lock()
             .latest
             .as_ref()
             .and_then(Weak::upgrade);
         latest
             .and_then(|process| {
-                lock(&process.cgroup)
+                process
+                    .cgroup
+                    .lock()
                     .as_ref()
                     .map(|cgroup| cgroup.folders().to_vec())
             })
@@ -142,13 +147,15 @@ impl Pool {
 
     #[cfg(feature = "test-hooks")]
     pub(crate) fn probe(&self, what: Probe) -> Result<(bool, String), EngineError> {
-        let process = lock(&self.processes)
+        let process = self
+            .processes
+            .lock()
             .latest
             .as_ref()
             .and_then(Weak::upgrade)
             .ok_or_else(|| EngineError::Unavailable("no engine process has run a cell".into()))?;
         let (sender, receiver) = std::sync::mpsc::channel();
-        *lock(&self.probe_answer) = Some(sender);
+        *self.probe_answer.lock() = Some(sender);
         // A crash or a forgery is waited for until the process has ended or answered: what the
         // test does next (on a lane) must not overtake it.
         let answered = !matches!(what, Probe::StopReading);
@@ -216,14 +223,14 @@ impl Pool {
         let mut attempts = 0;
         loop {
             attempts += 1;
-            let mut processes = lock(&self.processes);
+            let mut processes = self.processes.lock();
             match self.place_now(&mut processes, &tenant, number, slot) {
                 Ok((process, took_spare)) => {
                     drop(processes);
                     if took_spare {
                         self.refill();
                     }
-                    *lock(&route.state) = RouteState::Placed(Arc::downgrade(&process));
+                    *route.state.lock() = RouteState::Placed(Arc::downgrade(&process));
                     let Err((error, taken)) = self.open_lane(
                         &process,
                         number,
@@ -233,14 +240,14 @@ impl Pool {
                     ) else {
                         break;
                     };
-                    lock(&process.state).retired = true;
+                    process.state.lock().retired = true;
                     // `None`: the process ended meanwhile, and the cell's lane task ends it.
                     let Some(taken) = taken else { break };
                     if attempts >= 3 {
                         return Err(error);
                     }
                     slot = taken;
-                    *lock(&route.state) = RouteState::Queued(Vec::new());
+                    *route.state.lock() = RouteState::Queued(Vec::new());
                 }
                 Err(slot) => {
                     processes.queued.push_back(QueuedStart {
@@ -264,7 +271,7 @@ impl Pool {
                     if let codemode_engine::RuntimeCommand::ToolResponse { id, .. }
                     | codemode_engine::RuntimeCommand::ToolError { id, .. } = &command
                         && let Some(process) = process
-                        && let Some(slot) = lock(&process.state).cells.get_mut(&number)
+                        && let Some(slot) = process.state.lock().cells.get_mut(&number)
                         && let Some(bytes) = slot.tool_input_in_flight.remove(id)
                     {
                         slot.tool_input_in_flight_bytes -= bytes;
@@ -380,7 +387,7 @@ impl Pool {
         // Cells the new process could not take after all: failed once the pool's lock is let go.
         let mut failed_now = Vec::new();
         {
-            let mut processes = lock(&self.processes);
+            let mut processes = self.processes.lock();
             if let Some(tenant) = for_tenant
                 && let Some(starting) = processes.starting_for.get_mut(tenant)
             {
@@ -431,7 +438,7 @@ impl Pool {
                     tracing::error!(%error, cells = failed.len(), "cannot start an engine process for waiting cells");
                     let error = error.to_string();
                     for queued in &failed {
-                        *lock(&queued.route.state) = RouteState::Gone;
+                        *queued.route.state.lock() = RouteState::Gone;
                     }
                     drop(processes);
                     for queued in failed.drain(..) {
@@ -466,7 +473,7 @@ impl Pool {
                 kept.push_back(queued);
                 continue;
             }
-            let mut route = lock(&queued.route.state);
+            let mut route = queued.route.state.lock();
             let early = match &mut *route {
                 // Terminated while it waited: its slot (and events) are dropped here.
                 RouteState::Gone | RouteState::Placed(_) => continue,
@@ -509,7 +516,7 @@ impl Pool {
         runtime: Option<tokio::runtime::Handle>,
     ) -> Result<(), (EngineError, Option<Box<CellSlot>>)> {
         let taken = |error: EngineError| {
-            let slot = lock(&process.state).cells.remove(&number).map(Box::new);
+            let slot = process.state.lock().cells.remove(&number).map(Box::new);
             (error, slot)
         };
         let runtime = match runtime {
@@ -523,7 +530,7 @@ impl Pool {
         let lane = process.take_lane().map_err(taken)?;
         let writer = Arc::new(LaneWriter::new(&lane));
         let events = {
-            let mut state = lock(&process.state);
+            let mut state = process.state.lock();
             match state.cells.get_mut(&number) {
                 Some(slot) => {
                     slot.lane = Some(Arc::clone(&writer));
@@ -568,7 +575,7 @@ impl Pool {
     /// dropping its slot closes its events, which the actor reads as the end of a termination.
     fn unqueue(&self, number: CellNumber) {
         let removed = {
-            let mut processes = lock(&self.processes);
+            let mut processes = self.processes.lock();
             let position = processes
                 .queued
                 .iter()
@@ -581,7 +588,7 @@ impl Pool {
     /// Starts spares in the background until there are as many as configured.
     fn refill(&self) {
         let missing = {
-            let mut processes = lock(&self.processes);
+            let mut processes = self.processes.lock();
             let have = processes.spares.len() + processes.spawning;
             let missing = self.config.spare_processes.saturating_sub(have);
             processes.spawning += missing;
@@ -594,11 +601,11 @@ impl Pool {
                 .spawn(move || {
                     let Some(pool) = pool.upgrade() else { return };
                     let spawned = pool.spawn();
-                    lock(&pool.processes).spawning -= 1;
+                    pool.processes.lock().spawning -= 1;
                     pool.process_started(spawned, None);
                 });
             if started.is_err() {
-                lock(&self.processes).spawning -= 1;
+                self.processes.lock().spawning -= 1;
             }
         }
     }
@@ -606,11 +613,11 @@ impl Pool {
     /// `process` has no cells left: retire it if its tenant has another idle process, or the
     /// pool has enough idle ones without it.
     fn idle(&self, process: &Arc<EngineProcess>) {
-        let mut processes = lock(&self.processes);
+        let mut processes = self.processes.lock();
         // Cells are placed under the pool's lock: one placed since the last cell ended keeps
         // the process.
         let tenant = {
-            let state = lock(&process.state);
+            let state = process.state.lock();
             if !state.cells.is_empty() {
                 return;
             }
@@ -621,11 +628,11 @@ impl Pool {
             .iter()
             .filter(|other| other.alive() && !Arc::ptr_eq(other, process))
             .filter_map(|other| {
-                let state = lock(&other.state);
+                let state = other.state.lock();
                 state.cells.is_empty().then(|| state.tenant.clone())
             })
             .collect();
-        let retired = lock(&process.state).retired;
+        let retired = process.state.lock().retired;
         let twin = idle.contains(&tenant);
         if retired || twin || idle.len() >= MAX_IDLE_PROCESSES {
             processes
@@ -647,7 +654,7 @@ impl Pool {
 impl Drop for Pool {
     fn drop(&mut self) {
         self.grace_kills.close();
-        let processes = lock(&self.processes);
+        let processes = self.processes.lock();
         for process in processes.active.iter().chain(&processes.spares) {
             process.close();
         }
@@ -669,7 +676,7 @@ impl ProcessOwner for Pool {
 
     #[cfg(feature = "test-hooks")]
     fn probe_answered(&self, answer: Option<(bool, String)>) {
-        let waiting = lock(&self.probe_answer).take();
+        let waiting = self.probe_answer.lock().take();
         if let (Some(sender), Some(answer)) = (waiting, answer) {
             let _ = sender.send(answer);
         }
@@ -687,7 +694,7 @@ struct CellTerminator {
 impl Terminate for CellTerminator {
     fn terminate(&self) {
         let placed = {
-            let mut route = lock(&self.route.state);
+            let mut route = self.route.state.lock();
             match &*route {
                 RouteState::Placed(process) => process.clone(),
                 RouteState::Gone => return,
@@ -706,7 +713,7 @@ impl Terminate for CellTerminator {
         };
         let cell = self.route.number;
         {
-            let mut state = lock(&process.state);
+            let mut state = process.state.lock();
             match state.cells.get_mut(&cell) {
                 Some(slot) if !slot.terminating && !slot.finished => slot.terminating = true,
                 _ => return,

@@ -1,11 +1,11 @@
 //! Where a cell's commands and control go ([`CellRoute`]): held, in order, while the cell waits
 //! for a process being started for it, then sent to the lane of the process it was placed in.
 
+use parking_lot::Mutex;
+use std::sync::Weak;
 use std::sync::mpsc::SendError;
-use std::sync::{Mutex, Weak};
 
 use super::engine_process::EngineProcess;
-use super::state::lock;
 use crate::wire::{CellNumber, ToLane};
 
 /// Where a cell's commands and control go: held while the cell waits for a process, then sent
@@ -34,7 +34,7 @@ impl CellRoute {
         message: T,
         frame: impl FnOnce(Option<&EngineProcess>, T) -> ToLane,
     ) -> Result<(), SendError<T>> {
-        let mut route = lock(&self.state);
+        let mut route = self.state.lock();
         match &mut *route {
             RouteState::Queued(early) => {
                 // Only what the actor sends before the cell starts waits here: a handful.

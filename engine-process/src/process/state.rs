@@ -2,7 +2,7 @@
 //! process's `state` lock ([`ProcessState`], a [`CellSlot`] per cell) and its idle lanes.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::Duration;
 
 use codemode_engine::{EventSender, HardStopReason, RuntimeEvent};
@@ -13,13 +13,6 @@ use crate::wire::CellNumber;
 /// Whose cells a process holds (`None`: the embedder's one tenant).
 /// Whose cells a process holds: bound when its first cell is placed, never changed.
 pub(super) type Tenant = Option<String>;
-
-/// Locks `mutex`, whose critical sections never panic (the data is recovered anyway).
-pub(super) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
 
 #[derive(Debug, Default)]
 pub(super) struct IdleLanes {

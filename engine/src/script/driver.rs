@@ -12,10 +12,11 @@
 //! between steps, the runtime's terminator for JavaScript that is running, and `Terminate`
 //! messages that wake a thread blocked on its inbox.
 
+use parking_lot::Mutex;
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::Sender;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
@@ -195,10 +196,7 @@ impl<T: ScriptTerminator> TerminateTarget<T> {
     /// Makes the live runtime reachable by `terminate`. If termination was requested before, the
     /// runtime is terminated at once, so that no JavaScript of this cell ever runs.
     fn attach(&self, terminator: T) {
-        let mut isolate = self
-            .runtime
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut isolate = self.runtime.lock();
         if self.requested() {
             terminator.terminate();
         }
@@ -206,18 +204,12 @@ impl<T: ScriptTerminator> TerminateTarget<T> {
     }
 
     fn detach(&self) {
-        self.runtime
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .take();
+        self.runtime.lock().take();
     }
 
     fn request(&self) {
         // The flag is set under the lock so that `attach` cannot miss it.
-        let isolate = self
-            .runtime
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let isolate = self.runtime.lock();
         self.requested.store(true, Ordering::SeqCst);
         if let Some(terminator) = isolate.as_ref() {
             terminator.terminate();

@@ -14,8 +14,9 @@
 //! made a start 2.8 times slower than cold). Dropping the last handle to the pool ends the idle
 //! threads, which dispose of their isolates, and the refiller.
 
+use parking_lot::Mutex;
 use std::sync::mpsc::{Receiver, Sender, channel};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use super::driver::{self, ScriptRuntime, ThreadContext, WarmRuntime};
@@ -96,7 +97,7 @@ impl<R: ScriptRuntime> WarmPool<R> {
         }
         let mut job = job;
         loop {
-            let Some(idle) = self.lock_idle().pop() else {
+            let Some(idle) = self.idle.lock().pop() else {
                 return Err(job);
             };
             match idle.send(job) {
@@ -112,19 +113,13 @@ impl<R: ScriptRuntime> WarmPool<R> {
 
     /// How many warm runtimes are ready for a cell now.
     pub fn ready(&self) -> usize {
-        self.lock_idle().len()
-    }
-
-    fn lock_idle(&self) -> std::sync::MutexGuard<'_, Vec<Sender<Job<R>>>> {
-        self.idle
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.idle.lock().len()
     }
 
     /// Starts one more warm thread, unless the pool is full (or the OS refuses a thread).
     fn add_thread(self: &Arc<Self>) {
         use std::sync::atomic::Ordering;
-        let idle = self.lock_idle();
+        let idle = self.idle.lock();
         if idle.len() + self.warming.load(Ordering::SeqCst) >= self.size {
             return;
         }
@@ -145,7 +140,7 @@ impl<R: ScriptRuntime> WarmPool<R> {
     /// A warm thread's runtime is ready (or could not be made): it stops counting as warming,
     /// and, when ready, offers itself for work.
     fn warmed(&self, ready: Option<Sender<Job<R>>>) {
-        let mut idle = self.lock_idle();
+        let mut idle = self.idle.lock();
         self.warming
             .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
         if let Some(sender) = ready {

@@ -2,8 +2,8 @@
 //! the same id share them, others never do.
 
 use codemode_protocol::StoredValues;
+use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::sync::Mutex;
 
 use async_trait::async_trait;
 use codemode_session::{SessionKey, Store, StoreError};
@@ -24,18 +24,12 @@ impl MemoryStore {
 #[async_trait]
 impl Store for MemoryStore {
     async fn load(&self, session: &SessionKey) -> Result<StoredValues, StoreError> {
-        let sessions = self
-            .sessions
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let sessions = self.sessions.lock();
         Ok(sessions.get(session).cloned().unwrap_or_default())
     }
 
     async fn commit(&self, session: &SessionKey, writes: &StoredValues) -> Result<(), StoreError> {
-        let mut sessions = self
-            .sessions
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut sessions = self.sessions.lock();
         sessions.entry(session.clone()).or_default().extend(
             writes
                 .iter()

@@ -2,8 +2,9 @@
 //! name (they would be the same `tools.<name>` inside a cell, as `foo-bar` and `foo_bar` of one
 //! server are), the first listed keeps it and the other is left out, with a warning in the log.
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use codemode_protocol::{JsonText, ToolDefinition};
@@ -72,10 +73,7 @@ impl ToolProvider for CompositeTools {
                 tools.push(tool);
             }
         }
-        *self
-            .routes
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner()) = routes;
+        *self.routes.lock() = routes;
         Ok(tools)
     }
 
@@ -85,12 +83,7 @@ impl ToolProvider for CompositeTools {
         context: ToolCallContext,
     ) -> Result<JsonText, ToolError> {
         let global_name = call.name.global_name();
-        let route = self
-            .routes
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .get(&global_name)
-            .copied();
+        let route = self.routes.lock().get(&global_name).copied();
         let provider = route
             .and_then(|index| self.providers.get(index))
             .ok_or_else(|| ToolError::not_found(format!("no tool is named tools.{global_name}")))?;

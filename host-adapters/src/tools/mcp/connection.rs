@@ -49,14 +49,14 @@ struct Connection {
 pub struct McpTools {
     pub(super) config: McpServerConfig,
     /// The output schema of each tool that has one, by the server's name for it, as last listed.
-    pub(super) output_schemas: std::sync::Mutex<std::collections::HashMap<String, Value>>,
+    pub(super) output_schemas: parking_lot::Mutex<std::collections::HashMap<String, Value>>,
     connection: Mutex<Option<Connection>>,
     pub(super) generations: std::sync::atomic::AtomicU64,
     /// Grows when the server says its tools changed, and when it is started again.
     pub(super) tools_version: std::sync::Arc<std::sync::atomic::AtomicU64>,
     /// Tools the server refused outside a task (`taskSupport: "required"` in the 2025-11-25
     /// revision): called as tasks from then on.
-    pub(super) task_only: std::sync::Mutex<std::collections::HashSet<String>>,
+    pub(super) task_only: parking_lot::Mutex<std::collections::HashSet<String>>,
     /// Where the progress of each call in flight goes, by progress token.
     pub(super) progress: ProgressRoutes,
 }
@@ -74,11 +74,11 @@ impl McpTools {
     pub fn new(config: McpServerConfig) -> Self {
         McpTools {
             config,
-            output_schemas: std::sync::Mutex::new(std::collections::HashMap::new()),
+            output_schemas: parking_lot::Mutex::new(std::collections::HashMap::new()),
             connection: Mutex::new(None),
             generations: std::sync::atomic::AtomicU64::new(0),
             tools_version: std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0)),
-            task_only: std::sync::Mutex::new(std::collections::HashSet::new()),
+            task_only: parking_lot::Mutex::new(std::collections::HashSet::new()),
             progress: ProgressRoutes::default(),
         }
     }

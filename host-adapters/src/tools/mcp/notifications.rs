@@ -18,7 +18,7 @@ pub(super) struct ListWatcher {
 /// The calls in flight that asked for progress, by their progress token: where each one's
 /// progress goes, and the tool's name for the message.
 pub(super) type ProgressRoutes = std::sync::Arc<
-    std::sync::Mutex<
+    parking_lot::Mutex<
         std::collections::HashMap<rmcp::model::NumberOrString, (ToolProgress, String)>,
     >,
 >;
@@ -58,12 +58,7 @@ impl rmcp::ClientHandler for ListWatcher {
         params: rmcp::model::ProgressNotificationParam,
         _context: rmcp::service::NotificationContext<RoleClient>,
     ) -> impl std::future::Future<Output = ()> + Send + '_ {
-        let route = self
-            .progress
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .get(&params.progress_token.0)
-            .cloned();
+        let route = self.progress.lock().get(&params.progress_token.0).cloned();
         if let Some((progress, tool)) = route {
             progress.report(progress_text(
                 &tool,
@@ -111,10 +106,7 @@ pub(super) struct ProgressRoute {
 
 impl Drop for ProgressRoute {
     fn drop(&mut self) {
-        self.routes
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .remove(&self.token);
+        self.routes.lock().remove(&self.token);
     }
 }
 

@@ -33,21 +33,14 @@ impl McpTools {
             .send_request_with_option(request, rmcp::service::PeerRequestOptions::no_options())
             .await?;
         // rmcp gives each request its own progress token: route that one.
-        self.progress
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .insert(
-                handle.progress_token.0.clone(),
-                (progress.progress.clone(), progress.tool.clone()),
-            );
-        progress
-            .routes
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .push(ProgressRoute {
-                routes: std::sync::Arc::clone(&self.progress),
-                token: handle.progress_token.0.clone(),
-            });
+        self.progress.lock().insert(
+            handle.progress_token.0.clone(),
+            (progress.progress.clone(), progress.tool.clone()),
+        );
+        progress.routes.lock().push(ProgressRoute {
+            routes: std::sync::Arc::clone(&self.progress),
+            token: handle.progress_token.0.clone(),
+        });
         let mut abandoned = SpawnOnDrop::new(notify_cancelled(peer.clone(), handle.id.clone()));
         let answer = handle.await_response().await;
         abandoned.disarm();
@@ -62,11 +55,7 @@ impl McpTools {
         progress: &CallProgress,
     ) -> Result<CallToolResult, CallFailure> {
         let name = params.name.as_ref();
-        let task_only = self
-            .task_only
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .contains(name);
+        let task_only = self.task_only.lock().contains(name);
         if task_only {
             return self.call_as_augmented_task(peer, params, progress).await;
         }
@@ -110,10 +99,7 @@ impl McpTools {
     ) -> Result<CallToolResult, CallFailure> {
         let name = params.name.as_ref();
         tracing::debug!(server = %self.config.namespace, tool = name, "the tool runs only as a task; calling it as one");
-        self.task_only
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .insert(name.to_owned());
+        self.task_only.lock().insert(name.to_owned());
         self.call_as_augmented_task(peer, params, progress).await
     }
 
@@ -180,10 +166,7 @@ impl ToolProvider for McpTools {
                 Some((tool.name.to_string(), Value::Object((**schema).clone())))
             })
             .collect();
-        *self
-            .output_schemas
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner()) = schemas;
+        *self.output_schemas.lock() = schemas;
         Ok(tools
             .into_iter()
             .map(|tool| ToolDefinition {
@@ -236,7 +219,7 @@ impl ToolProvider for McpTools {
         let progress = CallProgress {
             progress,
             tool: global_name.clone(),
-            routes: std::sync::Mutex::new(Vec::new()),
+            routes: parking_lot::Mutex::new(Vec::new()),
         };
         // A request that could not be sent never reached the server: reconnect and send it once
         // more. A connection that closed after sending is not retried (the call may have run).
@@ -290,12 +273,7 @@ impl ToolProvider for McpTools {
                 }
             }
             Ok(Ok(result)) => {
-                let schema = self
-                    .output_schemas
-                    .lock()
-                    .unwrap_or_else(|poisoned| poisoned.into_inner())
-                    .get(&call.name.name)
-                    .cloned();
+                let schema = self.output_schemas.lock().get(&call.name.name).cloned();
                 call_result_to_value(result, schema.as_ref())
                     .map(|value| JsonText::from(&value))
                     .map_err(|why| ToolError::failed(format!("tools.{global_name}: {why}")))

@@ -34,7 +34,7 @@ pub(super) struct CallProgress {
     pub(super) progress: ToolProgress,
     /// The tool's global name, for the messages.
     pub(super) tool: String,
-    pub(super) routes: std::sync::Mutex<Vec<ProgressRoute>>,
+    pub(super) routes: parking_lot::Mutex<Vec<ProgressRoute>>,
 }
 
 /// Work to start on the async runtime when dropped before it is disarmed: telling a server that
