@@ -13,7 +13,7 @@ pub trait Engine: Send + Sync + 'static {
     fn describe(&self) -> String;
 
     /// Starts `cell` on a new OS thread (or in another process). The run sends
-    /// [`RuntimeEvent::Started`] first and, unless terminated, [`RuntimeEvent::Result`] last,
+    /// [`RuntimeEvent::Started`](crate::RuntimeEvent::Started) first and, unless terminated, [`RuntimeEvent::Result`](crate::RuntimeEvent::Result) last,
     /// then drops `events`.
     ///
     /// Returns at once: callers start cells from async workers, so an engine never waits here

@@ -33,7 +33,7 @@ impl TerminateHandle {
     }
 
     /// Asks the cell to stop. Returns at once; the runtime thread then ends without a
-    /// [`RuntimeEvent::Result`] and drops its event sender.
+    /// [`RuntimeEvent::Result`](crate::RuntimeEvent::Result) and drops its event sender.
     pub fn terminate(&self) {
         self.0.terminate();
     }

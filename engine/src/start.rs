@@ -16,7 +16,7 @@ use crate::error::EngineError;
 #[derive(Debug, Clone)]
 pub struct CellStart {
     /// The id of the request that started the cell (the model's `exec` call); every
-    /// [`RuntimeEvent::Notify`] carries it.
+    /// [`RuntimeEvent::Notify`](crate::RuntimeEvent::Notify) carries it.
     pub call_id: String,
     /// The cell's JavaScript source, evaluated as an ES module.
     pub source: String,
@@ -111,13 +111,13 @@ pub fn cpu_time_limit_error(budget: Duration) -> String {
 /// cell is still unfinished.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PendingMode {
-    /// Emit [`RuntimeEvent::Pending`] each time the cell becomes idle, and keep waiting for
+    /// Emit [`RuntimeEvent::Pending`](crate::RuntimeEvent::Pending) each time the cell becomes idle, and keep waiting for
     /// commands.
     Continue,
-    /// Pause when the cell becomes idle: emit [`RuntimeEvent::Pending`] and block on the control
-    /// channel until [`RuntimeControl::Continue`] (stop pausing until the next
-    /// [`RuntimeCommand::ObservePendingFrontier`]), [`RuntimeControl::Resume`] (pause again at the
-    /// next idle point) or [`RuntimeControl::Terminate`]. Nothing the cell does runs while paused;
+    /// Pause when the cell becomes idle: emit [`RuntimeEvent::Pending`](crate::RuntimeEvent::Pending) and block on the control
+    /// channel until [`RuntimeControl::Continue`](crate::RuntimeControl::Continue) (stop pausing until the next
+    /// [`RuntimeCommand::ObservePendingFrontier`](crate::RuntimeCommand::ObservePendingFrontier)), [`RuntimeControl::Resume`](crate::RuntimeControl::Resume) (pause again at the
+    /// next idle point) or [`RuntimeControl::Terminate`](crate::RuntimeControl::Terminate). Nothing the cell does runs while paused;
     /// commands that arrive meanwhile wait in order. Pausing starts on; in this mode `Pending` is
     /// emitted only when pausing, so it always means "paused, waiting for control".
     PauseUntilResumed,

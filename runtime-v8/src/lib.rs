@@ -1,8 +1,11 @@
-//! The V8 engine of codemode: runs each cell in its own V8 isolate on its own OS thread.
+//! The V8 engine of codemode: runs each cell in a fresh V8 context on its own OS thread, in an
+//! isolate of its own (a lane of an engine process may keep its isolate for its tenant's next
+//! cell, with a new context and bootstrap).
 //!
 //! V8 is the system's (Debian's libnode108, V8 10.2), reached through a narrow C++ shim
-//! (`shim/shim.cc`) whose safe face is `ffi`: all `unsafe` code of the project lives there. The
-//! globals are installed by the JavaScript bootstrap of `codemode_engine::script`, which calls
+//! (`shim/shim.cc`) whose safe face is `ffi`: the `unsafe` code of the project lives there and in
+//! two system calls of `codemode_engine_process`'s `descriptors` (the tidy test holds it to that).
+//! The globals are installed by the JavaScript bootstrap of `codemode_engine::script`, which calls
 //! back into Rust through one host-call entry point; the engine-independent runtime thread of that
 //! module drives the module, microtasks, timers, tool results and the pending frontier, through
 //! the [`codemode_engine::script::ScriptRuntime`] this crate implements for V8 (`script`).

@@ -1,8 +1,16 @@
 //! The host of one cell of a session ([`SessionCellHost`]): it runs the cell's tool calls through
 //! the session's provider, publishes its notifications and tool progress, commits its stored
 //! values in order when it completes, and takes it out of the registry when it closes.
+//!
+//! The commit of a completed cell's stored values runs with its outcome already claimed: it awaits
+//! `Store::commit` holding only the session's commit-order lock (an async mutex that only other
+//! commits wait for, so the store and the in-memory values see commits in the same order), charges
+//! the session's cap and the budgets it shares before the store is asked, merges the writes into
+//! the values, then publishes the claim; a failed commit gives the charge back and the cell's
+//! error says the values were not saved.
 
-use std::sync::{Arc, Mutex};
+use parking_lot::Mutex;
+use std::sync::Arc;
 use std::time::Instant;
 
 use codemode_cell_actor::{
@@ -14,7 +22,7 @@ use tracing::Instrument;
 
 use crate::ports::{ToolCallContext, ToolProgress};
 use crate::report::SessionEvent;
-use crate::shared::{Shared, lock};
+use crate::shared::Shared;
 
 /// A cell's tool progress: published as the cell's notifications, which name the request that
 /// started it, so its watchers hear a tool's progress as they hear `notify(...)`.
@@ -117,7 +125,7 @@ impl CellHost for SessionCellHost {
 
     async fn commit_completion(&self, mut claim: CompletionClaim) -> CompletionCommit {
         let shared = &self.shared;
-        *lock(&self.error_text) = Some(claim.error_text().map(str::to_owned));
+        *self.error_text.lock() = Some(claim.error_text().map(str::to_owned));
         let writes = claim.take_stored_value_writes();
         if writes.is_empty() {
             return claim.publish();
@@ -127,7 +135,10 @@ impl CellHost for SessionCellHost {
         let _order = shared.commit_order.lock().await;
         // Only commits change the values, and they run one at a time: what is charged here is
         // what is applied below.
-        let charged = lock(&shared.values).charge(&writes, shared.config.max_stored_bytes);
+        let charged = shared
+            .values
+            .lock()
+            .charge(&writes, shared.config.max_stored_bytes);
         let committed = match charged {
             Err(refused) => Err(refused),
             Ok(charge) => match shared.store.commit(&shared.key, &writes).await {
@@ -140,12 +151,12 @@ impl CellHost for SessionCellHost {
         };
         match committed {
             Ok((charge, writes)) => {
-                lock(&shared.values).apply(writes, charge);
+                shared.values.lock().apply(writes, charge);
                 claim.publish()
             }
             Err(error) => {
                 let note = format!("the cell's stored values could not be saved: {error}");
-                let mut error_text = lock(&self.error_text);
+                let mut error_text = self.error_text.lock();
                 if let Some(text) = error_text.as_mut() {
                     *text = Some(match text.take() {
                         Some(existing) => format!("{existing}\n{note}"),
@@ -159,7 +170,7 @@ impl CellHost for SessionCellHost {
     }
 
     fn completed_unobserved(&self) {
-        let error_text = lock(&self.error_text).take().flatten();
+        let error_text = self.error_text.lock().take().flatten();
         tracing::info!(session = %self.shared.id, cell_id = %self.cell_id, "cell finished in the background");
         let _ = self.shared.events.send(SessionEvent::CellFinished {
             cell_id: self.cell_id.clone(),
@@ -168,7 +179,7 @@ impl CellHost for SessionCellHost {
     }
 
     async fn closed(&self) {
-        lock(&self.shared.registry).cells.remove(&self.cell_id);
+        self.shared.registry.lock().cells.remove(&self.cell_id);
         if let Some(hook) = &self.shared.config.on_cell_activity {
             hook(crate::CellActivity::CellClosed {
                 session: self.shared.id.clone(),

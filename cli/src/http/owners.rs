@@ -18,7 +18,7 @@ use super::tenant::{ANONYMOUS_TENANT, Tenant};
 /// method, and reaches nothing.
 #[derive(Clone)]
 pub struct SessionOwners {
-    owners: Arc<std::sync::Mutex<std::collections::HashMap<String, Tenant>>>,
+    owners: Arc<parking_lot::Mutex<std::collections::HashMap<String, Tenant>>>,
     /// The MCP sessions alive now, to forget the owners of those that ended.
     sessions: Arc<rmcp::transport::streamable_http_server::session::local::LocalSessionManager>,
 }
@@ -46,15 +46,9 @@ impl SessionOwners {
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, Tenant>> {
-        self.owners
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-
     async fn remember(&self, session: String, tenant: Tenant) {
         let crowded = {
-            let mut owners = self.lock();
+            let mut owners = self.owners.lock();
             owners.entry(session).or_insert(tenant);
             owners.len() > OWNERS_BEFORE_PRUNING
         };
@@ -67,12 +61,14 @@ impl SessionOwners {
                 .keys()
                 .map(|id| id.to_string())
                 .collect();
-            self.lock().retain(|session, _| alive.contains(session));
+            self.owners
+                .lock()
+                .retain(|session, _| alive.contains(session));
         }
     }
 }
 
-/// The middleware behind [`guard`]: binds each MCP session to the tenant that created it.
+/// The middleware behind [`guard`](super::guard): binds each MCP session to the tenant that created it.
 pub async fn bind_sessions(
     State(owners): State<SessionOwners>,
     request: Request,
@@ -89,7 +85,7 @@ pub async fn bind_sessions(
         .and_then(|value| value.to_str().ok())
         .map(str::to_owned);
     if let Some(session) = &named {
-        let owner = owners.lock().get(session).cloned();
+        let owner = owners.owners.lock().get(session).cloned();
         if owner.is_some_and(|owner| owner != tenant) {
             tracing::warn!(
                 method = %request.method(),
@@ -118,7 +114,7 @@ pub async fn bind_sessions(
         && response.status().is_success()
         && let Some(session) = named
     {
-        owners.lock().remove(&session);
+        owners.owners.lock().remove(&session);
         // The session is gone, not queued for going: 200, which the official SDKs expect (the
         // Python SDK warns "Session termination failed: 202" otherwise).
         if response.status() == StatusCode::ACCEPTED {

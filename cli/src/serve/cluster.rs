@@ -9,6 +9,14 @@
 //! is; if its lease ran out, the answer says at once that the server stopped and what that means.
 //! A forwarded request is never forwarded again. A server stopped with SIGTERM ends its lease as it
 //! leaves.
+//!
+//! The cluster also keeps a journal: sessions tell `SessionConfig::on_cell_activity` of each cell
+//! that starts, each tool call it starts and each cell that closes, and the server writes that in
+//! batches (`codemode_cells`, `codemode_tool_calls`), with the sessions it opens and closes
+//! (`codemode_open_sessions`). A `wait` for a cell of a server whose lease ran out lists the tool
+//! calls the cell had started; admission counts a tenant's cells and sessions on the other servers
+//! from the same journal. A tenant's stored bytes are counted by the database store itself, exactly
+//! across servers.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -58,7 +66,7 @@ pub(super) struct Cluster {
     /// Where the sessions' activity goes, for the journal writer.
     journal: tokio::sync::mpsc::UnboundedSender<Activity>,
     /// How many live sessions this server has under each session key, journaled under its lock.
-    open_sessions: std::sync::Mutex<Instances>,
+    open_sessions: parking_lot::Mutex<Instances>,
 }
 
 /// How many instances of each session are open on this server. A named session closed for
@@ -149,7 +157,7 @@ impl Cluster {
             token,
             lease,
             journal,
-            open_sessions: std::sync::Mutex::default(),
+            open_sessions: parking_lot::Mutex::default(),
         });
         tokio::spawn(write_journal(Arc::clone(&cluster), activity));
         Ok(Some(cluster))
@@ -167,10 +175,7 @@ impl Cluster {
     /// Journals that this server opened a session of `tenant` (when no other instance of it is
     /// open here).
     pub(super) fn session_opened(&self, session: &str, tenant: &str) {
-        let mut open = self
-            .open_sessions
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut open = self.open_sessions.lock();
         if open.opened(session) {
             let _ = self.journal.send(Activity::SessionOpened {
                 session: session.to_owned(),
@@ -181,10 +186,7 @@ impl Cluster {
 
     /// Journals that this server closed a session (when that was its last open instance here).
     pub(super) fn session_closed(&self, session: &str) {
-        let mut open = self
-            .open_sessions
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut open = self.open_sessions.lock();
         if open.closed(session) {
             let _ = self.journal.send(Activity::SessionClosed {
                 session: session.to_owned(),

@@ -16,13 +16,15 @@
 //! the cell ends) without spending the model's turns on `wait`, and `tasks/cancel` terminates the
 //! cell. A cell that ends within its yield time is answered at once, as for any client.
 //!
-//! Where each concern lives: this file has the flags, start-up (store, tools, the HTTP gate),
-//! the transports and shutdown; `sessions` the sessions and who a request is; `registry` the
-//! open sessions and what they hold under the limits (behind methods, each one critical section);
-//! `limits` the server-wide limits and the slots reserved under them; `handler` the MCP tool surface (`exec`, `wait`, argument checks, results);
-//! `tasks` `exec` as a task; `progress` the notifications of a waiting call; `cluster` routing
-//! between the servers of a cluster (forwarding `wait` to the server that runs the cell), which
-//! lives here in the server, not in the `session` crate. Each part imports what it uses by name.
+//! The parts, in layers, each importing only from the layers below it (the tidy test holds them
+//! to it): `args` (the flags); `identity` (who a request is), `results` (a result as MCP),
+//! `limits` (the limits and their `Slots`), `progress` (notifications while a call waits), `push`
+//! (completion push); `admission` (the one path by which a session or a cell takes its slot) and
+//! `cluster` (routing between the servers of a cluster, here in the server, not in the `session`
+//! crate); `live` (one open session); `registry` (the open and named sessions) and `tasks`
+//! (`exec` as a task); `sessions` (opening, admitting, closing when idle); `handler` (the MCP
+//! surface, every method of `CodemodeServer`); and this file: start-up (store, tools, the HTTP
+//! gate), the transports and shutdown.
 
 use std::process::ExitCode;
 use std::sync::Arc;
