@@ -459,7 +459,7 @@ fn a_crash_names_the_fatal_error_the_engine_printed() {
 
 fn tenant_cell(tenant: &str, source: &str) -> CellStart {
     let mut cell = cell(source);
-    cell.tenant = Some(tenant.to_owned());
+    cell.tenant = Some(tenant.into());
     cell
 }
 

@@ -8,7 +8,7 @@ use codemode_protocol::limits::{
     DEFAULT_CPU_TIME_LIMIT, DEFAULT_HEAP_LIMIT_BYTES, DEFAULT_MAX_TOOL_CALLS_PER_CELL,
     MIN_HEAP_LIMIT_BYTES,
 };
-use codemode_protocol::{StoredValues, ToolDefinition};
+use codemode_protocol::{StoredValues, Tenant, ToolDefinition};
 
 use crate::error::EngineError;
 
@@ -32,7 +32,7 @@ pub struct CellStart {
     /// Whose cell this is. An engine that hosts several cells in one place that a compromised
     /// cell could take over (an engine process) never puts cells of different tenants there
     /// together. `None`: the embedder's one tenant.
-    pub tenant: Option<String>,
+    pub tenant: Option<Tenant>,
 }
 
 /// Resource limits of one cell. Build it from [`CellLimits::default`] with the `with_` methods.

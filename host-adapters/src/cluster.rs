@@ -17,7 +17,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use codemode_session::StoreError;
+use codemode_session::{StoreError, Tenant};
 
 use crate::store::postgres::Database;
 
@@ -230,7 +230,7 @@ impl PostgresCluster {
     pub async fn sessions_elsewhere(
         &self,
         server: &str,
-        tenant: &str,
+        tenant: &Tenant,
     ) -> Result<Vec<String>, StoreError> {
         let client = self.database.client().await?;
         let rows = client
@@ -240,7 +240,7 @@ impl PostgresCluster {
                  ON servers.id = sessions.server
                  WHERE sessions.server <> $1 AND sessions.tenant = $2
                    AND servers.lease_expires_at > now()",
-                &[&server, &tenant],
+                &[&server, &tenant.as_str()],
             )
             .await
             .map_err(|error| {
@@ -255,7 +255,7 @@ impl PostgresCluster {
     pub async fn cells_elsewhere(
         &self,
         server: &str,
-        tenant: &str,
+        tenant: &Tenant,
     ) -> Result<(usize, usize), StoreError> {
         let client = self.database.client().await?;
         let row = client
@@ -264,7 +264,7 @@ impl PostgresCluster {
                  FROM codemode_cells AS cells JOIN codemode_replicas AS servers
                  ON servers.id = cells.server
                  WHERE cells.server <> $1 AND servers.lease_expires_at > now()",
-                &[&server, &tenant],
+                &[&server, &tenant.as_str()],
             )
             .await
             .map_err(|error| self.database.failed("count the cluster's cells in", error))?;

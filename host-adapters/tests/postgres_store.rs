@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use codemode_host_adapters::{JournalBatch, PostgresCluster, PostgresStore, SCHEMA_VERSION};
 use codemode_protocol::{StoredValue, StoredValues};
-use codemode_session::{SessionKey, Store, StoreErrorKind};
+use codemode_session::{SessionKey, Store, StoreErrorKind, Tenant};
 use codemode_test_support::postgres::TestPostgres;
 use serde_json::json;
 
@@ -468,12 +468,18 @@ async fn the_journal_keeps_open_cells_and_their_tool_calls_and_forgets_closed_on
     ));
     store.journal("there", &there).await.unwrap();
     assert_eq!(
-        store.cells_elsewhere("here", "alpha").await.unwrap(),
+        store
+            .cells_elsewhere("here", &Tenant::new("alpha"))
+            .await
+            .unwrap(),
         (2, 3),
         "the other server's cells: alpha's, and all"
     );
     assert_eq!(
-        store.cells_elsewhere("there", "alpha").await.unwrap(),
+        store
+            .cells_elsewhere("there", &Tenant::new("alpha"))
+            .await
+            .unwrap(),
         (0, 0)
     );
     assert_eq!(
@@ -493,7 +499,10 @@ async fn the_journal_keeps_open_cells_and_their_tool_calls_and_forgets_closed_on
             .is_empty()
     );
     assert_eq!(
-        store.cells_elsewhere("here", "alpha").await.unwrap(),
+        store
+            .cells_elsewhere("here", &Tenant::new("alpha"))
+            .await
+            .unwrap(),
         (1, 2)
     );
     // Open sessions: distinct, per tenant, of the other servers.
@@ -504,25 +513,34 @@ async fn the_journal_keeps_open_cells_and_their_tool_calls_and_forgets_closed_on
         (owned("beta/work"), owned("beta")),
     ];
     store.journal("there", &sessions).await.unwrap();
-    let mut open = store.sessions_elsewhere("here", "alpha").await.unwrap();
+    let mut open = store
+        .sessions_elsewhere("here", &Tenant::new("alpha"))
+        .await
+        .unwrap();
     open.sort();
     assert_eq!(open, ["alpha/play", "alpha/work"]);
     let mut closing = JournalBatch::default();
     closing.sessions_closed = vec![owned("alpha/play")];
     store.journal("there", &closing).await.unwrap();
     assert_eq!(
-        store.sessions_elsewhere("here", "alpha").await.unwrap(),
+        store
+            .sessions_elsewhere("here", &Tenant::new("alpha"))
+            .await
+            .unwrap(),
         ["alpha/work"]
     );
     // A server whose lease ran out counts no more.
     store.leave("there").await.unwrap();
     assert_eq!(
-        store.cells_elsewhere("here", "alpha").await.unwrap(),
+        store
+            .cells_elsewhere("here", &Tenant::new("alpha"))
+            .await
+            .unwrap(),
         (0, 0)
     );
     assert!(
         store
-            .sessions_elsewhere("here", "alpha")
+            .sessions_elsewhere("here", &Tenant::new("alpha"))
             .await
             .unwrap()
             .is_empty()

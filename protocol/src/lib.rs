@@ -17,6 +17,7 @@ mod pragma;
 mod request;
 pub mod schema;
 mod stored;
+mod tenant;
 mod tool;
 mod typescript;
 
@@ -28,6 +29,7 @@ pub use output::{
 pub use pragma::{ExecInput, ExecInputError, MAX_SAFE_INTEGER, parse_exec_input};
 pub use request::{ExecuteRequest, WaitRequest};
 pub use stored::{StoredValue, StoredValues, stored_bytes, stored_entry_bytes, stored_values_from};
+pub use tenant::Tenant;
 pub use tool::{ResultType, ToolDefinition, ToolKind, ToolName, normalize_identifier};
 pub use typescript::{
     MCP_TYPES_DECLARATION, namespace_groups, tool_declaration, tools_declaration,

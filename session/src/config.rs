@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use codemode_cell_actor::{FailureHandler, OutputMode};
+use codemode_protocol::Tenant;
 use codemode_protocol::limits::{
     DEFAULT_CPU_TIME_LIMIT, DEFAULT_EXEC_YIELD_TIME_MS, DEFAULT_HEAP_LIMIT_BYTES,
     DEFAULT_MAX_ACTIVE_CELLS, DEFAULT_MAX_OUTPUT_TOKENS, DEFAULT_MAX_STORED_BYTES_PER_SESSION,
@@ -45,7 +46,7 @@ pub struct SessionConfig {
     pub on_runtime_failure: Option<FailureHandler>,
     /// Whose session this is: engines that host several cells in one process never put cells of
     /// different tenants together (see `CellStart::tenant`). `None`: the embedder's one tenant.
-    pub tenant: Option<String>,
+    pub tenant: Option<Tenant>,
     /// The most tool calls one cell may make; the next is refused naming the limit.
     pub max_tool_calls: u64,
     /// The most bytes (keys and JSON text) the session's stored values may hold: a commit past
@@ -77,7 +78,7 @@ pub enum CellActivity {
         /// The cell's id.
         cell_id: String,
         /// The session's tenant ([`SessionConfig::tenant`]).
-        tenant: Option<String>,
+        tenant: Option<Tenant>,
     },
     /// A cell started a tool call.
     ToolCallStarted {
@@ -231,7 +232,7 @@ impl SessionConfig {
     }
 
     /// This configuration for the sessions of another tenant.
-    pub fn with_tenant(mut self, tenant: impl Into<String>) -> Self {
+    pub fn with_tenant(mut self, tenant: impl Into<Tenant>) -> Self {
         self.tenant = Some(tenant.into());
         self
     }

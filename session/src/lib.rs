@@ -45,7 +45,7 @@ pub use codemode_cell_actor::{
     CellError, CellEvent, CollectedOutput, OutputMode, ToolCallFate, ToolCallRecord, ToolError,
     ToolErrorKind, ToolInvocation,
 };
-pub use codemode_protocol::{JsonText, tools_declaration};
+pub use codemode_protocol::{JsonText, Tenant, tools_declaration};
 pub use config::{CellActivity, CellActivityHook, SessionConfig};
 pub use discovery::{ToolsShown, tools_section};
 pub use error::SessionError;

@@ -8,7 +8,7 @@ use codemode_protocol::StoredValues;
 
 use async_trait::async_trait;
 use codemode_cell_actor::{ToolError, ToolInvocation};
-use codemode_protocol::{JsonText, ToolDefinition};
+use codemode_protocol::{JsonText, Tenant, ToolDefinition};
 use tokio_util::sync::CancellationToken;
 
 /// Which session's stored values: whose (its tenant, when the embedder has several) and its
@@ -18,7 +18,7 @@ use tokio_util::sync::CancellationToken;
 #[non_exhaustive]
 pub struct SessionKey {
     /// Whose session it is; `None` for an embedder with one user.
-    pub tenant: Option<String>,
+    pub tenant: Option<Tenant>,
     /// The session's name, unique within its tenant.
     pub name: String,
 }
@@ -33,7 +33,7 @@ impl SessionKey {
     }
 
     /// Session `name` of `tenant`.
-    pub fn of_tenant(tenant: impl Into<String>, name: impl Into<String>) -> Self {
+    pub fn of_tenant(tenant: impl Into<Tenant>, name: impl Into<String>) -> Self {
         SessionKey {
             tenant: Some(tenant.into()),
             name: name.into(),
@@ -42,7 +42,7 @@ impl SessionKey {
 
     /// Whose bytes the session's values count towards: its tenant, or (with none) itself.
     pub fn owner(&self) -> &str {
-        self.tenant.as_deref().unwrap_or(&self.name)
+        self.tenant.as_ref().map_or(&self.name, Tenant::as_str)
     }
 }
 

@@ -202,7 +202,7 @@ impl Gate {
             }
         }
         let Some(tokens) = &self.tokens else {
-            return Ok(Tenant(ANONYMOUS_TENANT.to_owned()));
+            return Ok(Tenant::new(ANONYMOUS_TENANT));
         };
         let presented = headers
             .get(header::AUTHORIZATION)
@@ -219,7 +219,7 @@ impl Gate {
             }
         }
         if let Some(tenant) = tenant {
-            return Ok(Tenant(tenant));
+            return Ok(Tenant::from(tenant));
         }
         let refused = || Refusal {
             status: StatusCode::UNAUTHORIZED,
@@ -239,7 +239,7 @@ impl Gate {
         tokens
             .iter()
             .find(|(name, _)| name == named)
-            .map(|(name, _)| Tenant(name.clone()))
+            .map(|(name, _)| Tenant::new(name))
             .ok_or_else(|| Refusal {
                 status: StatusCode::UNAUTHORIZED,
                 message: format!(
@@ -301,7 +301,7 @@ mod tests {
                     ("authorization", &bearer(&"b".repeat(20)))
                 ]))
                 .unwrap(),
-            Tenant("beta".into())
+            Tenant::new("beta")
         );
         for wrong in [bearer("nope"), bearer(&"a".repeat(19)), "a".repeat(20)] {
             let refused = gate()

@@ -78,7 +78,7 @@ pub async fn bind_sessions(
         .extensions()
         .get::<Tenant>()
         .cloned()
-        .unwrap_or_else(|| Tenant(ANONYMOUS_TENANT.to_owned()));
+        .unwrap_or_else(|| Tenant::new(ANONYMOUS_TENANT));
     let named = request
         .headers()
         .get(MCP_SESSION_HEADER)

@@ -2,9 +2,9 @@
 //! the header a cluster server forwards it in), and the check every name that reaches a file
 //! path passes ([`check_name`]).
 
-/// The tenant a request was authenticated as: stored values are scoped to it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Tenant(pub String);
+/// The tenant a request was authenticated as (carried in its extensions): stored values are
+/// scoped to it.
+pub use codemode_session::Tenant;
 
 /// The tenant of a server that runs without authentication (`--no-auth`, loopback only).
 pub const ANONYMOUS_TENANT: &str = "anonymous";

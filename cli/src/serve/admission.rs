@@ -6,7 +6,7 @@
 use std::future::Future;
 use std::sync::Arc;
 
-use codemode_session::StoreError;
+use codemode_session::{StoreError, Tenant};
 use rmcp::ErrorData;
 
 use super::limits::{ServerLimits, Slot, Slots, SlotsFull};
@@ -78,7 +78,7 @@ pub(super) async fn admit(
     what: Admitted,
     limits: &ServerLimits,
     slots: &Arc<Slots>,
-    tenant: &str,
+    tenant: &Tenant,
     elsewhere: impl Future<Output = Option<Result<usize, StoreError>>>,
 ) -> Result<Slot, ErrorData> {
     let slot = slots.reserve(tenant).map_err(|full| {

@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use codemode_host_adapters::{JournalBatch, PostgresCluster};
 use codemode_protocol::CellId;
-use codemode_session::{CellActivity, StoreError};
+use codemode_session::{CellActivity, StoreError, Tenant};
 use rmcp::model::{CallToolRequestParams, CallToolResult, ContentBlock};
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
@@ -102,7 +102,7 @@ pub(super) enum Activity {
     /// What a session's cells did.
     Cell(CellActivity),
     /// This server opened a session of a tenant.
-    SessionOpened { session: String, tenant: String },
+    SessionOpened { session: String, tenant: Tenant },
     /// This server closed a session.
     SessionClosed { session: String },
 }
@@ -174,12 +174,12 @@ impl Cluster {
 
     /// Journals that this server opened a session of `tenant` (when no other instance of it is
     /// open here).
-    pub(super) fn session_opened(&self, session: &str, tenant: &str) {
+    pub(super) fn session_opened(&self, session: &str, tenant: &Tenant) {
         let mut open = self.open_sessions.lock();
         if open.opened(session) {
             let _ = self.journal.send(Activity::SessionOpened {
                 session: session.to_owned(),
-                tenant: tenant.to_owned(),
+                tenant: tenant.clone(),
             });
         }
     }
@@ -195,7 +195,10 @@ impl Cluster {
     }
 
     /// The sessions of `tenant` the other servers of the cluster have open (as last journaled).
-    pub(super) async fn sessions_elsewhere(&self, tenant: &str) -> Result<Vec<String>, StoreError> {
+    pub(super) async fn sessions_elsewhere(
+        &self,
+        tenant: &Tenant,
+    ) -> Result<Vec<String>, StoreError> {
         self.registry.sessions_elsewhere(&self.id, tenant).await
     }
 
@@ -248,7 +251,10 @@ impl Cluster {
 
     /// How many cells the other servers of the cluster run: of `tenant`, and in all (as last
     /// journaled, a moment behind).
-    pub(super) async fn cells_elsewhere(&self, tenant: &str) -> Result<(usize, usize), StoreError> {
+    pub(super) async fn cells_elsewhere(
+        &self,
+        tenant: &Tenant,
+    ) -> Result<(usize, usize), StoreError> {
         self.registry.cells_elsewhere(&self.id, tenant).await
     }
 
@@ -447,7 +453,7 @@ impl Cluster {
     async fn forward<T, F, Fut>(
         &self,
         address: &str,
-        tenant: &str,
+        tenant: &Tenant,
         name: &str,
         time_limit: Duration,
         forwarder: Forwarder,
@@ -466,7 +472,7 @@ impl Cluster {
             StreamableHttpClientTransportConfig::with_uri(address).auth_header(self.token.clone());
         config.custom_headers.insert(
             axum::http::HeaderName::from_static(http::TENANT_HEADER),
-            header(tenant)?,
+            header(tenant.as_str())?,
         );
         config.custom_headers.insert(
             axum::http::HeaderName::from_static(SESSION_HEADER),
@@ -612,9 +618,11 @@ fn add_to(batch: &mut JournalBatch, activity: Activity) {
             session,
             cell_id,
             tenant,
-        }) => batch
-            .cells_started
-            .push((session, cell_id, tenant.unwrap_or_default())),
+        }) => batch.cells_started.push((
+            session,
+            cell_id,
+            tenant.map(|tenant| tenant.to_string()).unwrap_or_default(),
+        )),
         Activity::Cell(CellActivity::ToolCallStarted {
             session,
             cell_id,
@@ -627,7 +635,7 @@ fn add_to(batch: &mut JournalBatch, activity: Activity) {
         Activity::Cell(_) => {}
         Activity::SessionOpened { session, tenant } => {
             batch.sessions_closed.retain(|closed| *closed != session);
-            batch.sessions_opened.push((session, tenant));
+            batch.sessions_opened.push((session, tenant.to_string()));
         }
         Activity::SessionClosed { session } => {
             batch
@@ -659,7 +667,7 @@ mod tests {
     fn a_session_opened_and_closed_within_one_batch_ends_in_its_last_state() {
         let opened = || Activity::SessionOpened {
             session: "alpha/work".to_owned(),
-            tenant: "alpha".to_owned(),
+            tenant: Tenant::new("alpha"),
         };
         let closed = || Activity::SessionClosed {
             session: "alpha/work".to_owned(),

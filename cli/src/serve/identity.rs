@@ -1,7 +1,7 @@
 //! Who a request is: its tenant (from the token the HTTP gate checked, or the one local tenant
 //! over stdio) and the codemode session it names (`X-Codemode-Session`) or is given.
 
-use codemode_session::SessionKey;
+use codemode_session::{SessionKey, Tenant};
 use rmcp::ErrorData;
 
 use crate::http;
@@ -14,7 +14,7 @@ pub(super) const SESSION_HEADER: &str = "x-codemode-session";
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct Identity {
     /// Whose token the client holds (over stdio, the one local tenant).
-    pub(super) tenant: String,
+    pub(super) tenant: Tenant,
     /// Where its stored values are kept: the tenant's session of that name over HTTP, the
     /// `--session` of no tenant over stdio.
     pub(super) key: SessionKey,
@@ -38,7 +38,7 @@ impl Identity {
     ) -> Result<Self, ErrorData> {
         let Some(parts) = extensions.get::<axum::http::request::Parts>() else {
             return Ok(Identity {
-                tenant: LOCAL_TENANT.to_owned(),
+                tenant: Tenant::new(LOCAL_TENANT),
                 key: SessionKey::new(stdio_session.to_owned()),
                 named: false,
             });
@@ -46,8 +46,8 @@ impl Identity {
         let tenant = parts
             .extensions
             .get::<http::Tenant>()
-            .map(|tenant| tenant.0.clone())
-            .unwrap_or_else(|| http::ANONYMOUS_TENANT.to_owned());
+            .cloned()
+            .unwrap_or_else(|| Tenant::new(http::ANONYMOUS_TENANT));
         let (name, named) = match parts.headers.get(SESSION_HEADER) {
             Some(value) => {
                 let name = value.to_str().unwrap_or_default();

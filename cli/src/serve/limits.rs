@@ -5,6 +5,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use codemode_session::Tenant;
+
 use super::args::McpArgs;
 
 /// The server-wide limits, and each tenant's share of them.
@@ -65,7 +67,7 @@ pub(super) struct Slots {
 #[derive(Default)]
 struct HeldSlots {
     total: usize,
-    by_tenant: HashMap<String, usize>,
+    by_tenant: HashMap<Tenant, usize>,
 }
 
 /// Why a slot could not be reserved, with the count held when it was asked for.
@@ -80,7 +82,7 @@ pub(super) enum SlotsFull {
 /// One reserved slot, given back when dropped.
 pub(super) struct Slot {
     slots: Arc<Slots>,
-    tenant: String,
+    tenant: Tenant,
 }
 
 impl Slots {
@@ -93,7 +95,7 @@ impl Slots {
     }
 
     /// Reserves a slot for `tenant` if both the server and the tenant are below their limits.
-    pub(super) fn reserve(self: &Arc<Self>, tenant: &str) -> Result<Slot, SlotsFull> {
+    pub(super) fn reserve(self: &Arc<Self>, tenant: &Tenant) -> Result<Slot, SlotsFull> {
         let mut held = self.held.lock();
         if held.total >= self.max_total {
             return Err(SlotsFull::Server { held: held.total });
@@ -103,15 +105,15 @@ impl Slots {
             return Err(SlotsFull::Tenant { held: yours });
         }
         held.total += 1;
-        held.by_tenant.insert(tenant.to_owned(), yours + 1);
+        held.by_tenant.insert(tenant.clone(), yours + 1);
         Ok(Slot {
             slots: Arc::clone(self),
-            tenant: tenant.to_owned(),
+            tenant: tenant.clone(),
         })
     }
 
     /// The slots `tenant` holds now.
-    pub(super) fn held_by(&self, tenant: &str) -> usize {
+    pub(super) fn held_by(&self, tenant: &Tenant) -> usize {
         self.held.lock().by_tenant.get(tenant).copied().unwrap_or(0)
     }
 }

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use codemode_session::Session;
+use codemode_session::{Session, Tenant};
 use rmcp::task_manager::TaskManager;
 use tokio_util::sync::CancellationToken;
 
@@ -18,7 +18,7 @@ pub(super) struct LiveSession {
     /// Its place under the session limits, given back when it closes.
     _slot: Slot,
     pub(super) session: Session,
-    pub(super) tenant: String,
+    pub(super) tenant: Tenant,
     last_used: parking_lot::Mutex<Instant>,
     pub(super) tasks: TaskManager,
     /// The cluster this server is in, told when the session closes.
@@ -74,7 +74,7 @@ impl LiveSession {
     pub(super) fn new(
         slot: Slot,
         session: Session,
-        tenant: String,
+        tenant: Tenant,
         tasks: TaskManager,
         cluster: Option<Arc<Cluster>>,
     ) -> Self {

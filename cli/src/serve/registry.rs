@@ -7,7 +7,7 @@ use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
 
-use codemode_session::{SessionKey, StoredBytesBudget};
+use codemode_session::{SessionKey, StoredBytesBudget, Tenant};
 
 use super::limits::{ServerLimits, Slots};
 use super::live::LiveSession;
@@ -20,7 +20,7 @@ pub(super) struct SessionRegistry {
     /// What all open sessions' stored values may hold.
     stored_total: Arc<StoredBytesBudget>,
     /// Each tenant's share of it, by tenant.
-    stored_per_tenant: Mutex<HashMap<String, Arc<StoredBytesBudget>>>,
+    stored_per_tenant: Mutex<HashMap<Tenant, Arc<StoredBytesBudget>>>,
     max_stored_bytes_per_tenant: usize,
     /// The slots of open sessions, and of running cells.
     session_slots: Arc<Slots>,
@@ -59,9 +59,9 @@ impl SessionRegistry {
     }
 
     /// The budget all sessions of `tenant` draw their stored values from.
-    pub(super) fn tenant_stored_budget(&self, tenant: &str) -> Arc<StoredBytesBudget> {
+    pub(super) fn tenant_stored_budget(&self, tenant: &Tenant) -> Arc<StoredBytesBudget> {
         let mut budgets = self.stored_per_tenant.lock();
-        Arc::clone(budgets.entry(tenant.to_owned()).or_insert_with(|| {
+        Arc::clone(budgets.entry(tenant.clone()).or_insert_with(|| {
             StoredBytesBudget::new(
                 "the stored values of your tenant's open sessions (--max-stored-bytes-per-tenant)",
                 self.max_stored_bytes_per_tenant,

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use codemode_session::{OutputMode, SessionKey, Store};
+use codemode_session::{OutputMode, SessionKey, Store, Tenant};
 use rmcp::task_manager::TaskManager;
 use rmcp::{ErrorData, Peer, RoleServer};
 use tokio_util::sync::CancellationToken;
@@ -293,7 +293,7 @@ impl Shared {
     /// limit of cells already, or the tenant its share: in a cluster, the tenant's cells on every
     /// server count (as the other servers last journaled them); the --max-cells limit is each
     /// server's own. The new cell holds the slot while its session counts it.
-    pub(super) async fn admit_cell(&self, tenant: &str) -> Result<Slot, ErrorData> {
+    pub(super) async fn admit_cell(&self, tenant: &Tenant) -> Result<Slot, ErrorData> {
         let elsewhere = async {
             let cluster = self.cluster.as_ref()?;
             Some(

@@ -19,7 +19,7 @@ use super::checks::{Misbehaviour, check_control, describe_exit};
 use super::grace::{GraceKills, Overdue};
 use super::outbox::{MAX_OUTBOX_BYTES, MAX_OUTBOX_FRAMES, OutFrame, Outbox, write_out};
 use super::spawn::Spawned;
-use super::state::{CellSlot, IdleLanes, ProcessState, Tenant, failure};
+use super::state::{CellSlot, IdleLanes, ProcessState, Whose, failure};
 use crate::config::ProcessEngineConfig;
 use crate::lane::{Lane, LaneWriter, Refused};
 use crate::wire::{self, CellNumber, ToChild, ToLane, ToParent};
@@ -137,7 +137,7 @@ impl EngineProcess {
     pub(super) fn admit(
         &self,
         config: &ProcessEngineConfig,
-        tenant: &Tenant,
+        tenant: &Whose,
         number: CellNumber,
         slot: Box<CellSlot>,
     ) -> Result<(), Box<CellSlot>> {

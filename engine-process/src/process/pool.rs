@@ -18,7 +18,7 @@ use super::grace::{Deadline, GraceKills, Overdue};
 use super::lane_task::serve_cell;
 use super::route::{CellRoute, RouteState};
 use super::spawn::{raise_descriptor_limit, spawn};
-use super::state::{CellSlot, Tenant, failure};
+use super::state::{CellSlot, Whose, failure};
 use crate::config::ProcessEngineConfig;
 use crate::lane::LaneWriter;
 #[cfg(feature = "test-hooks")]
@@ -59,13 +59,13 @@ struct Processes {
     /// Cells waiting for a process being started for them, oldest first.
     queued: VecDeque<QueuedStart>,
     /// Processes being started for queued cells, by tenant.
-    starting_for: HashMap<Tenant, usize>,
+    starting_for: HashMap<Whose, usize>,
 }
 
 /// A cell that found no process with room: it waits for one being started for it.
 #[derive(Debug)]
 struct QueuedStart {
-    tenant: Tenant,
+    tenant: Whose,
     /// Its `Start` frame, for its lane.
     frame: Vec<u8>,
     slot: Box<CellSlot>,
@@ -312,7 +312,7 @@ impl Pool {
     fn place_now(
         &self,
         processes: &mut Processes,
-        tenant: &Tenant,
+        tenant: &Whose,
         number: CellNumber,
         mut slot: Box<CellSlot>,
     ) -> Result<(Arc<EngineProcess>, bool), Box<CellSlot>> {
@@ -342,7 +342,7 @@ impl Pool {
     }
 
     /// How many more processes to start for the queued cells of `tenant`, counted as starting.
-    fn spawners_needed(&self, processes: &mut Processes, tenant: &Tenant) -> usize {
+    fn spawners_needed(&self, processes: &mut Processes, tenant: &Whose) -> usize {
         let queued = processes
             .queued
             .iter()
@@ -357,7 +357,7 @@ impl Pool {
     }
 
     /// Starts `count` processes for the queued cells of `tenant`, each on a thread of its own.
-    fn start_processes_for(&self, tenant: &Tenant, count: usize) {
+    fn start_processes_for(&self, tenant: &Whose, count: usize) {
         for _ in 0..count {
             let (pool, for_tenant) = (self.myself.clone(), tenant.clone());
             let started = std::thread::Builder::new()
@@ -381,7 +381,7 @@ impl Pool {
     fn process_started(
         &self,
         spawned: Result<Arc<EngineProcess>, EngineError>,
-        for_tenant: Option<&Tenant>,
+        for_tenant: Option<&Whose>,
     ) {
         let mut failed = Vec::new();
         // Cells the new process could not take after all: failed once the pool's lock is let go.
@@ -463,7 +463,7 @@ impl Pool {
         &self,
         processes: &mut Processes,
         process: &Arc<EngineProcess>,
-        tenant: &Tenant,
+        tenant: &Whose,
         failed: &mut Vec<(Box<CellSlot>, EngineError)>,
     ) -> usize {
         let mut placed = 0;
@@ -623,7 +623,7 @@ impl Pool {
             }
             state.tenant.clone()
         };
-        let idle: Vec<Option<Tenant>> = processes
+        let idle: Vec<Option<Whose>> = processes
             .active
             .iter()
             .filter(|other| other.alive() && !Arc::ptr_eq(other, process))

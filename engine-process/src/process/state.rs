@@ -10,9 +10,9 @@ use codemode_engine::{EventSender, HardStopReason, RuntimeEvent};
 use crate::lane::{Lane, LaneWriter};
 use crate::wire::CellNumber;
 
-/// Whose cells a process holds (`None`: the embedder's one tenant).
-/// Whose cells a process holds: bound when its first cell is placed, never changed.
-pub(super) type Tenant = Option<String>;
+/// Whose cells a process holds (`None`: the embedder's one tenant): bound when its first cell is
+/// placed, never changed.
+pub(super) type Whose = Option<codemode_protocol::Tenant>;
 
 #[derive(Debug, Default)]
 pub(super) struct IdleLanes {
@@ -23,7 +23,7 @@ pub(super) struct IdleLanes {
 #[derive(Debug, Default)]
 pub(super) struct ProcessState {
     /// Whose cells it holds: `None` until its first cell is placed.
-    pub(super) tenant: Option<Tenant>,
+    pub(super) tenant: Option<Whose>,
     pub(super) cells: HashMap<CellNumber, CellSlot>,
     /// Cells placed over the process's life.
     pub(super) hosted: usize,
