@@ -153,7 +153,7 @@ pub async fn run(args: RunArgs) -> ExitCode {
         }
         let past_deadline = deadline.is_some_and(|deadline| Instant::now() >= deadline);
         let wait = WaitRequest {
-            cell_id: cell_id.clone(),
+            cell_id: cell_id.to_string(),
             yield_time_ms: observation_ms(yield_time_ms),
             max_tokens: None,
             terminate: past_deadline,

@@ -40,12 +40,16 @@ impl CellId {
     }
 
     /// The cell id `text` names, or `None` when it is not one this runtime hands out (the model
-    /// may send anything).
+    /// may send anything): only the exact text [`CellId::to_string`] writes (so `"01"` names
+    /// no cell, as no cell is called that).
     pub fn parse(text: &str) -> Option<Self> {
+        // Digits as a number writes them: no sign, no leading zero.
         let digits = |part: &str| {
-            (!part.is_empty() && part.bytes().all(|byte| byte.is_ascii_digit()))
-                .then(|| part.parse().ok())
-                .flatten()
+            (!part.is_empty()
+                && part.bytes().all(|byte| byte.is_ascii_digit())
+                && (part == "0" || !part.starts_with('0')))
+            .then(|| part.parse().ok())
+            .flatten()
         };
         match text.split_once('-') {
             None => digits(text).map(CellId::new),
@@ -68,6 +72,34 @@ impl fmt::Display for CellId {
             Some(server) => write!(f, "{server}-{}", self.number),
             None => write!(f, "{}", self.number),
         }
+    }
+}
+
+/// As its text (`"7"`, `"a1b2-7"`), as the model sees it.
+impl serde::Serialize for CellId {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+/// From its text, refused unless it is one [`CellId::parse`] reads.
+impl<'de> serde::Deserialize<'de> for CellId {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        CellId::parse(&text)
+            .ok_or_else(|| serde::de::Error::custom(format!("{text:?} is not a cell id")))
+    }
+}
+
+impl PartialEq<str> for CellId {
+    fn eq(&self, text: &str) -> bool {
+        CellId::parse(text).is_some_and(|id| id == *self)
+    }
+}
+
+impl PartialEq<&str> for CellId {
+    fn eq(&self, text: &&str) -> bool {
+        *self == **text
     }
 }
 
@@ -102,5 +134,15 @@ mod tests {
         ] {
             assert_eq!(CellId::parse(text), None, "{text:?}");
         }
+    }
+
+    #[test]
+    fn only_the_text_an_id_is_written_as_names_it() {
+        for text in ["01", "a1-007", "+1", "1 ", ""] {
+            assert_eq!(CellId::parse(text), None, "{text:?}");
+        }
+        assert_eq!(CellId::new(7), "7");
+        assert!(CellId::new(7) != "07");
+        assert_eq!(CellId::on_server("a1", 2), "a1-2");
     }
 }

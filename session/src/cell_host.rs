@@ -16,7 +16,7 @@ use std::time::Instant;
 use codemode_cell_actor::{
     CellHost, CompletionClaim, CompletionCommit, ToolError, ToolErrorKind, ToolInvocation,
 };
-use codemode_protocol::JsonText;
+use codemode_protocol::{CellId, JsonText};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
@@ -28,11 +28,11 @@ use crate::shared::Shared;
 /// started it, so its watchers hear a tool's progress as they hear `notify(...)`.
 pub(crate) fn cell_tool_progress(
     shared: &Arc<Shared>,
-    cell_id: &str,
+    cell_id: &CellId,
     call_id: &str,
 ) -> ToolProgress {
     let events = shared.events.clone();
-    let (cell_id, call_id) = (cell_id.to_owned(), call_id.to_owned());
+    let (cell_id, call_id) = (cell_id.clone(), call_id.to_owned());
     ToolProgress::new(move |text| {
         let _ = events.send(SessionEvent::Notification {
             cell_id: cell_id.clone(),
@@ -45,7 +45,7 @@ pub(crate) fn cell_tool_progress(
 /// The host of one cell of a session.
 pub(crate) struct SessionCellHost {
     pub(crate) shared: Arc<Shared>,
-    pub(crate) cell_id: String,
+    pub(crate) cell_id: CellId,
     /// Where the cell's tools report progress (made once per cell, shared by its calls).
     pub(crate) tool_progress: ToolProgress,
     /// The error text of the cell's completion, kept for the completion notice.

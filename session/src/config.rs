@@ -3,7 +3,6 @@
 use std::time::Duration;
 
 use codemode_cell_actor::{FailureHandler, OutputMode};
-use codemode_protocol::Tenant;
 use codemode_protocol::limits::{
     DEFAULT_CPU_TIME_LIMIT, DEFAULT_EXEC_YIELD_TIME_MS, DEFAULT_HEAP_LIMIT_BYTES,
     DEFAULT_MAX_ACTIVE_CELLS, DEFAULT_MAX_OUTPUT_TOKENS, DEFAULT_MAX_STORED_BYTES_PER_SESSION,
@@ -11,6 +10,7 @@ use codemode_protocol::limits::{
     DEFAULT_TOOL_DESCRIPTION_BUDGET_TOKENS, DEFAULT_WAIT_YIELD_TIME_MS, YIELD_GRACE,
     YIELD_GRACE_THRESHOLD,
 };
+use codemode_protocol::{CellId, Tenant};
 
 /// How a session runs its cells. Start from [`SessionConfig::default`] and set what differs
 /// (fields are public to read and assign; the struct grows, so it is not built literally).
@@ -76,7 +76,7 @@ pub enum CellActivity {
         /// The session's id.
         session: String,
         /// The cell's id.
-        cell_id: String,
+        cell_id: CellId,
         /// The session's tenant ([`SessionConfig::tenant`]).
         tenant: Option<Tenant>,
     },
@@ -85,7 +85,7 @@ pub enum CellActivity {
         /// The session's id.
         session: String,
         /// The cell's id.
-        cell_id: String,
+        cell_id: CellId,
         /// The call's id within the cell (`tool-1`, …).
         call_id: String,
         /// The tool's global name, as cells call it after `tools.` (`demo__note`).
@@ -96,7 +96,7 @@ pub enum CellActivity {
         /// The session's id.
         session: String,
         /// The cell's id.
-        cell_id: String,
+        cell_id: CellId,
     },
 }
 

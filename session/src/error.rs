@@ -2,6 +2,7 @@
 
 use codemode_cell_actor::CellError;
 use codemode_engine::EngineError;
+use codemode_protocol::CellId;
 
 use crate::ports::{StoreError, ToolListError};
 
@@ -39,7 +40,7 @@ pub enum SessionError {
     #[error("cell {cell_id}: {error}")]
     Cell {
         /// The cell's id.
-        cell_id: String,
+        cell_id: CellId,
         /// What went wrong with it.
         error: CellError,
     },

@@ -31,14 +31,14 @@ impl CellIds {
     }
 
     /// The next id, or `None` once every id has been used.
-    pub(crate) fn allocate(&mut self) -> Option<String> {
+    pub(crate) fn allocate(&mut self) -> Option<CellId> {
         let id = self.next?;
         self.next = id.checked_add(1);
         let id = match &self.prefix {
             Some(server) => CellId::on_server(server.clone(), id),
             None => CellId::new(id),
         };
-        Some(id.to_string())
+        Some(id)
     }
 }
 
@@ -49,21 +49,21 @@ mod tests {
     #[test]
     fn ids_count_from_one() {
         let mut ids = CellIds::default();
-        assert_eq!(ids.allocate().as_deref(), Some("1"));
-        assert_eq!(ids.allocate().as_deref(), Some("2"));
+        assert_eq!(ids.allocate(), Some(CellId::new(1)));
+        assert_eq!(ids.allocate(), Some(CellId::new(2)));
     }
 
     #[test]
     fn a_prefix_names_the_server() {
         let mut ids = CellIds::default().with_prefix(Some("a1b2".into()));
-        assert_eq!(ids.allocate().as_deref(), Some("a1b2-1"));
-        assert_eq!(ids.allocate().as_deref(), Some("a1b2-2"));
+        assert_eq!(ids.allocate(), Some(CellId::on_server("a1b2", 1)));
+        assert_eq!(ids.allocate(), Some(CellId::on_server("a1b2", 2)));
     }
 
     #[test]
     fn allocation_fails_cleanly_instead_of_wrapping() {
         let mut ids = CellIds::starting_at(u64::MAX);
-        assert_eq!(ids.allocate(), Some(u64::MAX.to_string()));
+        assert_eq!(ids.allocate(), Some(CellId::new(u64::MAX)));
         assert_eq!(ids.allocate(), None);
         assert_eq!(ids.allocate(), None);
     }

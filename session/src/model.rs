@@ -3,7 +3,7 @@
 //! the model, rendered as the output contract says, and whether they describe an error. Their descriptions list the
 //! globals and every enabled tool as a TypeScript declaration.
 
-use codemode_protocol::{ExecuteRequest, OutputItem, WaitRequest, parse_exec_input};
+use codemode_protocol::{CellId, ExecuteRequest, OutputItem, WaitRequest, parse_exec_input};
 use serde_json::{Value, json};
 
 use crate::discovery::tools_section;
@@ -24,7 +24,7 @@ pub struct ToolResult {
     pub is_error: bool,
     /// The cell observed, when it is still running (it yielded, or waits at its pending
     /// frontier): `wait` with this id picks it up. `None` when it ended, or no cell was observed.
-    pub running_cell_id: Option<String>,
+    pub running_cell_id: Option<CellId>,
 }
 
 impl ToolResult {

@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use codemode_cell_actor::CellHandle;
+use codemode_protocol::CellId;
 
 use crate::ids::CellIds;
 
@@ -32,7 +33,7 @@ impl std::fmt::Debug for CellTicket {
 /// The cells of one session.
 #[derive(Default)]
 pub(crate) struct Registry {
-    pub(crate) cells: HashMap<String, CellEntry>,
+    pub(crate) cells: HashMap<CellId, CellEntry>,
     /// Cells whose engine start is under way (no lock is held while an engine starts a cell):
     /// counted against the active-cell limit.
     pub(crate) starting: usize,

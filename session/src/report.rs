@@ -4,12 +4,13 @@
 use std::time::Duration;
 
 use codemode_cell_actor::CellEvent;
+use codemode_protocol::CellId;
 
 /// What an observation of a cell returned.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CellReport {
     /// The cell observed.
-    pub cell_id: String,
+    pub cell_id: CellId,
     /// What the observation returned.
     pub event: CellEvent,
     /// How long the observation took.
@@ -37,14 +38,14 @@ pub enum SessionEvent {
     /// A cell finished while nobody was observing it (completion push); `wait` returns its result.
     CellFinished {
         /// The cell.
-        cell_id: String,
+        cell_id: CellId,
         /// Its error text, if it failed.
         error_text: Option<String>,
     },
     /// A cell called `notify`.
     Notification {
         /// The cell.
-        cell_id: String,
+        cell_id: CellId,
         /// The request that started it.
         call_id: String,
         /// The message.

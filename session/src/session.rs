@@ -16,7 +16,7 @@ use codemode_cell_actor::{
 };
 use codemode_engine::{CellLimits, CellStart, Engine, PendingMode};
 use codemode_protocol::limits::MAX_SOURCE_BYTES;
-use codemode_protocol::{ExecuteRequest, StoredValues, ToolDefinition, WaitRequest};
+use codemode_protocol::{CellId, ExecuteRequest, StoredValues, ToolDefinition, WaitRequest};
 
 use crate::stored::HeldValues;
 use tokio::sync::broadcast;
@@ -174,28 +174,34 @@ impl Session {
 
     /// Observes a running cell again until its yield time, or terminates it.
     pub async fn wait(&self, request: WaitRequest) -> Result<WaitOutcome, SessionError> {
+        // An id this runtime never hands out names no cell.
+        let Some(cell_id) = CellId::parse(&request.cell_id) else {
+            return Ok(WaitOutcome::NotFound {
+                cell_id: request.cell_id,
+            });
+        };
         if request.terminate {
-            return self.terminate(&request.cell_id).await;
+            return self.terminate(&cell_id).await;
         }
         let yield_time = self.shared.config.wait_yield(request.yield_time_ms);
-        self.observe(&request.cell_id, Observation::yield_after(yield_time))
+        self.observe(&cell_id, Observation::yield_after(yield_time))
             .await
     }
 
     /// Observes a running cell until its pending frontier (or its end).
-    pub async fn wait_to_pending(&self, cell_id: &str) -> Result<WaitOutcome, SessionError> {
+    pub async fn wait_to_pending(&self, cell_id: &CellId) -> Result<WaitOutcome, SessionError> {
         self.observe(cell_id, Observation::pending_frontier()).await
     }
 
     /// Terminates a cell; its report carries every item produced before the kill.
-    pub async fn terminate(&self, cell_id: &str) -> Result<WaitOutcome, SessionError> {
+    pub async fn terminate(&self, cell_id: &CellId) -> Result<WaitOutcome, SessionError> {
         let Some((handle, source)) = self.entry(cell_id) else {
             return Ok(WaitOutcome::NotFound {
-                cell_id: cell_id.to_owned(),
+                cell_id: cell_id.to_string(),
             });
         };
         let began = Instant::now();
-        tracing::info!(session = %self.shared.id, cell_id, "terminating cell");
+        tracing::info!(session = %self.shared.id, %cell_id, "terminating cell");
         let answer = handle.terminate().await;
         self.conclude(cell_id, &source, answer, began)
     }
@@ -225,7 +231,7 @@ impl Session {
 
     /// The handle and source of a cell, taken before observing it: the cell may leave the
     /// registry while the observation runs.
-    fn entry(&self, cell_id: &str) -> Option<(CellHandle, Arc<str>)> {
+    fn entry(&self, cell_id: &CellId) -> Option<(CellHandle, Arc<str>)> {
         self.shared
             .registry
             .lock()
@@ -270,14 +276,17 @@ impl Session {
                     error_text: Some(error_text),
                     result_buffered_for: Duration::ZERO,
                 };
-                return first_report(self.conclude(&cell_id, &source, Ok(event), began)?);
+                return first_report(
+                    &cell_id,
+                    self.conclude(&cell_id, &source, Ok(event), began)?,
+                );
             }
         };
         let first_observation =
             self.launch(&cell_id, &call_id, &source, cell, observation, ticket)?;
-        tracing::info!(session = %self.shared.id, cell_id, "cell started");
+        tracing::info!(session = %self.shared.id, %cell_id, "cell started");
         let answer = first_observation.await;
-        first_report(self.conclude(&cell_id, &source, answer, began)?)
+        first_report(&cell_id, self.conclude(&cell_id, &source, answer, began)?)
     }
 
     /// Another process may have committed to this session since its values were loaded: the
@@ -354,7 +363,7 @@ impl Session {
     /// critical section with the end of its claim. Returns its first observation, to await.
     fn launch(
         &self,
-        cell_id: &str,
+        cell_id: &CellId,
         call_id: &str,
         source: &Arc<str>,
         cell: CellStart,
@@ -364,7 +373,7 @@ impl Session {
         let shared = &self.shared;
         let host = Arc::new(SessionCellHost {
             shared: Arc::clone(shared),
-            cell_id: cell_id.to_owned(),
+            cell_id: cell_id.clone(),
             tool_progress: cell_tool_progress(shared, cell_id, call_id),
             error_text: Mutex::new(None),
         });
@@ -388,7 +397,7 @@ impl Session {
             return Err(SessionError::ShutDown);
         }
         registry.cells.insert(
-            cell_id.to_owned(),
+            cell_id.clone(),
             CellEntry {
                 handle,
                 source: Arc::clone(source),
@@ -399,7 +408,7 @@ impl Session {
         if let Some(hook) = &shared.config.on_cell_activity {
             hook(crate::CellActivity::CellStarted {
                 session: shared.id.clone(),
-                cell_id: cell_id.to_owned(),
+                cell_id: cell_id.clone(),
                 tenant: shared.config.tenant.clone(),
             });
         }
@@ -408,12 +417,12 @@ impl Session {
 
     async fn observe(
         &self,
-        cell_id: &str,
+        cell_id: &CellId,
         observation: Observation,
     ) -> Result<WaitOutcome, SessionError> {
         let Some((handle, source)) = self.entry(cell_id) else {
             return Ok(WaitOutcome::NotFound {
-                cell_id: cell_id.to_owned(),
+                cell_id: cell_id.to_string(),
             });
         };
         let began = Instant::now();
@@ -425,7 +434,7 @@ impl Session {
     /// adds error hints, and logs the outcome.
     fn conclude(
         &self,
-        cell_id: &str,
+        cell_id: &CellId,
         source: &str,
         answer: Result<CellEvent, CellError>,
         began: Instant,
@@ -435,12 +444,12 @@ impl Session {
             // The cell ended and its result was delivered meanwhile: it is gone.
             Err(CellError::Closed) => {
                 return Ok(WaitOutcome::NotFound {
-                    cell_id: cell_id.to_owned(),
+                    cell_id: cell_id.to_string(),
                 });
             }
             Err(error) => {
                 return Err(SessionError::Cell {
-                    cell_id: cell_id.to_owned(),
+                    cell_id: cell_id.clone(),
                     error,
                 });
             }
@@ -457,7 +466,7 @@ impl Session {
         };
         log_observation(&self.shared.id, cell_id, &event);
         Ok(WaitOutcome::Observed(CellReport {
-            cell_id: cell_id.to_owned(),
+            cell_id: cell_id.clone(),
             event,
             wall_time: began.elapsed(),
             error_hints,
@@ -469,13 +478,13 @@ impl Session {
 enum Claimed {
     /// The cell has its id and is counted as starting: the engine runs `cell`.
     Start {
-        cell_id: String,
+        cell_id: CellId,
         source: Arc<str>,
         cell: CellStart,
     },
     /// The source uses TypeScript that cannot be erased: the cell fails without running.
     Unsupported {
-        cell_id: String,
+        cell_id: CellId,
         source: Arc<str>,
         error_text: String,
     },
@@ -483,11 +492,11 @@ enum Claimed {
 
 /// The report of a new cell's first observation: a cell whose actor closed before answering it
 /// is an error, not "no such cell".
-fn first_report(outcome: WaitOutcome) -> Result<CellReport, SessionError> {
+fn first_report(cell_id: &CellId, outcome: WaitOutcome) -> Result<CellReport, SessionError> {
     match outcome {
         WaitOutcome::Observed(report) => Ok(report),
-        WaitOutcome::NotFound { cell_id } => Err(SessionError::Cell {
-            cell_id,
+        WaitOutcome::NotFound { .. } => Err(SessionError::Cell {
+            cell_id: cell_id.clone(),
             error: CellError::Closed,
         }),
     }
@@ -506,7 +515,9 @@ async fn erase_types(source: &str) -> Result<StrippedSource, UnsupportedTypeScri
         .unwrap_or(Ok(StrippedSource::AsWritten))
 }
 
-fn log_observation(session: &str, cell_id: &str, event: &CellEvent) {
+fn log_observation(session: &str, cell_id: &CellId, event: &CellEvent) {
+    let cell_id = cell_id.to_string();
+    let cell_id = cell_id.as_str();
     let items = event.output().entries().len();
     match event {
         CellEvent::Yielded { .. } => tracing::info!(session, cell_id, items, "cell yielded"),

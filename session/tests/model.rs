@@ -227,7 +227,7 @@ async fn renderings_of_each_status() {
         request(r#"text("started"); yield_control(); await tools.gate();"#),
     )
     .await;
-    let cell_id = running.cell_id.clone();
+    let cell_id = running.cell_id.to_string();
     insta::assert_snapshot!("running", rendered(running, 10_000));
     // Terminate once the tool call is running, so the kill ledger shows it cancelled.
     within("the gated call", async {

@@ -6,16 +6,16 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use codemode_protocol::WaitRequest;
+use codemode_protocol::{CellId, WaitRequest};
 use codemode_session::{
     CellError, CellEvent, SessionConfig, SessionError, SessionEvent, WaitOutcome,
 };
 use common::{MemoryStore, background, execute, observed, open, request, terminate, texts, within};
 use serde_json::json;
 
-fn wait(cell_id: &str) -> WaitRequest {
+fn wait(cell_id: impl ToString) -> WaitRequest {
     WaitRequest {
-        cell_id: cell_id.into(),
+        cell_id: cell_id.to_string(),
         yield_time_ms: Some(30_000),
         max_tokens: None,
         terminate: false,
@@ -231,10 +231,39 @@ async fn waiting_on_an_unknown_or_finished_cell_is_not_found() {
             .await
             .unwrap(),
         WaitOutcome::NotFound {
-            cell_id: done.cell_id.clone()
+            cell_id: done.cell_id.to_string()
         }
     );
     assert_eq!(session.active_cells(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_the_exact_text_of_a_running_cells_id_reaches_it() {
+    let store = Arc::new(MemoryStore::default());
+    let (session, _) = open("exact ids", &store, SessionConfig::default()).await;
+    let running = execute(
+        &session,
+        "running",
+        background("await new Promise(() => {})"),
+    )
+    .await;
+    assert_eq!(running.cell_id.to_string(), "1");
+    // Ids that parse to the same number, and one that is no id at all, name no cell.
+    for other in ["01", "+1", " 1", "1.0", "x-1"] {
+        assert_eq!(
+            within("wait", session.wait(wait(other))).await.unwrap(),
+            WaitOutcome::NotFound {
+                cell_id: other.into()
+            },
+            "{other:?}"
+        );
+    }
+    assert_eq!(session.active_cells(), 1);
+    let ended = terminate(&session, "terminate", &running.cell_id).await;
+    assert!(
+        matches!(ended.event, CellEvent::Terminated { .. }),
+        "{ended:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -683,7 +712,7 @@ async fn the_activity_hook_hears_each_cell_started_its_tool_calls_and_its_close(
     .await;
     let started = |call_id: &str| CellActivity::ToolCallStarted {
         session: "journaled".into(),
-        cell_id: "a1b2c3d4e5f6-1".into(),
+        cell_id: CellId::on_server("a1b2c3d4e5f6", 1),
         call_id: call_id.into(),
         tool: "echo".into(),
     };
@@ -692,7 +721,7 @@ async fn the_activity_hook_hears_each_cell_started_its_tool_calls_and_its_close(
     // its calls come in order, and its close comes last.
     let cell_started = CellActivity::CellStarted {
         session: "journaled".into(),
-        cell_id: "a1b2c3d4e5f6-1".into(),
+        cell_id: CellId::on_server("a1b2c3d4e5f6", 1),
         tenant: Some("acme".into()),
     };
     assert_eq!(heard.len(), 4, "{heard:?}");
@@ -707,7 +736,7 @@ async fn the_activity_hook_hears_each_cell_started_its_tool_calls_and_its_close(
         heard[3],
         CellActivity::CellClosed {
             session: "journaled".into(),
-            cell_id: "a1b2c3d4e5f6-1".into(),
+            cell_id: CellId::on_server("a1b2c3d4e5f6", 1),
         }
     );
 }

@@ -620,7 +620,7 @@ fn add_to(batch: &mut JournalBatch, activity: Activity) {
             tenant,
         }) => batch.cells_started.push((
             session,
-            cell_id,
+            cell_id.to_string(),
             tenant.map(|tenant| tenant.to_string()).unwrap_or_default(),
         )),
         Activity::Cell(CellActivity::ToolCallStarted {
@@ -628,9 +628,11 @@ fn add_to(batch: &mut JournalBatch, activity: Activity) {
             cell_id,
             call_id,
             tool,
-        }) => batch.calls_started.push((session, cell_id, call_id, tool)),
+        }) => batch
+            .calls_started
+            .push((session, cell_id.to_string(), call_id, tool)),
         Activity::Cell(CellActivity::CellClosed { session, cell_id }) => {
-            batch.cells_closed.push((session, cell_id));
+            batch.cells_closed.push((session, cell_id.to_string()));
         }
         Activity::Cell(_) => {}
         Activity::SessionOpened { session, tenant } => {

@@ -62,7 +62,7 @@ impl Progress {
                 } => {
                     let ours = match &watched {
                         Watched::Call(id) => id == call_id,
-                        Watched::Cell(id) => id == cell_id,
+                        Watched::Cell(id) => *cell_id == id.as_str(),
                     };
                     ours.then(|| text.clone())
                 }

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use codemode_protocol::WaitRequest;
+use codemode_protocol::{CellId, WaitRequest};
 use codemode_session::ToolResult;
 use rmcp::model::CallToolResult;
 use rmcp::task_manager::{TaskContext, TaskExit};
@@ -28,7 +28,7 @@ pub(super) const EXEC_TASK_OBSERVATION: Duration = Duration::from_secs(60);
 /// server stops).
 pub(super) async fn follow_cell(
     live: Arc<LiveSession>,
-    cell_id: String,
+    cell_id: CellId,
     first: ToolResult,
     max_tokens: Option<u64>,
     task: TaskContext,
@@ -41,7 +41,7 @@ pub(super) async fn follow_cell(
     let mut items = first.items;
     loop {
         let request = WaitRequest {
-            cell_id: cell_id.clone(),
+            cell_id: cell_id.to_string(),
             yield_time_ms: Some(duration_ms(EXEC_TASK_OBSERVATION)),
             max_tokens,
             terminate: false,
@@ -50,7 +50,7 @@ pub(super) async fn follow_cell(
             observed = live.session.wait_tool(request) => observed,
             () = task.cancelled() => {
                 terminate.disarm();
-                let request = WaitRequest { cell_id: cell_id.clone(), yield_time_ms: None, max_tokens, terminate: true };
+                let request = WaitRequest { cell_id: cell_id.to_string(), yield_time_ms: None, max_tokens, terminate: true };
                 live.session.wait_tool(request).await;
                 live.touch();
                 tracing::info!(cell = %cell_id, "the client cancelled an exec task; its cell was terminated");
@@ -77,7 +77,7 @@ pub(super) async fn follow_cell(
 /// Terminates the cell of an `exec` task that is dropped before the cell ends.
 pub(super) struct TerminateOnDrop {
     pub(super) live: Option<Arc<LiveSession>>,
-    pub(super) cell_id: String,
+    pub(super) cell_id: CellId,
 }
 
 impl TerminateOnDrop {
@@ -95,7 +95,7 @@ impl Drop for TerminateOnDrop {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        let cell_id = std::mem::take(&mut self.cell_id);
+        let cell_id = self.cell_id.to_string();
         runtime.spawn(async move {
             tracing::info!(cell = %cell_id, "an exec task ended before its cell (its time to live ran out, or the server stops); terminating the cell");
             let request = WaitRequest {

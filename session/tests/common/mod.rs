@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use codemode_protocol::{ExecuteRequest, JsonText, ToolDefinition, ToolName};
+use codemode_protocol::{CellId, ExecuteRequest, JsonText, ToolDefinition, ToolName};
 use codemode_runtime_v8::V8Engine;
 use codemode_session::{
     CellReport, Session, SessionConfig, SessionKey, Store, StoreError, ToolCallContext, ToolError,
@@ -180,7 +180,7 @@ pub async fn execute(session: &Session, what: &str, request: ExecuteRequest) -> 
 }
 
 /// Terminates a cell that must exist, and returns its report.
-pub async fn terminate(session: &Session, what: &str, cell_id: &str) -> CellReport {
+pub async fn terminate(session: &Session, what: &str, cell_id: &CellId) -> CellReport {
     observed(
         within(what, session.terminate(cell_id))
             .await
