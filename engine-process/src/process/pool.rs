@@ -202,29 +202,35 @@ impl Pool {
             number,
             state: Mutex::new(RouteState::Queued(Vec::new())),
         });
-        let mut slot = Box::new(CellSlot {
-            events: events.clone(),
+        let slot = Box::new(CellSlot::new(
+            events,
             call_id,
             heap_limit_bytes,
             cpu_time_limit,
-            terminating: false,
-            tool_input_in_flight: HashMap::new(),
-            tool_input_in_flight_bytes: 0,
-            tool_calls: 0,
             max_tool_calls,
-            lane: None,
-            started: false,
-            finished: false,
-        });
-        // The cell goes to a process with room now, or waits for one being started for it: a
-        // start never waits for a process (the caller may be an async worker). A process that
-        // died a moment ago may still look alive: its channel refuses the cell, and the cell is
-        // placed again.
+        ));
+        self.place(number, &tenant, slot, frame, &route, runtime)?;
+        Ok(self.handles(number, route))
+    }
+
+    /// Places a new cell: in a process with room now, or in the queue for one being started for
+    /// it. A start never waits for a process (the caller may be an async worker). A process that
+    /// died a moment ago may still look alive: its channel refuses the cell, and the cell is
+    /// placed again (three times at most).
+    fn place(
+        &self,
+        number: CellNumber,
+        tenant: &Whose,
+        mut slot: Box<CellSlot>,
+        frame: Vec<u8>,
+        route: &Arc<CellRoute>,
+        runtime: Option<tokio::runtime::Handle>,
+    ) -> Result<(), EngineError> {
         let mut attempts = 0;
         loop {
             attempts += 1;
             let mut processes = self.processes.lock();
-            match self.place_now(&mut processes, &tenant, number, slot) {
+            match self.place_now(&mut processes, tenant, number, slot) {
                 Ok((process, took_spare)) => {
                     drop(processes);
                     if took_spare {
@@ -254,16 +260,22 @@ impl Pool {
                         tenant: tenant.clone(),
                         frame,
                         slot,
-                        route: Arc::clone(&route),
+                        route: Arc::clone(route),
                         runtime: runtime.clone(),
                     });
-                    let spawners = self.spawners_needed(&mut processes, &tenant);
+                    let spawners = self.spawners_needed(&mut processes, tenant);
                     drop(processes);
-                    self.start_processes_for(&tenant, spawners);
+                    self.start_processes_for(tenant, spawners);
                     break;
                 }
             }
         }
+        Ok(())
+    }
+
+    /// The handles of cell `number`: its commands and controls go by its `route`, and its
+    /// termination asks the child, then kills the process after the grace period.
+    fn handles(&self, number: CellNumber, route: Arc<CellRoute>) -> EngineHandles {
         let commands = {
             let route = Arc::clone(&route);
             CommandSender::forward(move |command: codemode_engine::RuntimeCommand| {
@@ -297,11 +309,11 @@ impl Pool {
             pool: self.myself.clone(),
             grace: self.config.hard_stop_grace,
         }));
-        Ok(EngineHandles {
+        EngineHandles {
             commands,
             control,
             terminate,
-        })
+        }
     }
 
     /// Places cell `number` of `tenant` (its `slot`) in a process with room for it now: an

@@ -77,3 +77,29 @@ pub(super) fn failure(error_text: String) -> RuntimeEvent {
         error_text: Some(error_text),
     }
 }
+
+impl CellSlot {
+    /// The slot of a cell about to be placed, sending its events to `events`.
+    pub(super) fn new(
+        events: EventSender,
+        call_id: String,
+        heap_limit_bytes: usize,
+        cpu_time_limit: Option<Duration>,
+        max_tool_calls: u64,
+    ) -> Self {
+        CellSlot {
+            events,
+            call_id,
+            heap_limit_bytes,
+            cpu_time_limit,
+            terminating: false,
+            tool_input_in_flight: HashMap::new(),
+            tool_input_in_flight_bytes: 0,
+            tool_calls: 0,
+            max_tool_calls,
+            lane: None,
+            started: false,
+            finished: false,
+        }
+    }
+}
