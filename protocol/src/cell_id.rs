@@ -40,7 +40,7 @@ impl CellId {
     }
 
     /// The cell id `text` names, or `None` when it is not one this runtime hands out (the model
-    /// may send anything): only the exact text [`CellId::to_string`] writes (so `"01"` names
+    /// may send anything): only the exact text an id displays as (so `"01"` names
     /// no cell, as no cell is called that).
     pub fn parse(text: &str) -> Option<Self> {
         // Digits as a number writes them: no sign, no leading zero.
