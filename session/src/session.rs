@@ -516,36 +516,34 @@ async fn erase_types(source: &str) -> Result<StrippedSource, UnsupportedTypeScri
 }
 
 fn log_observation(session: &str, cell_id: &CellId, event: &CellEvent) {
-    let cell_id = cell_id.to_string();
-    let cell_id = cell_id.as_str();
     let items = event.output().entries().len();
     match event {
-        CellEvent::Yielded { .. } => tracing::info!(session, cell_id, items, "cell yielded"),
+        CellEvent::Yielded { .. } => tracing::info!(session, %cell_id, items, "cell yielded"),
         CellEvent::Pending {
             pending_tool_call_ids,
             ..
         } => tracing::info!(
             session,
-            cell_id,
+            %cell_id,
             items,
             pending_tool_calls = pending_tool_call_ids.len(),
             "cell at its pending frontier"
         ),
         CellEvent::Completed { error_text, .. } => tracing::info!(
             session,
-            cell_id,
+            %cell_id,
             items,
             failed = error_text.is_some(),
             "cell completed"
         ),
         CellEvent::Terminated { tool_calls, .. } => tracing::info!(
             session,
-            cell_id,
+            %cell_id,
             items,
             tool_calls = tool_calls.len(),
             "cell terminated"
         ),
-        other => tracing::info!(session, cell_id, items, ?other, "cell observed"),
+        other => tracing::info!(session, %cell_id, items, ?other, "cell observed"),
     }
 }
 

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use codemode_protocol::WaitRequest;
+use codemode_protocol::{CellId, WaitRequest};
 use codemode_session::{CellTicket, ExecOptions, Session};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams, ContentBlock,
@@ -292,7 +292,11 @@ impl CodemodeServer {
         let live = self.session(&context.extensions, &context.peer).await?;
         let session = &live.session;
         let registration = live.start_wait(&request.cell_id, context.ct.clone()).await;
-        let progress = Progress::start(&context, session, Watched::Cell(request.cell_id.clone()));
+        let progress = Progress::start(
+            &context,
+            session,
+            Watched::Cell(CellId::parse(&request.cell_id)),
+        );
         // A wait the client cancels (`notifications/cancelled`) stops observing at once: the
         // cell is free for the next wait, which gets every item this one had not returned.
         let result = tokio::select! {

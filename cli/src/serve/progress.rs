@@ -3,6 +3,7 @@
 
 use std::time::{Duration, Instant};
 
+use codemode_protocol::CellId;
 use codemode_session::{Session, SessionEvent};
 use rmcp::RoleServer;
 use rmcp::model::ProgressNotificationParam;
@@ -26,8 +27,8 @@ pub(super) fn request_id_text(context: &RequestContext<RoleServer>) -> String {
 pub(super) enum Watched {
     /// Those of the cell `exec` starts with this call id.
     Call(String),
-    /// Those of this cell.
-    Cell(String),
+    /// Those of this cell (`None`: the wait names no cell id this runtime hands out, so none).
+    Cell(Option<CellId>),
 }
 
 /// How long a finishing call waits for its relay to send the notifications already queued: a
@@ -62,7 +63,7 @@ impl Progress {
                 } => {
                     let ours = match &watched {
                         Watched::Call(id) => id == call_id,
-                        Watched::Cell(id) => *cell_id == id.as_str(),
+                        Watched::Cell(id) => id.as_ref() == Some(cell_id),
                     };
                     ours.then(|| text.clone())
                 }
