@@ -64,6 +64,9 @@ pub enum ToolErrorKind {
     Unavailable,
     /// The call was cancelled: the cell completed or was terminated.
     Cancelled,
+    /// The host's gate refused the call (a rule, the user, or nobody could be asked): nothing
+    /// reached the tool.
+    Denied,
 }
 
 impl ToolError {
@@ -78,6 +81,11 @@ impl ToolError {
     /// The tool ran and failed.
     pub fn failed(message: impl Into<String>) -> Self {
         ToolError::new(ToolErrorKind::Failed, message)
+    }
+
+    /// The host's gate refused the call; nothing reached the tool.
+    pub fn denied(message: impl Into<String>) -> Self {
+        ToolError::new(ToolErrorKind::Denied, message)
     }
 
     /// No tool has this name.

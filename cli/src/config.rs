@@ -11,34 +11,38 @@
 //!
 //! Each entry's tools appear in cells as `tools.<entry name>__<tool>`. A top-level `servers`
 //! object (VS Code's spelling) is read the same way. Keys clients commonly add are understood
-//! (`type`, `disabled`: the entry is skipped, `timeout`: seconds per call) or ignored
-//! (`autoApprove`, `alwaysAllow`, `description`, `transportType`, `name`); any other key is a
-//! warning naming the entry and the key, so that a typo like `argz` never passes silently. An
-//! entry that cannot be started (neither `command` nor `url`, values of the wrong type) is an
-//! error naming the entry.
+//! (`type`, `disabled`: the entry is skipped, `timeout`: seconds per call, `enabledTools` /
+//! `disabledTools`: which of its tools cells see at all, `autoApprove` / `alwaysAllow`: its
+//! tools that run without asking) or ignored (`description`, `transportType`, `name`); any other
+//! key is a warning naming the entry and the key, so that a typo like `argz` never passes
+//! silently. An entry that cannot be started (neither `command` nor `url`, values of the wrong
+//! type) is an error naming the entry.
+//!
+//! Beside the servers, `"permissions": {"allow": [...], "ask": [...], "deny": [...],
+//! "default": "ask"}` rules what cells may call, by patterns over the names cells see
+//! (`github__delete_*`); without it, read-only tools run and every other call asks the user
+//! (see `codemode_session::Permissions`).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use codemode_host_adapters::{McpServerConfig, McpTransport};
-use codemode_protocol::normalize_identifier;
+use codemode_protocol::{ToolName, normalize_identifier};
+use codemode_session::{Permissions, Verdict};
 use serde_json::{Map, Value};
 
 /// Keys that clients add and that codemode has no use for.
-const IGNORED_KEYS: [&str; 5] = [
-    "autoApprove",
-    "alwaysAllow",
-    "description",
-    "transportType",
-    "name",
-];
+const IGNORED_KEYS: [&str; 3] = ["description", "transportType", "name"];
 
-/// The servers of a configuration file, and what was odd about it.
+/// The servers of a configuration file, its permissions, and what was odd about it.
 #[derive(Debug)]
 pub struct ConfigServers {
     /// The servers to use, in the file's order.
     pub servers: Vec<McpServerConfig>,
+    /// What cells may call: the file's `permissions`, with each server's `autoApprove` /
+    /// `alwaysAllow` tools as allow rules.
+    pub permissions: Permissions,
     /// One line per unknown key (`warning: …` is the caller's to add).
     pub warnings: Vec<String>,
 }
@@ -73,15 +77,81 @@ pub fn parse(text: &str) -> Result<ConfigServers, String> {
     };
     let mut servers = Vec::new();
     let mut warnings = Vec::new();
+    let mut permissions = match document.get("permissions") {
+        None | Some(Value::Null) => Permissions::ask_by_default(),
+        Some(rules) => read_permissions(rules)?,
+    };
     for (name, entry) in entries {
         let Value::Object(entry) = entry else {
             return Err(format!("server \"{name}\" must be an object"));
         };
         if let Some(server) = server(name, entry, &mut warnings)? {
+            for key in ["autoApprove", "alwaysAllow"] {
+                for tool in names(name, entry, key)?.unwrap_or_default() {
+                    permissions = permissions.with_rule(
+                        Verdict::Allow,
+                        ToolName::namespaced(name, tool).global_name(),
+                    );
+                }
+            }
             servers.push(server);
         }
     }
-    Ok(ConfigServers { servers, warnings })
+    Ok(ConfigServers {
+        servers,
+        permissions,
+        warnings,
+    })
+}
+
+/// The `permissions` object: `allow`, `ask` and `deny` lists of patterns, and a `default`.
+fn read_permissions(rules: &Value) -> Result<Permissions, String> {
+    let expected = "\"permissions\" must be {\"allow\": [patterns], \"ask\": [patterns], \
+                    \"deny\": [patterns], \"default\": \"allow\" | \"ask\" | \"deny\"}";
+    let Value::Object(rules) = rules else {
+        return Err(expected.to_owned());
+    };
+    let mut permissions = Permissions::ask_by_default();
+    for (key, value) in rules {
+        match (key.as_str(), value) {
+            ("default", Value::String(name)) => {
+                let verdict = Verdict::parse(name).ok_or_else(|| {
+                    format!("\"permissions\": \"default\" must be \"allow\", \"ask\" or \"deny\", not \"{name}\"")
+                })?;
+                permissions = permissions.with_default(verdict);
+            }
+            (list @ ("allow" | "ask" | "deny"), Value::Array(patterns)) => {
+                let verdict = Verdict::parse(list).expect("a list named by its verdict");
+                for pattern in patterns {
+                    let Value::String(pattern) = pattern else {
+                        return Err(format!(
+                            "\"permissions\": \"{list}\" must be an array of tool name patterns \
+                             (\"github__delete_*\"), not {pattern}"
+                        ));
+                    };
+                    permissions = permissions.with_rule(verdict, pattern.clone());
+                }
+            }
+            _ => return Err(format!("{expected}; \"{key}\" is not understood")),
+        }
+    }
+    Ok(permissions)
+}
+
+/// An entry's list of tool names under `key`, if it has one.
+fn names(name: &str, entry: &Map<String, Value>, key: &str) -> Result<Option<Vec<String>>, String> {
+    match entry.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Array(values)) => values
+            .iter()
+            .map(|value| value.as_str().map(str::to_owned))
+            .collect::<Option<Vec<_>>>()
+            .map(Some)
+            .ok_or_else(|| format!("server \"{name}\": \"{key}\" must be an array of tool names")),
+        Some(_) => Err(format!(
+            "server \"{name}\": \"{key}\" must be an array of tool names"
+        )),
+    }
 }
 
 /// One entry, or `None` when it is disabled.
@@ -133,12 +203,16 @@ fn server(
                 | "type"
                 | "disabled"
                 | "timeout"
+                | "enabledTools"
+                | "disabledTools"
+                | "autoApprove"
+                | "alwaysAllow"
         ) || IGNORED_KEYS.contains(&key.as_str());
         if !known {
             warnings.push(format!(
                 "server \"{name}\" in the MCP configuration has an unknown key \"{key}\"; it is \
                  ignored (known keys: command, args, env, cwd, url, headers, type, disabled, \
-                 timeout)"
+                 timeout, enabledTools, disabledTools, autoApprove, alwaysAllow)"
             ));
         }
     }
@@ -204,7 +278,10 @@ fn server(
             ));
         }
     };
-    let mut config = McpServerConfig::new(normalize_identifier(name), transport);
+    let mut config = McpServerConfig::new(normalize_identifier(name), transport).with_tool_filter(
+        names(name, entry, "enabledTools")?,
+        names(name, entry, "disabledTools")?.unwrap_or_default(),
+    );
     match entry.get("timeout") {
         None | Some(Value::Null) => {}
         Some(Value::Number(seconds)) => match seconds.as_f64() {

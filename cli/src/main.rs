@@ -5,6 +5,7 @@
 
 #![forbid(unsafe_code)]
 
+mod approve;
 mod config;
 mod engine_host;
 mod exit;

@@ -14,6 +14,7 @@ use codemode_session::{
 };
 use serde_json::json;
 
+use crate::approve::{ApprovePolicy, TerminalApprover};
 use crate::exit;
 use crate::setup::{DemoTools, SessionArgs, SetupError};
 
@@ -37,6 +38,10 @@ pub struct RunArgs {
     /// Leave out the demo tools echo and sleep (offered by default, for the examples).
     #[arg(long)]
     pub no_demo_tools: bool,
+    /// What a call that needs approval gets when there is no terminal to ask on: never approved,
+    /// approved when the tool is read-only, or always approved. At a terminal, the user is asked.
+    #[arg(long, value_enum, value_name = "WHICH", default_value_t = ApprovePolicy::Reads)]
+    pub approve: ApprovePolicy,
     #[command(flatten)]
     pub session: SessionArgs,
 }
@@ -88,7 +93,12 @@ pub async fn run(args: RunArgs) -> ExitCode {
         } else {
             DemoTools::Offered
         };
-        let tools = args.session.tools(demo)?;
+        let crate::setup::Tools {
+            provider: tools,
+            permissions,
+        } = args.session.tools(demo)?;
+        config.permissions = Arc::new(permissions);
+        config.approver = Some(Arc::new(TerminalApprover::new(args.approve)));
         let session = args
             .session
             .open(

@@ -14,7 +14,7 @@ use codemode_protocol::normalize_identifier;
 use codemode_runtime_quickjs::QuickJsEngine;
 #[cfg(feature = "v8")]
 use codemode_runtime_v8::V8Engine;
-use codemode_session::{Session, SessionConfig, SessionKey, Store};
+use codemode_session::{Permissions, Session, SessionConfig, SessionKey, Store};
 use serde_json::{Value, json};
 
 /// Limits, store and tools.
@@ -39,6 +39,10 @@ pub struct SessionArgs {
     /// runaway loop cannot hammer a downstream server.
     #[arg(long, value_name = "N", default_value_t = codemode_protocol::limits::DEFAULT_MAX_TOOL_CALLS_PER_CELL)]
     pub max_tool_calls: u64,
+    /// The most calls of tools that are not read-only (no `readOnlyHint: true`) one cell may
+    /// make; the next is refused with a clear error. No limit by default.
+    #[arg(long, value_name = "N")]
+    pub max_writes_per_cell: Option<u64>,
     /// The session whose stored values to use.
     #[arg(long, value_name = "NAME", default_value = "default")]
     pub session: String,
@@ -110,6 +114,14 @@ impl JsEngine {
     }
 }
 
+/// The tools a session offers, and the user's rules for calling them.
+pub struct Tools {
+    /// Every tool, merged.
+    pub provider: Arc<CompositeTools>,
+    /// What cells may call (the gate's rules).
+    pub permissions: Permissions,
+}
+
 /// Whether the demo tools `echo` and `sleep` are offered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DemoTools {
@@ -140,6 +152,7 @@ impl SessionArgs {
         }
         config.max_stored_bytes = self.max_stored_bytes;
         config.max_tool_calls = self.max_tool_calls;
+        config.max_writes_per_cell = self.max_writes_per_cell;
         config
     }
 
@@ -177,8 +190,11 @@ impl SessionArgs {
     }
 
     /// The demo tools (if offered) and the downstream MCP servers (`--mcp`, then `--config`),
-    /// merged. Warnings about the configuration file go to stderr.
-    pub fn tools(&self, demo: DemoTools) -> Result<Arc<CompositeTools>, SetupError> {
+    /// merged, and the permissions that rule their calls (the configuration file's; without
+    /// one, read-only tools run and other calls ask). Warnings about the configuration file go
+    /// to stderr.
+    pub fn tools(&self, demo: DemoTools) -> Result<Tools, SetupError> {
+        let mut permissions = Permissions::ask_by_default();
         let mut tools = CompositeTools::new();
         if demo == DemoTools::Offered {
             tools = tools.with(demo_tools());
@@ -196,12 +212,16 @@ impl SessionArgs {
                 eprintln!("warning: {warning}");
             }
             servers.extend(configured.servers);
+            permissions = configured.permissions;
         }
         let environment = user_environment();
         for server in servers {
             tools = tools.with(McpTools::new(server.with_environment(environment.clone())));
         }
-        Ok(Arc::new(tools))
+        Ok(Tools {
+            provider: Arc::new(tools),
+            permissions,
+        })
     }
 
     /// The process's one engine, shared by every session (and so its pool of pre-warmed
@@ -313,24 +333,28 @@ fn process_engine(
 
 /// `echo` resolves with its argument; `sleep({ms})` resolves after that long.
 pub fn demo_tools() -> InProcessTools {
+    use codemode_protocol::{ToolAnnotations, ToolDefinition, ToolName};
+    // Neither changes anything: both are read-only, so the gate lets them run.
+    let read_only = ToolAnnotations::read_only().with_idempotent(true);
     InProcessTools::new()
-        .function("echo", "Resolves with its argument.", json!({}), |input| async move {
-            Ok(input.unwrap_or(Value::Null))
-        })
         .add(
-            {
-                let mut definition = codemode_protocol::ToolDefinition::function(
-                    codemode_protocol::ToolName::plain("sleep"),
-                    "Resolves with null after `ms` milliseconds.",
-                );
-                definition.input_schema = Some(json!({
-                    "type": "object",
-                    "properties": {"ms": {"type": "integer", "minimum": 0, "description": "How long to wait, in milliseconds."}},
-                    "required": ["ms"]
-                }));
-                definition.output_schema = Some(json!({"type": "null"}));
-                definition
-            },
+            ToolDefinition::function(ToolName::plain("echo"), "Resolves with its argument.")
+                .with_input_schema(json!({}))
+                .with_annotations(read_only.with_open_world(false)),
+            |input, _cancellation| async move { Ok(input.unwrap_or(Value::Null)) },
+        )
+        .add(
+            ToolDefinition::function(
+                ToolName::plain("sleep"),
+                "Resolves with null after `ms` milliseconds.",
+            )
+            .with_input_schema(json!({
+                "type": "object",
+                "properties": {"ms": {"type": "integer", "minimum": 0, "description": "How long to wait, in milliseconds."}},
+                "required": ["ms"]
+            }))
+            .with_output_schema(json!({"type": "null"}))
+            .with_annotations(read_only.with_open_world(false)),
             |input, cancellation| async move {
                 let ms = input
                     .as_ref()

@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 mod common;
 
 use codemode_test_support::within;
-use common::{CODEMODE, running_cell_id, text_of};
+use common::{CODEMODE, RawClient, running_cell_id, text_of};
 
 /// A client that records the notifications it receives.
 #[derive(Clone, Default)]
@@ -597,82 +597,6 @@ async fn replacing_the_binary_under_a_running_server_does_not_break_new_cells() 
         );
     }
     client.cancel().await.unwrap();
-}
-
-/// `codemode mcp --demo-tools` spoken to in JSON-RPC by hand, to see exactly which lines the
-/// server writes and in what order.
-struct RawClient {
-    _child: tokio::process::Child,
-    stdin: tokio::process::ChildStdin,
-    lines: tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>,
-}
-
-impl RawClient {
-    /// Started and initialised.
-    async fn start() -> Self {
-        let mut child = tokio::process::Command::new(CODEMODE)
-            .args(["mcp", "--demo-tools"])
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap();
-        let stdin = child.stdin.take().unwrap();
-        let lines = tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(
-            child.stdout.take().unwrap(),
-        ));
-        let mut client = RawClient {
-            _child: child,
-            stdin,
-            lines,
-        };
-        client
-            .send(
-                json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-                "protocolVersion": "2025-11-25", "capabilities": {},
-                "clientInfo": {"name": "raw", "version": "1"}}}),
-            )
-            .await;
-        client.response(0).await;
-        client
-            .send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
-            .await;
-        client
-    }
-
-    async fn send(&mut self, message: Value) {
-        use tokio::io::AsyncWriteExt;
-        self.stdin
-            .write_all(format!("{message}\n").as_bytes())
-            .await
-            .unwrap();
-    }
-
-    /// The next message the server writes.
-    async fn next(&mut self) -> Value {
-        let line = within("a line", self.lines.next_line())
-            .await
-            .unwrap()
-            .expect("the server is still writing");
-        serde_json::from_str(&line).unwrap()
-    }
-
-    /// Reads up to the response to request `id`, and returns it.
-    async fn response(&mut self, id: i64) -> Value {
-        loop {
-            let message = self.next().await;
-            if message["id"] == id {
-                return message;
-            }
-        }
-    }
-
-    /// Sends `tools/call` of `tool` with `arguments` as request `id`.
-    async fn call(&mut self, id: i64, tool: &str, arguments: Value, meta: Value) {
-        self.send(json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
-            "params": {"name": tool, "arguments": arguments, "_meta": meta}}))
-            .await;
-    }
 }
 
 /// The text blocks of a raw `tools/call` response, one per line.

@@ -216,10 +216,13 @@
       };
       defineProperty(call, 'name', { value: name });
       defineProperty(tools, name, { value: call, enumerable: true });
-      arrayPush(
-        allTools,
-        freeze({ name, description: tool.description, declaration: tool.declaration }),
-      );
+      const entry = { name, description: tool.description, declaration: tool.declaration };
+      // What the tool says of its effects (MCP's readOnlyHint, destructiveHint, ...), when it
+      // says anything.
+      if (tool.annotations !== undefined) {
+        entry.annotations = freeze(tool.annotations);
+      }
+      arrayPush(allTools, freeze(entry));
     });
     freeze(tools);
     freeze(allTools);

@@ -206,6 +206,9 @@ pub struct ToolListing {
     pub description: String,
     /// Its TypeScript declaration, for a model that looks the tool up from inside a cell.
     pub declaration: String,
+    /// What the tool says of its effects, when it says anything.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub annotations: Option<codemode_protocol::ToolAnnotations>,
 }
 
 impl CellGlobals {
@@ -243,6 +246,7 @@ impl CellGlobals {
                 name: tool.global_name(),
                 description: tool.description.clone(),
                 declaration: codemode_protocol::tool_declaration(tool),
+                annotations: tool.annotations,
             })
             .collect()
     }

@@ -2,8 +2,10 @@
 //!
 //! Tools: `add` (two numbers; text and structured result), `image` (a 1x1 PNG image block),
 //! `fail` (an error result with a message), `sleep` (waits `ms` milliseconds), `pid` (its process
-//! id, so a test can kill it), `note` (appends a line to the file `CODEMODE_DEMO_NOTES` names). Served by the `codemode-test-mcp-server` binary and by
-//! `codemode demo-mcp-server`.
+//! id, so a test can kill it), `note` (appends a line to the file `CODEMODE_DEMO_NOTES` names;
+//! no annotations), `forget` (the same with `forgot: `, annotated destructive). The others are
+//! annotated read-only, so a test of the gate has each kind. Served by the
+//! `codemode-test-mcp-server` binary and by `codemode demo-mcp-server`.
 
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::{Json, Parameters};
@@ -67,7 +69,7 @@ impl DemoServer {
         }
     }
 
-    #[tool(description = "Adds two numbers.")]
+    #[tool(description = "Adds two numbers.", annotations(read_only_hint = true))]
     fn add(
         &self,
         Parameters(AddRequest { a, b }): Parameters<AddRequest>,
@@ -75,7 +77,10 @@ impl DemoServer {
         Ok(Json(AddResult { sum: a + b }))
     }
 
-    #[tool(description = "Returns a 1x1 PNG image.")]
+    #[tool(
+        description = "Returns a 1x1 PNG image.",
+        annotations(read_only_hint = true)
+    )]
     fn image(&self) -> Result<CallToolResult, ErrorData> {
         Ok(CallToolResult::success(vec![ContentBlock::image(
             PIXEL_PNG,
@@ -83,7 +88,10 @@ impl DemoServer {
         )]))
     }
 
-    #[tool(description = "Always fails, with the given message.")]
+    #[tool(
+        description = "Always fails, with the given message.",
+        annotations(read_only_hint = true)
+    )]
     fn fail(
         &self,
         Parameters(FailRequest { message }): Parameters<FailRequest>,
@@ -92,7 +100,10 @@ impl DemoServer {
         Ok(CallToolResult::error(vec![ContentBlock::text(message)]))
     }
 
-    #[tool(description = "Waits, then answers.")]
+    #[tool(
+        description = "Waits, then answers.",
+        annotations(read_only_hint = true)
+    )]
     async fn sleep(
         &self,
         Parameters(SleepRequest { ms }): Parameters<SleepRequest>,
@@ -124,7 +135,24 @@ impl DemoServer {
         Ok(CallToolResult::success(vec![ContentBlock::text("noted")]))
     }
 
-    #[tool(description = "The server's process id.")]
+    #[tool(
+        description = "Records that a note is forgotten: appends `forgot: <text>` to the notes \
+                       file, as `note` does (a destructive tool, for tests of the gate).",
+        annotations(read_only_hint = false, destructive_hint = true)
+    )]
+    fn forget(
+        &self,
+        Parameters(NoteRequest { text }): Parameters<NoteRequest>,
+    ) -> Result<CallToolResult, ErrorData> {
+        self.note(Parameters(NoteRequest {
+            text: format!("forgot: {text}"),
+        }))
+    }
+
+    #[tool(
+        description = "The server's process id.",
+        annotations(read_only_hint = true)
+    )]
     fn pid(&self) -> Result<CallToolResult, ErrorData> {
         Ok(CallToolResult::success(vec![ContentBlock::text(
             std::process::id().to_string(),
@@ -136,7 +164,7 @@ impl DemoServer {
 impl ServerHandler for DemoServer {
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
-            .with_instructions("A test server: add, image, fail, sleep, note, pid.")
+            .with_instructions("A test server: add, image, fail, sleep, note, forget, pid.")
     }
 }
 

@@ -9,6 +9,7 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+mod annotations;
 mod cell_id;
 mod json_text;
 pub mod limits;
@@ -21,6 +22,7 @@ mod tenant;
 mod tool;
 mod typescript;
 
+pub use annotations::ToolAnnotations;
 pub use cell_id::CellId;
 pub use json_text::{JsonText, JsonTextError, MAX_JSON_TEXT_DEPTH};
 pub use output::{

@@ -2,11 +2,14 @@
 //!
 //! JSON shape of a definition:
 //! `{"name": {"name": "search", "namespace": "web"}, "description": "...", "kind": "function",
+//!   "annotations": {"readOnlyHint": true},
 //!   "input_schema": {...}, "output_schema": {...}}`; `namespace`, `input_schema` and
 //! `output_schema` are omitted when absent.
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+
+use crate::ToolAnnotations;
 
 /// A tool's name as the host knows it: a name, optionally inside a namespace (such as the MCP
 /// server it comes from).
@@ -61,8 +64,10 @@ pub enum ToolKind {
     Freeform,
 }
 
-/// One tool the host offers to cells.
+/// One tool the host offers to cells. Build it with [`ToolDefinition::function`] and the
+/// `with_*` methods (the struct grows, so it is not built literally outside this crate).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct ToolDefinition {
     /// Its name and namespace.
     pub name: ToolName,
@@ -82,6 +87,10 @@ pub struct ToolDefinition {
     /// result is the output schema's type, or `unknown` without one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub result_type: Option<ResultType>,
+    /// What the tool says of its effects (MCP's annotations), when it says anything: shown to
+    /// the model, and read by the gate that decides on each call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub annotations: Option<ToolAnnotations>,
 }
 
 /// A documented result shape that several tools share, declared once in the `exec` description.
@@ -114,7 +123,46 @@ impl ToolDefinition {
             input_schema: None,
             output_schema: None,
             result_type: None,
+            annotations: None,
         }
+    }
+
+    /// This definition taking its input as `kind` says.
+    pub fn with_kind(mut self, kind: ToolKind) -> Self {
+        self.kind = kind;
+        self
+    }
+
+    /// This definition with the JSON Schema of its input.
+    pub fn with_input_schema(mut self, schema: impl Into<Option<Value>>) -> Self {
+        self.input_schema = schema.into();
+        self
+    }
+
+    /// This definition with the JSON Schema of its result.
+    pub fn with_output_schema(mut self, schema: impl Into<Option<Value>>) -> Self {
+        self.output_schema = schema.into();
+        self
+    }
+
+    /// This definition with its result wrapped in a documented shape.
+    pub fn with_result_type(mut self, result_type: impl Into<Option<ResultType>>) -> Self {
+        self.result_type = result_type.into();
+        self
+    }
+
+    /// This definition with what the tool says of its effects (empty annotations are none).
+    pub fn with_annotations(mut self, annotations: impl Into<Option<ToolAnnotations>>) -> Self {
+        self.annotations = annotations
+            .into()
+            .filter(|annotations| !annotations.is_empty());
+        self
+    }
+
+    /// Whether the tool says it only reads (`readOnlyHint: true`).
+    pub fn is_read_only(&self) -> bool {
+        self.annotations
+            .is_some_and(|annotations| annotations.is_read_only())
     }
 
     /// The tool's name inside JavaScript; see [`ToolName::global_name`].
@@ -182,6 +230,7 @@ mod tests {
                 })),
                 output_schema: Some(json!({"type": "array", "items": {"type": "string"}})),
                 result_type: None,
+                annotations: Some(ToolAnnotations::read_only().with_open_world(true)),
             },
             ToolDefinition {
                 name: ToolName::plain("apply_patch"),
@@ -190,6 +239,7 @@ mod tests {
                 input_schema: None,
                 output_schema: None,
                 result_type: None,
+                annotations: None,
             },
         ];
         insta::assert_json_snapshot!(definitions);

@@ -160,7 +160,18 @@ pub fn tool_declaration(tool: &ToolDefinition) -> String {
 }
 
 fn write_tool(out: &mut String, tool: &ToolDefinition) {
-    write_doc(out, &tool.description, 1);
+    // What the tool says of its effects ends its doc comment: a model sees which calls only read.
+    match tool
+        .annotations
+        .and_then(|annotations| annotations.summary())
+    {
+        Some(effects) => write_doc(
+            out,
+            &format!("{}\n@effects {effects}", tool.description.trim()),
+            1,
+        ),
+        None => write_doc(out, &tool.description, 1),
+    }
     let structured = tool
         .output_schema
         .as_ref()
@@ -482,6 +493,24 @@ mod tests {
                 "required": ["q"]
             })),
             "{\n  /** The query. */\n  q: string;\n  /** Default: 10 */\n  \"max-results\"?: number;\n}"
+        );
+    }
+
+    #[test]
+    fn a_declaration_ends_its_doc_with_the_tools_effects() {
+        let tool = ToolDefinition::function(
+            crate::ToolName::namespaced("github", "delete_repo"),
+            "Deletes a repository.",
+        )
+        .with_annotations(crate::ToolAnnotations::writes(true));
+        assert_eq!(
+            tool_declaration(&tool),
+            "/**\n * Deletes a repository.\n * @effects writes, destructive\n */\ngithub__delete_repo(args?: unknown): Promise<unknown>;"
+        );
+        let plain = ToolDefinition::function(crate::ToolName::plain("echo"), "Echoes.");
+        assert_eq!(
+            tool_declaration(&plain),
+            "/** Echoes. */\necho(args?: unknown): Promise<unknown>;"
         );
     }
 }

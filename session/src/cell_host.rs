@@ -20,6 +20,7 @@ use codemode_protocol::{CellId, JsonText};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
+use crate::gate::CellGate;
 use crate::ports::{ToolCallContext, ToolProgress};
 use crate::report::SessionEvent;
 use crate::shared::Shared;
@@ -50,6 +51,8 @@ pub(crate) struct SessionCellHost {
     pub(crate) tool_progress: ToolProgress,
     /// The error text of the cell's completion, kept for the completion notice.
     pub(crate) error_text: Mutex<Option<Option<String>>>,
+    /// Who the gate asks about this cell's calls, and the writes it made.
+    pub(crate) gate: CellGate,
 }
 
 impl CellHost for SessionCellHost {
@@ -79,6 +82,30 @@ impl CellHost for SessionCellHost {
             if log_content {
                 tracing::debug!(input = ?invocation.input, "tool call input");
             }
+            // The one gate: nothing is dispatched without its ruling.
+            let definition = self
+                .shared
+                .tools
+                .lock()
+                .tools
+                .iter()
+                .find(|tool| tool.name == invocation.name)
+                .cloned();
+            let admitted = self.shared.gate.admit(
+                &self.shared.id,
+                &self.cell_id,
+                &self.gate,
+                &invocation,
+                definition.as_ref(),
+            );
+            // A cell that ends while its call waits for the user stops waiting.
+            tokio::select! {
+                biased;
+                () = cancellation.cancelled() => {
+                    return Err(ToolError::new(ToolErrorKind::Cancelled, "the cell ended before the user answered"));
+                }
+                admitted = admitted => admitted?,
+            }
             let began = Instant::now();
             let result = self
                 .shared
@@ -98,6 +125,7 @@ impl CellHost for SessionCellHost {
                     ToolErrorKind::InvalidArguments => "invalid arguments",
                     ToolErrorKind::Unavailable => "unavailable",
                     ToolErrorKind::Cancelled => "cancelled",
+                    ToolErrorKind::Denied => "denied",
                     _ => "failed",
                 },
             };

@@ -64,6 +64,16 @@ pub struct SessionConfig {
     /// journal kept outside the process (a cluster's record of what a server's cells had started,
     /// should the server die). Called on the session's tasks; it must not block.
     pub on_cell_activity: Option<CellActivityHook>,
+    /// The user's rules for the tool calls cells make (the gate): which run, which ask the
+    /// user first, which are refused. The default allows every call (an embedder's own tools).
+    pub permissions: std::sync::Arc<crate::Permissions>,
+    /// The most calls of tools that are not read-only one cell may make; the next is refused.
+    /// `None`: no limit.
+    pub max_writes_per_cell: Option<u64>,
+    /// Who is asked about a call that needs approval, for a cell whose `exec` named nobody
+    /// ([`ExecOptions::with_approver`](crate::ExecOptions::with_approver)). `None`: nobody,
+    /// and such calls fail closed.
+    pub approver: Option<std::sync::Arc<dyn crate::Approver>>,
 }
 
 /// What a session's cells do that an embedder may journal (see
@@ -122,6 +132,9 @@ impl std::fmt::Debug for SessionConfig {
             .field("stored_bytes_budgets", &self.stored_bytes_budgets)
             .field("cell_id_prefix", &self.cell_id_prefix)
             .field("on_cell_activity", &self.on_cell_activity.is_some())
+            .field("permissions", &self.permissions)
+            .field("max_writes_per_cell", &self.max_writes_per_cell)
+            .field("approver", &self.approver.is_some())
             .field(
                 "tool_description_budget_tokens",
                 &self.tool_description_budget_tokens,
@@ -151,11 +164,32 @@ impl Default for SessionConfig {
             stored_bytes_budgets: Vec::new(),
             cell_id_prefix: None,
             on_cell_activity: None,
+            permissions: std::sync::Arc::new(crate::Permissions::default()),
+            max_writes_per_cell: None,
+            approver: None,
         }
     }
 }
 
 impl SessionConfig {
+    /// This configuration with the user's rules for tool calls.
+    pub fn with_permissions(mut self, permissions: crate::Permissions) -> Self {
+        self.permissions = std::sync::Arc::new(permissions);
+        self
+    }
+
+    /// This configuration with a budget of calls that are not read-only per cell.
+    pub fn with_max_writes_per_cell(mut self, max_writes_per_cell: Option<u64>) -> Self {
+        self.max_writes_per_cell = max_writes_per_cell;
+        self
+    }
+
+    /// This configuration asking `approver` about calls that need approval.
+    pub fn with_approver(mut self, approver: std::sync::Arc<dyn crate::Approver>) -> Self {
+        self.approver = Some(approver);
+        self
+    }
+
     /// This configuration with another value for the active-cell limit.
     pub fn with_max_active_cells(mut self, max_active_cells: usize) -> Self {
         self.max_active_cells = max_active_cells;

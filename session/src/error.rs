@@ -44,6 +44,16 @@ pub enum SessionError {
         /// What went wrong with it.
         error: CellError,
     },
+    /// The `exec` that started the cell was cancelled by its caller: the cell was terminated, and
+    /// `wait` with its id returns what it produced.
+    #[error(
+        "the exec was cancelled: cell {cell_id} was terminated; wait with its id returns what it \
+         produced"
+    )]
+    Cancelled {
+        /// The cell's id.
+        cell_id: CellId,
+    },
     #[error(transparent)]
     /// The engine could not start the cell.
     Engine(#[from] EngineError),

@@ -28,9 +28,11 @@ mod cell_host;
 mod config;
 mod discovery;
 mod error;
+mod gate;
 mod hints;
 mod ids;
 mod model;
+mod permissions;
 mod ports;
 mod registry;
 mod render;
@@ -49,8 +51,12 @@ pub use codemode_protocol::{JsonText, Tenant, tools_declaration};
 pub use config::{CellActivity, CellActivityHook, SessionConfig};
 pub use discovery::{ToolsShown, tools_section};
 pub use error::SessionError;
+pub use gate::{
+    APPROVAL_ARGUMENTS_CHARS, Approval, ApprovalRequest, Approver, AwaitingApproval, NobodyToAsk,
+};
 pub use hints::error_hints;
 pub use model::{ExecOptions, ToolResult};
+pub use permissions::{Permissions, Reason, Ruling, ToolPattern, Verdict};
 pub use ports::{
     SessionKey, Store, StoreError, StoreErrorKind, ToolCallContext, ToolListError,
     ToolListErrorKind, ToolProgress, ToolProvider,

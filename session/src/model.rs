@@ -7,11 +7,14 @@ use codemode_protocol::{CellId, ExecuteRequest, OutputItem, WaitRequest, parse_e
 use serde_json::{Value, json};
 
 use crate::discovery::tools_section;
+use crate::gate::Approver;
 use crate::registry::CellTicket;
 use crate::render::render_report;
 use crate::report::{CellReport, WaitOutcome};
 use crate::session::Session;
 use codemode_cell_actor::CellEvent;
+use std::sync::Arc;
+use tokio_util::sync::CancellationToken;
 
 /// What a model-facing tool call returns.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -60,7 +63,7 @@ impl ToolResult {
 }
 
 /// What an `exec` call may set beside its source: each wins over the source's pragma line.
-#[derive(Debug, Default)]
+#[derive(Default)]
 #[non_exhaustive]
 pub struct ExecOptions {
     /// How long to observe the new cell.
@@ -69,6 +72,25 @@ pub struct ExecOptions {
     pub max_output_tokens: Option<u64>,
     /// Held by the new cell while it is registered (see [`CellTicket`]).
     pub ticket: Option<CellTicket>,
+    /// Who is asked about the cell's calls that need approval: the client that ran it. `None`:
+    /// the session's approver ([`SessionConfig::approver`](crate::SessionConfig::approver)).
+    pub approver: Option<Arc<dyn Approver>>,
+    /// Cancelled when the caller of `exec` gives up on it (an MCP `notifications/cancelled`):
+    /// while `exec` observes the cell, the cell is terminated, and what it produced is kept for
+    /// a later `wait`.
+    pub cancellation: Option<CancellationToken>,
+}
+
+impl std::fmt::Debug for ExecOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ExecOptions")
+            .field("yield_time_ms", &self.yield_time_ms)
+            .field("max_output_tokens", &self.max_output_tokens)
+            .field("ticket", &self.ticket)
+            .field("approver", &self.approver.is_some())
+            .field("cancellation", &self.cancellation)
+            .finish()
+    }
 }
 
 impl ExecOptions {
@@ -87,6 +109,18 @@ impl ExecOptions {
     /// These options with a ticket the new cell holds while it is registered.
     pub fn with_ticket(mut self, ticket: CellTicket) -> Self {
         self.ticket = Some(ticket);
+        self
+    }
+
+    /// These options asking `approver` about the cell's calls that need approval.
+    pub fn with_approver(mut self, approver: Arc<dyn Approver>) -> Self {
+        self.approver = Some(approver);
+        self
+    }
+
+    /// These options stopping the cell when `cancellation` fires while `exec` observes it.
+    pub fn with_cancellation(mut self, cancellation: CancellationToken) -> Self {
+        self.cancellation = Some(cancellation);
         self
     }
 }
@@ -121,7 +155,12 @@ impl Session {
         };
         let yield_time = self.config().exec_yield(request.yield_time_ms);
         let observation = codemode_cell_actor::Observation::yield_after(yield_time);
-        match self.start(request, observation, options.ticket).await {
+        let extras = crate::session::CellExtras {
+            ticket: options.ticket,
+            approver: options.approver,
+            cancellation: options.cancellation,
+        };
+        match self.start(request, observation, extras).await {
             Ok(report) => ToolResult::observed(&report, max_output_tokens),
             Err(error) => ToolResult::error(error.to_string()),
         }

@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use codemode_cell_actor::CellHandle;
+use codemode_cell_actor::{CellEvent, CellHandle};
 use codemode_protocol::CellId;
 
 use crate::ids::CellIds;
@@ -39,6 +39,9 @@ pub(crate) struct Registry {
     pub(crate) starting: usize,
     pub(crate) ids: CellIds,
     pub(crate) shut_down: bool,
+    /// Cells stopped because the `exec` that started them was cancelled: their last event (what
+    /// they produced, and how they ended), kept for the `wait` that asks for it.
+    pub(crate) kept: HashMap<CellId, (CellEvent, Arc<str>)>,
 }
 
 pub(crate) struct CellEntry {

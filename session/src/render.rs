@@ -46,6 +46,15 @@ pub fn render_report(report: &CellReport, max_output_tokens: u64) -> Vec<OutputI
         // An event this renderer does not know yet: say the script is still running.
         _ => format!("Script running with cell ID {}", report.cell_id),
     };
+    for waiting in &report.awaiting_approval {
+        header.push_str(&format!(
+            "\nWaiting for approval ({:.0} s): {} tools.{}({})",
+            waiting.waited.as_secs_f64(),
+            waiting.call_id,
+            waiting.tool,
+            waiting.arguments.replace('\n', " ")
+        ));
+    }
     header.push_str(&format!(
         "\nWall time {:.1} seconds\nOutput:",
         report.wall_time.as_secs_f64()

@@ -6,6 +6,8 @@ use std::time::Duration;
 use codemode_cell_actor::CellEvent;
 use codemode_protocol::CellId;
 
+use crate::gate::AwaitingApproval;
+
 /// What an observation of a cell returned.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CellReport {
@@ -18,6 +20,8 @@ pub struct CellReport {
     /// For a failed cell: where in the source the error points (a code frame), and the closest
     /// tool names; each a paragraph of its own.
     pub error_hints: Vec<String>,
+    /// The cell's calls that wait for the user's approval now (a running cell's).
+    pub awaiting_approval: Vec<AwaitingApproval>,
 }
 
 /// The result of `wait`: an observation, or no such cell (distinct from any error).

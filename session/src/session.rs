@@ -26,6 +26,7 @@ use tracing::Instrument;
 use crate::cell_host::{SessionCellHost, cell_tool_progress};
 use crate::config::SessionConfig;
 use crate::error::SessionError;
+use crate::gate::{Approver, CellGate, Gate};
 use crate::hints::error_hints;
 use crate::ids::CellIds;
 use crate::ports::{SessionKey, Store, ToolProvider};
@@ -33,6 +34,7 @@ use crate::registry::{CellEntry, CellTicket, Registry};
 use crate::report::{CellReport, SessionEvent, WaitOutcome};
 use crate::shared::{ListedTools, Shared};
 use crate::strip::{StrippedSource, UnsupportedTypeScript, strip_types};
+use tokio_util::sync::CancellationToken;
 
 /// How many session events a slow subscriber may fall behind before it misses some.
 const EVENT_BUFFER: usize = 1024;
@@ -86,12 +88,13 @@ impl Session {
                 store,
                 provider,
                 tools: Mutex::new(ListedTools::new(version, tools)),
-                config,
                 values: Mutex::new(values),
                 commit_order: tokio::sync::Mutex::new(()),
                 registry: Mutex::new(registry),
                 events,
                 tasks: TaskTracker::new(),
+                gate: Gate::new(Arc::clone(&config.permissions), config.max_writes_per_cell),
+                config,
             }),
         })
     }
@@ -159,8 +162,12 @@ impl Session {
     /// Starts a cell and observes it until its yield time (the yield defaults and grace apply).
     pub async fn execute(&self, request: ExecuteRequest) -> Result<CellReport, SessionError> {
         let yield_time = self.shared.config.exec_yield(request.yield_time_ms);
-        self.start(request, Observation::yield_after(yield_time), None)
-            .await
+        self.start(
+            request,
+            Observation::yield_after(yield_time),
+            CellExtras::default(),
+        )
+        .await
     }
 
     /// Starts a cell and observes it until its pending frontier (or its end).
@@ -168,8 +175,12 @@ impl Session {
         &self,
         request: ExecuteRequest,
     ) -> Result<CellReport, SessionError> {
-        self.start(request, Observation::pending_frontier(), None)
-            .await
+        self.start(
+            request,
+            Observation::pending_frontier(),
+            CellExtras::default(),
+        )
+        .await
     }
 
     /// Observes a running cell again until its yield time, or terminates it.
@@ -240,13 +251,14 @@ impl Session {
             .map(|entry| (entry.handle.clone(), Arc::clone(&entry.source)))
     }
 
-    /// Starts a cell, which holds `ticket` while it is registered (dropped at once if it does not
-    /// start), and makes its first observation.
+    /// Starts a cell, which holds its ticket while it is registered (dropped at once if it does
+    /// not start), and makes its first observation; a cancellation that fires meanwhile stops the
+    /// cell and keeps what it produced for a later `wait`.
     pub(crate) async fn start(
         &self,
         request: ExecuteRequest,
         observation: Observation,
-        ticket: Option<CellTicket>,
+        extras: CellExtras,
     ) -> Result<CellReport, SessionError> {
         let began = Instant::now();
         self.refresh_tools().await;
@@ -282,11 +294,77 @@ impl Session {
                 );
             }
         };
-        let first_observation =
-            self.launch(&cell_id, &call_id, &source, cell, observation, ticket)?;
+        let CellExtras {
+            ticket,
+            approver,
+            cancellation,
+        } = extras;
+        let first_observation = self.launch(
+            &cell_id,
+            &call_id,
+            &source,
+            cell,
+            observation,
+            ticket,
+            approver,
+        )?;
         tracing::info!(session = %self.shared.id, %cell_id, "cell started");
-        let answer = first_observation.await;
+        let answer = match cancellation {
+            None => first_observation.await,
+            Some(cancellation) => {
+                let mut first_observation = std::pin::pin!(first_observation);
+                tokio::select! {
+                    biased;
+                    answer = &mut first_observation => answer,
+                    () = cancellation.cancelled() => {
+                        self.stop_cancelled(&cell_id, &source, first_observation).await;
+                        return Err(SessionError::Cancelled { cell_id });
+                    }
+                }
+            }
+        };
         first_report(&cell_id, self.conclude(&cell_id, &source, answer, began)?)
+    }
+
+    /// Stops a cell whose `exec` was cancelled while it observed the cell, as a terminating
+    /// `wait` would, and keeps its last event (everything it produced, the kill ledger) for the
+    /// `wait` that asks for it.
+    async fn stop_cancelled(
+        &self,
+        cell_id: &CellId,
+        source: &Arc<str>,
+        first_observation: std::pin::Pin<&mut ObservationFuture>,
+    ) {
+        let Some((handle, _)) = self.entry(cell_id) else {
+            return;
+        };
+        tracing::info!(session = %self.shared.id, %cell_id, "exec cancelled: terminating its cell");
+        let terminated = handle.terminate();
+        // The observation in flight ends too: with what had reached it already (a yield, the
+        // completion), or with a copy of the termination.
+        let observed = first_observation.await;
+        let event = match (observed, terminated.await) {
+            (Ok(observed), Ok(ended)) if !observed.is_terminal() => {
+                with_earlier_output(ended, observed.output().clone())
+            }
+            (Ok(observed), Ok(ended)) => {
+                if observed.output().entries().len() > ended.output().entries().len() {
+                    observed
+                } else {
+                    ended
+                }
+            }
+            (Ok(observed), Err(_)) => observed,
+            (Err(_), Ok(ended)) => ended,
+            (Err(_), Err(_)) => return,
+        };
+        let mut registry = self.shared.registry.lock();
+        registry.cells.remove(cell_id);
+        if event.is_terminal() && !registry.shut_down {
+            registry
+                .kept
+                .insert(cell_id.clone(), (event, Arc::clone(source)));
+        }
     }
 
     /// Another process may have committed to this session since its values were loaded: the
@@ -317,7 +395,9 @@ impl Session {
         if registry.shut_down {
             return Err(SessionError::ShutDown);
         }
-        if registry.cells.len() + registry.starting >= shared.config.max_active_cells {
+        if registry.cells.len() + registry.kept.len() + registry.starting
+            >= shared.config.max_active_cells
+        {
             return Err(SessionError::TooManyCells {
                 limit: shared.config.max_active_cells,
             });
@@ -369,6 +449,7 @@ impl Session {
         cell: CellStart,
         observation: Observation,
         ticket: Option<CellTicket>,
+        approver: Option<Arc<dyn Approver>>,
     ) -> Result<ObservationFuture, SessionError> {
         let shared = &self.shared;
         let host = Arc::new(SessionCellHost {
@@ -376,6 +457,7 @@ impl Session {
             cell_id: cell_id.clone(),
             tool_progress: cell_tool_progress(shared, cell_id, call_id),
             error_text: Mutex::new(None),
+            gate: CellGate::new(approver.or_else(|| shared.config.approver.clone())),
         });
         let config = CellConfig {
             output_mode: shared.config.output_mode,
@@ -420,6 +502,11 @@ impl Session {
         cell_id: &CellId,
         observation: Observation,
     ) -> Result<WaitOutcome, SessionError> {
+        // A cell stopped by a cancelled `exec`: its last event, once.
+        let kept = self.shared.registry.lock().kept.remove(cell_id);
+        if let Some((event, source)) = kept {
+            return self.conclude(cell_id, &source, Ok(event), Instant::now());
+        }
         let Some((handle, source)) = self.entry(cell_id) else {
             return Ok(WaitOutcome::NotFound {
                 cell_id: cell_id.to_string(),
@@ -465,12 +552,61 @@ impl Session {
             _ => Vec::new(),
         };
         log_observation(&self.shared.id, cell_id, &event);
+        let awaiting_approval = if event.is_terminal() {
+            Vec::new()
+        } else {
+            self.shared.gate.awaiting(cell_id)
+        };
         Ok(WaitOutcome::Observed(CellReport {
             cell_id: cell_id.clone(),
             event,
             wall_time: began.elapsed(),
             error_hints,
+            awaiting_approval,
         }))
+    }
+}
+
+/// What a new cell is given beside its source.
+#[derive(Default)]
+pub(crate) struct CellExtras {
+    /// Held while the cell is registered.
+    pub(crate) ticket: Option<CellTicket>,
+    /// Who is asked about the cell's calls that need approval (else the session's approver).
+    pub(crate) approver: Option<Arc<dyn Approver>>,
+    /// Stops the cell while its first observation runs (the `exec` was cancelled).
+    pub(crate) cancellation: Option<CancellationToken>,
+}
+
+/// `event` with `earlier` output (an observation that raced its end) before its own.
+fn with_earlier_output(
+    event: CellEvent,
+    earlier: codemode_cell_actor::CollectedOutput,
+) -> CellEvent {
+    let join = |output: codemode_cell_actor::CollectedOutput| {
+        codemode_cell_actor::CollectedOutput::from_items(
+            earlier
+                .clone()
+                .into_items()
+                .into_iter()
+                .chain(output.into_items()),
+        )
+    };
+    match event {
+        CellEvent::Terminated { output, tool_calls } => CellEvent::Terminated {
+            output: join(output),
+            tool_calls,
+        },
+        CellEvent::Completed {
+            output,
+            error_text,
+            result_buffered_for,
+        } => CellEvent::Completed {
+            output: join(output),
+            error_text,
+            result_buffered_for,
+        },
+        other => other,
     }
 }
 

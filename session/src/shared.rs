@@ -12,6 +12,7 @@ use tokio::sync::broadcast;
 use tokio_util::task::TaskTracker;
 
 use crate::config::SessionConfig;
+use crate::gate::Gate;
 use crate::ports::{SessionKey, Store, ToolProvider};
 use crate::registry::Registry;
 use crate::report::SessionEvent;
@@ -40,6 +41,8 @@ pub(crate) struct Shared {
     pub(crate) events: broadcast::Sender<SessionEvent>,
     /// The cells' actor tasks; `shutdown` waits for them.
     pub(crate) tasks: TaskTracker,
+    /// The gate every tool call of the session's cells passes.
+    pub(crate) gate: Gate,
 }
 
 /// The provider's tools as of one listing.

@@ -29,14 +29,10 @@ fn tool(
         .namespace
         .is_some()
         .then_some(codemode_protocol::ResultType::CallToolResult);
-    ToolDefinition {
-        name,
-        description: description.into(),
-        kind: ToolKind::Function,
-        input_schema: input,
-        output_schema: output,
-        result_type,
-    }
+    ToolDefinition::function(name, description)
+        .with_input_schema(input)
+        .with_output_schema(output)
+        .with_result_type(result_type)
 }
 
 #[async_trait::async_trait]
@@ -57,16 +53,14 @@ impl ToolProvider for RealisticTools {
                 ),
                 Some(json!({"type": "null"})),
             ),
-            ToolDefinition {
-                name: ToolName::plain("apply_patch"),
-                description: "Applies a unified diff to the workspace.".into(),
-                kind: ToolKind::Freeform,
-                input_schema: None,
-                result_type: None,
-                output_schema: Some(
-                    json!({"type": "object", "properties": {"files_changed": {"type": "integer"}}, "required": ["files_changed"]}),
-                ),
-            },
+            ToolDefinition::function(
+                ToolName::plain("apply_patch"),
+                "Applies a unified diff to the workspace.",
+            )
+            .with_kind(ToolKind::Freeform)
+            .with_output_schema(
+                json!({"type": "object", "properties": {"files_changed": {"type": "integer"}}, "required": ["files_changed"]}),
+            ),
             tool(
                 ToolName::plain("shell"),
                 "Runs a command.\nThe command runs in a sandbox without network.",

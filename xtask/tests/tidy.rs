@@ -89,7 +89,9 @@ const OVER_BUDGET: &[(&str, &str)] = &[];
 /// The files of `cli/src/serve/`, bottom layer first: a file imports only from lower layers.
 const SERVE_LAYERS: &[&[&str]] = &[
     &["args"],
-    &["identity", "results", "limits", "progress", "push"],
+    &[
+        "identity", "results", "limits", "progress", "push", "approval",
+    ],
     &["admission", "cluster"],
     &["live"],
     &["registry", "tasks"],

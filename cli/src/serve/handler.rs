@@ -18,6 +18,7 @@ use rmcp::task_manager::{TaskManager, TaskOptions};
 use rmcp::{ErrorData, Peer, RoleServer, ServerHandler};
 use serde_json::{Map, Value, json};
 
+use super::approval::ClientApprover;
 use super::cluster::{ProgressRelay, was_forwarded};
 use super::identity::Identity;
 use super::live::LiveSession;
@@ -166,7 +167,12 @@ impl CodemodeServer {
         let progress = Progress::start(&context, session, Watched::Call(call_id.clone()));
         let tools_before = session.tools();
         let max_tokens = options.max_output_tokens;
-        let options = options.with_ticket(CellTicket::new(slot));
+        // The cell's calls that need approval ask this client's user; a client that gives up on
+        // this `exec` (notifications/cancelled) stops its cell.
+        let options = options
+            .with_ticket(CellTicket::new(slot))
+            .with_approver(Arc::new(ClientApprover::new(context.peer.clone())))
+            .with_cancellation(context.ct.clone());
         let result = session.exec_tool_with(&call_id, code, options).await;
         live.touch();
         progress.stop().await;

@@ -46,6 +46,7 @@ use sessions::Shared;
 // The serving layers, bottom to top: each file imports only from the layers below it (the tidy
 // test holds them to it).
 mod admission;
+mod approval;
 mod args;
 mod identity;
 mod limits;
@@ -70,7 +71,10 @@ pub async fn serve(args: McpArgs) -> ExitCode {
     } else {
         DemoTools::LeftOut
     };
-    let tools = match args.session.tools(demo) {
+    let crate::setup::Tools {
+        provider: tools,
+        permissions,
+    } = match args.session.tools(demo) {
         Ok(tools) => tools,
         Err(SetupError { message, usage }) => {
             eprintln!("error: {message}");
@@ -130,6 +134,7 @@ pub async fn serve(args: McpArgs) -> ExitCode {
         args: args.session.clone(),
         store,
         tools,
+        permissions: Arc::new(permissions),
         limits,
         sessions: SessionRegistry::new(&limits),
         cluster,
@@ -275,7 +280,7 @@ async fn print_exec_description(shared: &Shared) -> ExitCode {
             shared.args.session.as_str().into(),
             Arc::clone(&shared.store),
             Arc::clone(&shared.tools),
-            shared.args.config(),
+            shared.config(),
         )
         .await;
     match opened {

@@ -26,6 +26,8 @@ pub(super) struct Shared {
     pub(super) args: SessionArgs,
     pub(super) store: Arc<dyn Store>,
     pub(super) tools: Arc<codemode_host_adapters::CompositeTools>,
+    /// The user's rules for the calls cells make (the configuration's `permissions`).
+    pub(super) permissions: Arc<codemode_session::Permissions>,
     pub(super) limits: ServerLimits,
     /// The sessions open now, and what they hold under the limits.
     pub(super) sessions: SessionRegistry,
@@ -46,6 +48,14 @@ pub(super) struct McpSessionState {
 }
 
 impl Shared {
+    /// The configuration of a session of this server: the flags' limits and the user's
+    /// permissions.
+    pub(super) fn config(&self) -> codemode_session::SessionConfig {
+        let mut config = self.args.config();
+        config.permissions = Arc::clone(&self.permissions);
+        config
+    }
+
     /// Terminates every cell of every session and waits for them (stores finish their commits).
     pub(super) async fn shut_down_sessions(&self) {
         for live in self.sessions.live_sessions() {
@@ -244,7 +254,7 @@ impl Shared {
             elsewhere,
         )
         .await?;
-        let mut config = self.args.config();
+        let mut config = self.config();
         // A long-running server bounds what it buffers per cell (server output mode).
         config.output_mode = OutputMode::server();
         // Cells of different tenants never share an engine process.

@@ -74,8 +74,8 @@ pub const ALPHA: &str = "alpha-token-0123456789abcdef";
 /// The token of tenant `beta` of [`server`].
 pub const BETA: &str = "beta-token-0123456789abcdef0";
 
-/// A server with two tenants, the demo server's tools (its `note` records into `notes`), and the
-/// extra flags.
+/// A server with two tenants, the demo server's tools (its `note` records into `notes`, allowed
+/// without asking), and the extra flags.
 pub fn server(folder: &Path, extra: &[&str]) -> ListeningServer {
     server_at(folder, "127.0.0.1:0", extra)
 }
@@ -92,7 +92,9 @@ pub fn server_at(folder: &Path, address: &str, extra: &[&str]) -> ListeningServe
     std::fs::write(
         &config,
         json!({"mcpServers": {"demo": {"command": CODEMODE, "args": ["demo-mcp-server"],
-               "env": {"CODEMODE_DEMO_NOTES": folder.join("notes")}}}})
+               "env": {"CODEMODE_DEMO_NOTES": folder.join("notes")}}},
+               // `note` writes: these tests let it run without asking.
+               "permissions": {"allow": ["demo__note"]}})
         .to_string(),
     )
     .unwrap();
@@ -187,5 +189,94 @@ impl rmcp::ClientHandler for TaskClient {
                 .build(),
             rmcp::model::Implementation::new("task-client", "1"),
         )
+    }
+}
+
+/// `codemode mcp --demo-tools` spoken to in JSON-RPC by hand, to see exactly which lines the
+/// server writes and in what order.
+pub struct RawClient {
+    _child: tokio::process::Child,
+    stdin: tokio::process::ChildStdin,
+    lines: tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>,
+}
+
+impl RawClient {
+    /// `codemode mcp --demo-tools`, started and initialised.
+    pub async fn start() -> Self {
+        RawClient::start_with(&["--demo-tools"], json!({})).await
+    }
+
+    /// `codemode mcp ARGS…`, started and initialised by a client declaring `capabilities`.
+    pub async fn start_with(args: &[&str], capabilities: serde_json::Value) -> Self {
+        let mut child = tokio::process::Command::new(CODEMODE)
+            .arg("mcp")
+            .args(args)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take().unwrap();
+        let lines = tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(
+            child.stdout.take().unwrap(),
+        ));
+        let mut client = RawClient {
+            _child: child,
+            stdin,
+            lines,
+        };
+        client
+            .send(
+                json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+                "protocolVersion": "2025-11-25", "capabilities": capabilities,
+                "clientInfo": {"name": "raw", "version": "1"}}}),
+            )
+            .await;
+        client.response(0).await;
+        client
+            .send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+            .await;
+        client
+    }
+
+    pub async fn send(&mut self, message: serde_json::Value) {
+        use tokio::io::AsyncWriteExt;
+        self.stdin
+            .write_all(format!("{message}\n").as_bytes())
+            .await
+            .unwrap();
+    }
+
+    /// The next message the server writes.
+    pub async fn next(&mut self) -> serde_json::Value {
+        let line = within("a line", self.lines.next_line())
+            .await
+            .unwrap()
+            .expect("the server is still writing");
+        serde_json::from_str(&line).unwrap()
+    }
+
+    /// Reads up to the response to request `id`, and returns it.
+    pub async fn response(&mut self, id: i64) -> serde_json::Value {
+        loop {
+            let message = self.next().await;
+            // A response (not a request of the server's own with the same id).
+            if message["id"] == id && message.get("method").is_none() {
+                return message;
+            }
+        }
+    }
+
+    /// Sends `tools/call` of `tool` with `arguments` as request `id`.
+    pub async fn call(
+        &mut self,
+        id: i64,
+        tool: &str,
+        arguments: serde_json::Value,
+        meta: serde_json::Value,
+    ) {
+        self.send(json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": tool, "arguments": arguments, "_meta": meta}}))
+            .await;
     }
 }

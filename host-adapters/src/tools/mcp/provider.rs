@@ -2,7 +2,7 @@
 //! namespace, and a call sent (as a task where the server asks for one), timed out, cancelled and
 //! its progress routed, its result checked and handed to the cell as text.
 
-use codemode_protocol::{JsonText, ResultType, ToolDefinition, ToolKind, ToolName};
+use codemode_protocol::{JsonText, ResultType, ToolAnnotations, ToolDefinition, ToolName};
 use codemode_session::{ToolCallContext, ToolError, ToolInvocation, ToolListError, ToolProvider};
 use rmcp::ServiceError;
 use rmcp::model::{
@@ -159,6 +159,11 @@ impl ToolProvider for McpTools {
                 )));
             }
         };
+        // Tools the user's configuration leaves out never reach the cell's view.
+        let tools: Vec<_> = tools
+            .into_iter()
+            .filter(|tool| self.config.offers(tool.name.as_ref()))
+            .collect();
         let schemas = tools
             .iter()
             .filter_map(|tool| {
@@ -169,21 +174,25 @@ impl ToolProvider for McpTools {
         *self.output_schemas.lock() = schemas;
         Ok(tools
             .into_iter()
-            .map(|tool| ToolDefinition {
-                result_type: Some(ResultType::CallToolResult),
-                name: ToolName::namespaced(&self.config.namespace, tool.name.as_ref()),
-                description: with_instructions(
+            .map(|tool| {
+                let description = with_instructions(
                     tool.description
                         .as_deref()
                         .or(tool.title.as_deref())
                         .unwrap_or_default(),
                     instructions.as_deref(),
-                ),
-                kind: ToolKind::Function,
-                input_schema: Some(Value::Object((*tool.input_schema).clone())),
-                output_schema: tool
-                    .output_schema
-                    .map(|schema| Value::Object((*schema).clone())),
+                );
+                ToolDefinition::function(
+                    ToolName::namespaced(&self.config.namespace, tool.name.as_ref()),
+                    description,
+                )
+                .with_result_type(ResultType::CallToolResult)
+                .with_input_schema(Value::Object((*tool.input_schema).clone()))
+                .with_output_schema(
+                    tool.output_schema
+                        .map(|schema| Value::Object((*schema).clone())),
+                )
+                .with_annotations(tool.annotations.as_ref().map(annotations))
             })
             .collect())
     }
@@ -199,6 +208,13 @@ impl ToolProvider for McpTools {
             ..
         } = context;
         let global_name = call.name.global_name();
+        if !self.config.offers(&call.name.name) {
+            return Err(ToolError::not_found(format!(
+                "tools.{global_name} is not offered: the configuration of the server \"{}\" \
+                 leaves it out (enabledTools/disabledTools)",
+                self.config.namespace
+            )));
+        }
         // rmcp sends a tree: the argument's text becomes one here, where it is sent.
         let input = call.input_value()?;
         let arguments: Option<Map<String, Value>> = match input {
@@ -288,4 +304,14 @@ impl ToolProvider for McpTools {
     async fn shutdown(&self) {
         McpTools::shutdown(self).await;
     }
+}
+
+/// What a server's tool says of its effects, kept for the cell's view and the gate.
+fn annotations(annotations: &rmcp::model::ToolAnnotations) -> ToolAnnotations {
+    let mut kept = ToolAnnotations::default();
+    kept.read_only_hint = annotations.read_only_hint;
+    kept.destructive_hint = annotations.destructive_hint;
+    kept.idempotent_hint = annotations.idempotent_hint;
+    kept.open_world_hint = annotations.open_world_hint;
+    kept
 }

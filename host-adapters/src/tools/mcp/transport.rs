@@ -73,6 +73,7 @@ pub(super) fn lifecycle() -> rmcp::service::ClientLifecycleMode {
 
 /// One downstream server.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct McpServerConfig {
     /// The namespace of its tools: `tools.<namespace>__<tool>`.
     pub namespace: String,
@@ -85,6 +86,10 @@ pub struct McpServerConfig {
     /// The whole environment a stdio server starts with, before its transport's `env`; `None`:
     /// this process's environment.
     pub environment: Option<Vec<(std::ffi::OsString, std::ffi::OsString)>>,
+    /// The only tools of the server cells see (by the server's own names); `None`: all of them.
+    pub enabled_tools: Option<Vec<String>>,
+    /// Tools of the server cells never see (by the server's own names), even when enabled.
+    pub disabled_tools: Vec<String>,
 }
 
 impl McpServerConfig {
@@ -96,7 +101,26 @@ impl McpServerConfig {
             call_timeout: Duration::from_secs(60),
             connect_timeout: Duration::from_secs(30),
             environment: None,
+            enabled_tools: None,
+            disabled_tools: Vec::new(),
         }
+    }
+
+    /// This configuration offering cells only the tools `enabled` names (all when `None`),
+    /// less those `disabled` names (`enabledTools`/`disabledTools` of a configuration file).
+    pub fn with_tool_filter(mut self, enabled: Option<Vec<String>>, disabled: Vec<String>) -> Self {
+        self.enabled_tools = enabled;
+        self.disabled_tools = disabled;
+        self
+    }
+
+    /// Whether cells see the server's tool `name` (its own name, not the namespaced one).
+    pub fn offers(&self, name: &str) -> bool {
+        let enabled = self
+            .enabled_tools
+            .as_ref()
+            .is_none_or(|enabled| enabled.iter().any(|tool| tool == name));
+        enabled && !self.disabled_tools.iter().any(|tool| tool == name)
     }
 
     /// This configuration with the whole environment a stdio server starts with (the

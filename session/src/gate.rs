@@ -1,0 +1,401 @@
+//! The one gate every tool call of a cell passes before it is dispatched ([`Gate::admit`]): the
+//! user's [`Permissions`], the tools the user allowed for the session, the cell's budget of calls
+//! that are not read-only, and the user's answer when a call must ask ([`Approver`], the port a
+//! host implements to reach its user: an MCP client's elicitation, a terminal).
+//!
+//! A call that asks stays pending in its cell while the user is asked (observations show it as
+//! waiting for approval); one the gate refuses rejects in the cell with an error saying who
+//! refused it and what to change, and nothing reaches the tool. Every ruling is a structured
+//! `tracing` event (target `codemode::gate`): the tool, a digest of the arguments, the verdict
+//! and who decided.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use codemode_cell_actor::{ToolError, ToolInvocation};
+use codemode_protocol::{CellId, ToolAnnotations, ToolDefinition};
+use parking_lot::Mutex;
+use sha2::{Digest, Sha256};
+
+use crate::permissions::{Permissions, Reason, Verdict};
+
+/// The most characters of a call's arguments a question shows.
+pub const APPROVAL_ARGUMENTS_CHARS: usize = 600;
+
+/// A question to the user about one call a cell wants to make.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ApprovalRequest {
+    /// The session's id.
+    pub session: String,
+    /// The cell that made the call.
+    pub cell_id: CellId,
+    /// The call's id within the cell (`tool-3`).
+    pub call_id: String,
+    /// The tool's name as cells see it (`github__delete_repo`).
+    pub tool: String,
+    /// The server (namespace) the tool comes from, if any.
+    pub server: Option<String>,
+    /// What the tool says of its effects.
+    pub annotations: Option<ToolAnnotations>,
+    /// The arguments, readable and cut to [`APPROVAL_ARGUMENTS_CHARS`] (never the whole payload).
+    pub arguments: String,
+    /// Why the user is asked (the rule, or the default).
+    pub reason: Reason,
+}
+
+impl ApprovalRequest {
+    /// The question in a sentence or three, for a form or a terminal prompt.
+    pub fn message(&self) -> String {
+        let mut message = format!(
+            "A script (cell {}) wants to call {}",
+            self.cell_id, self.tool
+        );
+        if let Some(server) = &self.server {
+            message.push_str(&format!(" on the server \"{server}\""));
+        }
+        if let Some(effects) = self
+            .annotations
+            .and_then(|annotations| annotations.summary())
+        {
+            message.push_str(&format!(" ({effects})"));
+        }
+        message.push_str(&format!(
+            ", with the arguments:\n{}\nIt asks because of {}.",
+            self.arguments, self.reason
+        ));
+        message
+    }
+}
+
+/// The user's answer to an [`ApprovalRequest`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Approval {
+    /// Run this call.
+    AllowOnce,
+    /// Run this call, and every later call of the same tool in this session without asking.
+    AllowForSession,
+    /// Refuse the call.
+    Deny {
+        /// Who refused it, for the cell's error (`the user`, `--approve reads`).
+        by: String,
+    },
+    /// Nobody could be asked (a client without elicitation, no terminal): the call fails closed.
+    Unavailable {
+        /// Why, for the cell's error.
+        why: String,
+    },
+}
+
+/// How a host reaches its user to ask about a call. Implemented by the MCP server (elicitation),
+/// `codemode run` (the terminal), or an embedder.
+#[async_trait]
+pub trait Approver: Send + Sync + 'static {
+    /// Asks about `request`. Dropped (not awaited) when the cell stops waiting for the call:
+    /// whatever was shown to the user may go stale then.
+    async fn ask(&self, request: &ApprovalRequest) -> Approval;
+}
+
+/// An approver that can ask nobody: every question is answered `Unavailable` with `why`.
+#[derive(Debug, Clone)]
+pub struct NobodyToAsk(pub String);
+
+#[async_trait]
+impl Approver for NobodyToAsk {
+    async fn ask(&self, _request: &ApprovalRequest) -> Approval {
+        Approval::Unavailable {
+            why: self.0.clone(),
+        }
+    }
+}
+
+/// A call that waits for the user's answer, as observations show it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AwaitingApproval {
+    /// The call's id within its cell.
+    pub call_id: String,
+    /// The tool's name as cells see it.
+    pub tool: String,
+    /// The arguments, cut as the question shows them.
+    pub arguments: String,
+    /// How long it has waited.
+    pub waited: Duration,
+}
+
+/// The gate of one session: its rules, what the user allowed for it, and the calls waiting for
+/// an answer.
+pub(crate) struct Gate {
+    permissions: Arc<Permissions>,
+    max_writes_per_cell: Option<u64>,
+    /// Tools the user allowed for the rest of the session.
+    granted: Mutex<HashSet<String>>,
+    /// Calls waiting for the user, by cell and call id, with when they started waiting.
+    awaiting: Mutex<HashMap<(CellId, String), (String, String, Instant)>>,
+}
+
+/// What one cell's calls share at the gate: who to ask, and how many writes it made.
+pub(crate) struct CellGate {
+    pub(crate) approver: Option<Arc<dyn Approver>>,
+    pub(crate) writes: std::sync::atomic::AtomicU64,
+}
+
+impl CellGate {
+    pub(crate) fn new(approver: Option<Arc<dyn Approver>>) -> Self {
+        CellGate {
+            approver,
+            writes: std::sync::atomic::AtomicU64::new(0),
+        }
+    }
+}
+
+/// Removes a waiting call from the gate's list however its wait ends.
+struct AwaitingGuard<'a> {
+    gate: &'a Gate,
+    key: (CellId, String),
+}
+
+impl Drop for AwaitingGuard<'_> {
+    fn drop(&mut self) {
+        self.gate.awaiting.lock().remove(&self.key);
+    }
+}
+
+impl Gate {
+    pub(crate) fn new(permissions: Arc<Permissions>, max_writes_per_cell: Option<u64>) -> Self {
+        Gate {
+            permissions,
+            max_writes_per_cell,
+            granted: Mutex::new(HashSet::new()),
+            awaiting: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The calls of `cell_id` waiting for the user now.
+    pub(crate) fn awaiting(&self, cell_id: &CellId) -> Vec<AwaitingApproval> {
+        let mut awaiting: Vec<AwaitingApproval> = self
+            .awaiting
+            .lock()
+            .iter()
+            .filter(|((cell, _), _)| cell == cell_id)
+            .map(
+                |((_, call_id), (tool, arguments, since))| AwaitingApproval {
+                    call_id: call_id.clone(),
+                    tool: tool.clone(),
+                    arguments: arguments.clone(),
+                    waited: since.elapsed(),
+                },
+            )
+            .collect();
+        awaiting.sort_by(|a, b| b.waited.cmp(&a.waited));
+        awaiting
+    }
+
+    /// Decides on `invocation` of `definition` (its listing; `None` when the tool is no longer
+    /// listed, which says nothing of its effects), asking the cell's approver when the rules say
+    /// so. `Ok`: dispatch the call. `Err`: the call rejects in the cell with this error.
+    pub(crate) async fn admit(
+        &self,
+        session: &str,
+        cell_id: &CellId,
+        cell: &CellGate,
+        invocation: &ToolInvocation,
+        definition: Option<&ToolDefinition>,
+    ) -> Result<(), ToolError> {
+        let tool = invocation.name.global_name();
+        let unlisted;
+        let definition = match definition {
+            Some(definition) => definition,
+            None => {
+                unlisted = ToolDefinition::function(invocation.name.clone(), "");
+                &unlisted
+            }
+        };
+        let digest = arguments_digest(invocation);
+        let mut ruling = self.permissions.decide(definition);
+        if ruling.verdict != Verdict::Deny && self.granted.lock().contains(&tool) {
+            ruling.verdict = Verdict::Allow;
+            ruling.reason = Reason::AllowedForSession;
+        }
+        if ruling.verdict == Verdict::Deny {
+            record(
+                session,
+                cell_id,
+                &tool,
+                &digest,
+                "deny",
+                &ruling.reason.to_string(),
+            );
+            return Err(ToolError::denied(format!(
+                "tools.{tool} was denied by {} in the permissions of the configuration; nothing \
+                 was sent to the tool",
+                ruling.reason
+            )));
+        }
+        let writes = !definition.is_read_only();
+        if writes && let Some(max) = self.max_writes_per_cell {
+            let made = cell
+                .writes
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            if made >= max {
+                cell.writes
+                    .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+                record(
+                    session,
+                    cell_id,
+                    &tool,
+                    &digest,
+                    "deny",
+                    "--max-writes-per-cell",
+                );
+                return Err(ToolError::denied(format!(
+                    "tools.{tool}: this cell has made {made} calls that are not read-only, its \
+                     limit (--max-writes-per-cell {max}); nothing was sent to the tool. Do the \
+                     rest in another cell, or ask the user to raise the limit"
+                )));
+            }
+        }
+        let answer = match ruling.verdict {
+            Verdict::Ask => {
+                let request = ApprovalRequest {
+                    session: session.to_owned(),
+                    cell_id: cell_id.clone(),
+                    call_id: invocation.id.clone(),
+                    tool: tool.clone(),
+                    server: invocation.name.namespace.clone(),
+                    annotations: definition.annotations,
+                    arguments: readable_arguments(invocation),
+                    reason: ruling.reason.clone(),
+                };
+                Some(self.ask(cell, request).await)
+            }
+            _ => None,
+        };
+        let refusal = match answer {
+            None => {
+                record(
+                    session,
+                    cell_id,
+                    &tool,
+                    &digest,
+                    "allow",
+                    &ruling.reason.to_string(),
+                );
+                None
+            }
+            Some(Approval::AllowOnce) => {
+                record(session, cell_id, &tool, &digest, "allow", "the user, once");
+                None
+            }
+            Some(Approval::AllowForSession) => {
+                self.granted.lock().insert(tool.clone());
+                record(
+                    session,
+                    cell_id,
+                    &tool,
+                    &digest,
+                    "allow",
+                    "the user, for the session",
+                );
+                None
+            }
+            Some(Approval::Deny { by }) => {
+                record(session, cell_id, &tool, &digest, "deny", &by);
+                Some(format!(
+                    "tools.{tool} was denied by {by}; nothing was sent to the tool"
+                ))
+            }
+            Some(Approval::Unavailable { why }) => {
+                record(
+                    session,
+                    cell_id,
+                    &tool,
+                    &digest,
+                    "deny",
+                    "nobody could be asked",
+                );
+                Some(format!(
+                    "tools.{tool} needs the user's approval ({} asks), and nobody could be asked: \
+                     {why}. Nothing was sent to the tool. To let it run without asking, add \
+                     \"{tool}\" to \"permissions\": {{\"allow\": [...]}} in the configuration",
+                    ruling.reason
+                ))
+            }
+        };
+        match refusal {
+            None => Ok(()),
+            Some(message) => {
+                if writes && self.max_writes_per_cell.is_some() {
+                    cell.writes
+                        .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+                }
+                Err(ToolError::denied(message))
+            }
+        }
+    }
+
+    async fn ask(&self, cell: &CellGate, request: ApprovalRequest) -> Approval {
+        let Some(approver) = &cell.approver else {
+            return Approval::Unavailable {
+                why: "this session has no way to ask its user".to_owned(),
+            };
+        };
+        let key = (request.cell_id.clone(), request.call_id.clone());
+        self.awaiting.lock().insert(
+            key.clone(),
+            (
+                request.tool.clone(),
+                request.arguments.clone(),
+                Instant::now(),
+            ),
+        );
+        let _guard = AwaitingGuard { gate: self, key };
+        approver.ask(&request).await
+    }
+}
+
+/// One ruling, as a structured event.
+fn record(session: &str, cell_id: &CellId, tool: &str, digest: &str, verdict: &str, by: &str) {
+    tracing::info!(
+        target: "codemode::gate",
+        session,
+        %cell_id,
+        tool,
+        arguments_sha256 = digest,
+        verdict,
+        decided_by = by,
+        "tool call ruled"
+    );
+}
+
+/// The first 16 hex digits of the SHA-256 of the call's argument text: enough to tell calls
+/// apart in a log, nothing of what they carried.
+fn arguments_digest(invocation: &ToolInvocation) -> String {
+    let text = invocation.input.as_ref().map_or("", |input| input.as_str());
+    let digest = Sha256::digest(text.as_bytes());
+    digest[..8]
+        .iter()
+        .map(|byte| format!("{byte:02x}"))
+        .collect()
+}
+
+/// The arguments as the user reads them: pretty JSON, cut at [`APPROVAL_ARGUMENTS_CHARS`].
+fn readable_arguments(invocation: &ToolInvocation) -> String {
+    let Some(input) = &invocation.input else {
+        return "(none)".to_owned();
+    };
+    // Large arguments are shown as written (their start), not parsed to be pretty.
+    let pretty = (input.as_str().len() <= 64 * 1024)
+        .then(|| serde_json::from_str::<serde_json::Value>(input.as_str()).ok())
+        .flatten()
+        .and_then(|value| serde_json::to_string_pretty(&value).ok())
+        .unwrap_or_else(|| input.as_str().to_owned());
+    let total = pretty.chars().count();
+    if total <= APPROVAL_ARGUMENTS_CHARS {
+        return pretty;
+    }
+    let cut: String = pretty.chars().take(APPROVAL_ARGUMENTS_CHARS).collect();
+    format!("{cut}… ({total} characters in all)")
+}
