@@ -400,4 +400,50 @@ mod tests {
             1
         );
     }
+
+    #[test]
+    fn permissions_are_read_beside_the_servers_and_bad_ones_say_what_is_expected() {
+        use codemode_protocol::{ToolAnnotations, ToolDefinition};
+        let parsed = parse(
+            r#"{"mcpServers": {"gh": {"command": "x", "alwaysAllow": ["list_repos"]}},
+                "permissions": {"allow": ["fs__*"], "deny": ["gh__delete_*"], "default": "deny"}}"#,
+        )
+        .unwrap();
+        let tool = |name: &str| ToolDefinition::function(ToolName::namespaced("gh", name), "");
+        let verdict = |tool: ToolDefinition| parsed.permissions.decide(&tool).verdict;
+        assert_eq!(verdict(tool("delete_repo")), Verdict::Deny);
+        assert_eq!(verdict(tool("list_repos")), Verdict::Allow);
+        assert_eq!(verdict(tool("create_issue")), Verdict::Deny);
+        assert_eq!(
+            verdict(tool("get_issue").with_annotations(ToolAnnotations::read_only())),
+            Verdict::Allow
+        );
+        // Without a permissions object: read-only runs, the rest asks.
+        let plain = parse(r#"{"mcpServers": {"gh": {"command": "x"}}}"#).unwrap();
+        assert_eq!(plain.permissions.decide(&tool("x")).verdict, Verdict::Ask);
+        for (text, expected) in [
+            (r#""permissions": []"#, "\"permissions\" must be"),
+            (
+                r#""permissions": {"allow": "fs__*"}"#,
+                "\"allow\" is not understood",
+            ),
+            (
+                r#""permissions": {"deny": [3]}"#,
+                "array of tool name patterns",
+            ),
+            (r#""permissions": {"default": "maybe"}"#, "not \"maybe\""),
+        ] {
+            let error = parse(&format!(
+                r#"{{"mcpServers": {{"a": {{"command": "x"}}}}, {text}}}"#
+            ))
+            .unwrap_err();
+            assert!(error.contains(expected), "{text}: {error}");
+        }
+        let error =
+            parse(r#"{"mcpServers": {"a": {"command": "x", "disabledTools": "rm"}}}"#).unwrap_err();
+        assert!(
+            error.contains("server \"a\": \"disabledTools\" must be an array of tool names"),
+            "{error}"
+        );
+    }
 }

@@ -57,7 +57,9 @@ async fn five_real_servers_work_through_codemode_and_their_values_match_their_de
         "memory": {"command": servers.npm_program("mcp-server-memory"), "env": {"MEMORY_FILE_PATH": &memory}},
         "git": {"command": servers.python_program("mcp-server-git")},
         "time": {"command": servers.python_program("mcp-server-time"), "args": ["--local-timezone", "UTC"]}
-    }});
+    },
+    // What the servers do is under test here, not the gate: every call runs.
+    "permissions": {"allow": ["*"]}});
     let config_path = folder.join("mcp.json");
     std::fs::write(&config_path, config.to_string()).unwrap();
     let command = tokio::process::Command::new(CODEMODE).configure(|command| {
@@ -211,7 +213,7 @@ fn codemode_with_everything(name: &str, log: Option<&str>) -> tokio::process::Co
     let config_path = folder.join("mcp.json");
     let config = json!({"mcpServers": {
         "everything": {"command": servers.npm_program("mcp-server-everything"), "args": ["stdio"]}
-    }});
+    }, "permissions": {"allow": ["*"]}});
     std::fs::write(&config_path, config.to_string()).unwrap();
     tokio::process::Command::new(CODEMODE).configure(|command| {
         command.arg("mcp").arg("--config").arg(&config_path);

@@ -160,7 +160,7 @@ async fn nested(folder: &std::path::Path) -> (Client, tokio::process::ChildStder
         "command": CODEMODE,
         "args": ["mcp", "--store", folder.join("inner-store")],
         "env": {"CODEMODE_LOG": "info"}
-    }}});
+    }}, "permissions": {"allow": ["*"]}});
     let config_path = folder.join("mcp.json");
     std::fs::write(&config_path, config.to_string()).unwrap();
     let command = tokio::process::Command::new(CODEMODE).configure(|command| {

@@ -23,7 +23,7 @@ async fn mcp_results_names_images_and_instructions_reach_a_cell_as_upstream_has_
     let config = json!({"mcpServers": {"fx": {
         "command": servers.node22(),
         "args": [fixture, servers.ecosystem_package("sdk", "@modelcontextprotocol/sdk")],
-    }}});
+    }}, "permissions": {"allow": ["*"]}});
     let config_path = folder.join("mcp.json");
     std::fs::write(&config_path, config.to_string()).unwrap();
     let command = tokio::process::Command::new(CODEMODE).configure(|command| {

@@ -69,6 +69,7 @@ async fn server_tools_are_listed_under_its_namespace_with_their_schemas() {
         [
             "test__add",
             "test__fail",
+            "test__forget",
             "test__image",
             "test__note",
             "test__pid",
@@ -80,8 +81,25 @@ async fn server_tools_are_listed_under_its_namespace_with_their_schemas() {
     assert_eq!(
         add.description,
         "Adds two numbers.\n\nFrom the server's instructions: A test server: add, image, fail, \
-         sleep, note, pid."
+         sleep, note, forget, pid."
     );
+    // Each tool's annotations are kept: read-only, destructive, or none.
+    let annotations = |name: &str| {
+        listed
+            .iter()
+            .find(|tool| tool.global_name() == name)
+            .unwrap()
+            .annotations
+    };
+    assert_eq!(
+        annotations("test__add"),
+        Some(codemode_protocol::ToolAnnotations::read_only())
+    );
+    assert_eq!(
+        annotations("test__forget"),
+        Some(codemode_protocol::ToolAnnotations::writes(true))
+    );
+    assert_eq!(annotations("test__note"), None);
     let schema = add.input_schema.as_ref().unwrap();
     assert_eq!(
         schema["properties"]["a"]["description"],
@@ -313,7 +331,7 @@ async fn a_composite_merges_providers_and_the_first_of_two_alike_names_wins() {
         },
     );
     let session = session(CompositeTools::new().with(local).with(stdio_server("test"))).await;
-    assert_eq!(session.tools().len(), 7);
+    assert_eq!(session.tools().len(), 8);
     let (items, error) = run(
         &session,
         r#"

@@ -133,7 +133,14 @@ pub(crate) struct Gate {
     /// Tools the user allowed for the rest of the session.
     granted: Mutex<HashSet<String>>,
     /// Calls waiting for the user, by cell and call id, with when they started waiting.
-    awaiting: Mutex<HashMap<(CellId, String), (String, String, Instant)>>,
+    awaiting: Mutex<HashMap<(CellId, String), Waiting>>,
+}
+
+/// A call waiting for the user: its tool, its arguments as shown, and since when.
+struct Waiting {
+    tool: String,
+    arguments: String,
+    since: Instant,
 }
 
 /// What one cell's calls share at the gate: who to ask, and how many writes it made.
@@ -180,16 +187,14 @@ impl Gate {
             .lock()
             .iter()
             .filter(|((cell, _), _)| cell == cell_id)
-            .map(
-                |((_, call_id), (tool, arguments, since))| AwaitingApproval {
-                    call_id: call_id.clone(),
-                    tool: tool.clone(),
-                    arguments: arguments.clone(),
-                    waited: since.elapsed(),
-                },
-            )
+            .map(|((_, call_id), waiting)| AwaitingApproval {
+                call_id: call_id.clone(),
+                tool: waiting.tool.clone(),
+                arguments: waiting.arguments.clone(),
+                waited: waiting.since.elapsed(),
+            })
             .collect();
-        awaiting.sort_by(|a, b| b.waited.cmp(&a.waited));
+        awaiting.sort_by_key(|waiting| std::cmp::Reverse(waiting.waited));
         awaiting
     }
 
@@ -345,11 +350,11 @@ impl Gate {
         let key = (request.cell_id.clone(), request.call_id.clone());
         self.awaiting.lock().insert(
             key.clone(),
-            (
-                request.tool.clone(),
-                request.arguments.clone(),
-                Instant::now(),
-            ),
+            Waiting {
+                tool: request.tool.clone(),
+                arguments: request.arguments.clone(),
+                since: Instant::now(),
+            },
         );
         let _guard = AwaitingGuard { gate: self, key };
         approver.ask(&request).await

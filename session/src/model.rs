@@ -198,7 +198,7 @@ Optionally start the source with a pragma line:
 
 Globals:
 - tools.<name>(args): call a tool; returns a Promise of the type its declaration names; an MCP tool declared `Promise<CallToolResult<T>>` resolves with the server's result {{ content: [MCP content blocks], structuredContent?: T, isError? }}, isError: true when the tool reported a failure. A call that cannot be made rejects with an Error whose message says why. Calls run in parallel with Promise.all.
-- ALL_TOOLS: [{{ name, description, declaration }}] of every tool; search_tools("words") returns the tools whose name or description has every word.
+- ALL_TOOLS: [{{ name, description, declaration, annotations? }}] of every tool (annotations: what the tool says of its effects, such as readOnlyHint); search_tools("words") returns the tools whose name or description has every word.{approvals}
 - text(value): add text to the output; objects and arrays are JSON-encoded.
 - image(urlOrItem, detail?): add an image from a base64 data: URL, {{ image_url, detail }}, or an MCP image block {{ type: "image", data, mimeType }}. detail: "auto" | "low" | "high" (default) | "original". Remote URLs are not fetched.
 - generatedImage(result): add the image of an image-generation result ({{ image_url, detail?, output_hint? }} or an MCP image block), then its output_hint as text.
@@ -217,6 +217,11 @@ Tools:
             tokens = config.default_max_output_tokens,
             max_source_mib = codemode_protocol::limits::MAX_SOURCE_BYTES / (1024 * 1024),
             tools = tools_section(&self.tools(), config.tool_description_budget_tokens).0,
+            approvals = if config.permissions.default == crate::Verdict::Allow {
+                ""
+            } else {
+                "\n- Calls of tools that are not read-only (see @effects) may need the user's approval: such a call waits until the user answers, and rejects with an Error saying who refused it if they do not. Do not retry a refused call."
+            },
         )
     }
 

@@ -441,6 +441,7 @@ impl Session {
     /// Has the engine start a claimed cell (no lock is held meanwhile: an engine may have to
     /// start a process for it, and other cells of the session go on), then registers it, in one
     /// critical section with the end of its claim. Returns its first observation, to await.
+    #[allow(clippy::too_many_arguments)] // Each is one thing the new cell is given.
     fn launch(
         &self,
         cell_id: &CellId,

@@ -32,4 +32,5 @@ for (const call of calls) {
 }
 CELL
 } >"$folder/cell.js"
-exec "$CODEMODE_PROGRAM" run --config "$folder/mcp.json" "$folder/cell.js"
+# The scenarios test codemode as a client, not its gate: every call runs.
+exec "$CODEMODE_PROGRAM" run --approve all --config "$folder/mcp.json" "$folder/cell.js"
