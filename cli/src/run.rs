@@ -167,6 +167,7 @@ pub async fn run(args: RunArgs) -> ExitCode {
             yield_time_ms: observation_ms(yield_time_ms),
             max_tokens: None,
             terminate: past_deadline,
+            cell_ids: Vec::new(),
         };
         report = match session.wait(wait).await {
             Ok(WaitOutcome::Observed(report)) => report,

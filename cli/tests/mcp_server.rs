@@ -676,3 +676,37 @@ async fn a_cancelled_wait_releases_the_cell_and_the_next_wait_gets_everything() 
         assert!(collected.contains(tick), "{tick} is missing: {collected}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_tool_waited_on_with_short_yields_is_answered_in_at_most_two_waits() {
+    let mut client = RawClient::start().await;
+    client
+        .call(
+            1,
+            "exec",
+            json!({"code": "await tools.sleep({ms: 2000}); text('slept');", "yield_time_ms": 0}),
+            json!({}),
+        )
+        .await;
+    let cell_id = running_cell_id(&raw_text(&client.response(1).await));
+    // A model polling every half second: the server holds each wait until there is news.
+    let mut waits = 0;
+    let finished = loop {
+        waits += 1;
+        client
+            .call(
+                1 + waits,
+                "wait",
+                json!({"cell_id": cell_id, "yield_time_ms": 500}),
+                json!({}),
+            )
+            .await;
+        let text = raw_text(&client.response(1 + waits).await);
+        if !text.starts_with("Script running") || waits == 5 {
+            break text;
+        }
+    };
+    assert!(finished.starts_with("Script completed"), "{finished}");
+    assert!(finished.contains("slept"), "{finished}");
+    assert!(waits <= 2, "{waits} waits for one 2 s tool call");
+}

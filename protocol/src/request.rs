@@ -3,8 +3,9 @@
 //! JSON shapes:
 //! - execute: `{"call_id": "call-1", "source": "text(1)", "yield_time_ms": 10000,
 //!   "max_output_tokens": 1000}`; the last two are omitted when unset.
-//! - wait: `{"cell_id": "1", "yield_time_ms": 10000, "max_tokens": 1000, "terminate": false}`;
-//!   every field but `cell_id` is optional.
+//! - wait: `{"cell_id": "1", "yield_time_ms": 10000, "max_tokens": 1000, "terminate": false,
+//!   "cell_ids": ["2", "3"]}`; every field but `cell_id` is optional (`cell_ids`, more cells to
+//!   watch, is omitted when empty).
 
 use serde::{Deserialize, Serialize};
 
@@ -37,6 +38,9 @@ pub struct WaitRequest {
     /// Terminate the cell instead of observing it.
     #[serde(default)]
     pub terminate: bool,
+    /// More cells to watch beside `cell_id`: the wait returns when any of them has news.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cell_ids: Vec<String>,
 }
 
 #[cfg(test)]
@@ -56,6 +60,7 @@ mod tests {
             yield_time_ms: None,
             max_tokens: Some(500),
             terminate: true,
+            cell_ids: Vec::new(),
         };
         insta::assert_json_snapshot!("execute_request", execute);
         insta::assert_json_snapshot!("wait_request", wait);
@@ -70,7 +75,8 @@ mod tests {
                 cell_id: "7".into(),
                 yield_time_ms: None,
                 max_tokens: None,
-                terminate: false
+                terminate: false,
+                cell_ids: Vec::new(),
             }
         );
     }

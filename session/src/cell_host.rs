@@ -106,6 +106,10 @@ impl CellHost for SessionCellHost {
                 }
                 admitted = admitted => admitted?,
             }
+            let _in_flight = self
+                .shared
+                .calls
+                .start(&self.cell_id, &invocation.id, &tool);
             let began = Instant::now();
             let result = self
                 .shared

@@ -74,6 +74,10 @@ pub struct SessionConfig {
     /// ([`ExecOptions::with_approver`](crate::ExecOptions::with_approver)). `None`: nobody,
     /// and such calls fail closed.
     pub approver: Option<std::sync::Arc<dyn crate::Approver>>,
+    /// How long a `wait` with nothing new to return may hold on for news (output, the cell's
+    /// end, a call waiting for the user), round after round of its yield time. `None`: a wait
+    /// returns at its yield time, news or not.
+    pub max_wait: Option<Duration>,
 }
 
 /// What a session's cells do that an embedder may journal (see
@@ -135,6 +139,7 @@ impl std::fmt::Debug for SessionConfig {
             .field("permissions", &self.permissions)
             .field("max_writes_per_cell", &self.max_writes_per_cell)
             .field("approver", &self.approver.is_some())
+            .field("max_wait", &self.max_wait)
             .field(
                 "tool_description_budget_tokens",
                 &self.tool_description_budget_tokens,
@@ -167,6 +172,7 @@ impl Default for SessionConfig {
             permissions: std::sync::Arc::new(crate::Permissions::default()),
             max_writes_per_cell: None,
             approver: None,
+            max_wait: None,
         }
     }
 }

@@ -134,6 +134,8 @@ pub(crate) struct Gate {
     granted: Mutex<HashSet<String>>,
     /// Calls waiting for the user, by cell and call id, with when they started waiting.
     awaiting: Mutex<HashMap<(CellId, String), Waiting>>,
+    /// Moves each time a call starts waiting for the user: a holding `wait` returns then.
+    asked: tokio::sync::watch::Sender<u64>,
 }
 
 /// A call waiting for the user: its tool, its arguments as shown, and since when.
@@ -177,7 +179,13 @@ impl Gate {
             max_writes_per_cell,
             granted: Mutex::new(HashSet::new()),
             awaiting: Mutex::new(HashMap::new()),
+            asked: tokio::sync::watch::Sender::new(0),
         }
+    }
+
+    /// Changes each time one of the session's calls starts waiting for the user.
+    pub(crate) fn asked(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.asked.subscribe()
     }
 
     /// The calls of `cell_id` waiting for the user now.
@@ -357,6 +365,7 @@ impl Gate {
             },
         );
         let _guard = AwaitingGuard { gate: self, key };
+        self.asked.send_modify(|asked| *asked += 1);
         approver.ask(&request).await
     }
 }

@@ -31,6 +31,7 @@ mod error;
 mod gate;
 mod hints;
 mod ids;
+mod in_flight;
 mod model;
 mod permissions;
 mod ports;
@@ -42,6 +43,7 @@ mod shared;
 mod stored;
 mod strip;
 mod throw_sites;
+mod waiting;
 
 pub use codemode_cell_actor::{
     CellError, CellEvent, CollectedOutput, OutputMode, ToolCallFate, ToolCallRecord, ToolError,
@@ -55,6 +57,7 @@ pub use gate::{
     APPROVAL_ARGUMENTS_CHARS, Approval, ApprovalRequest, Approver, AwaitingApproval, NobodyToAsk,
 };
 pub use hints::error_hints;
+pub use in_flight::CallInFlight;
 pub use model::{ExecOptions, ToolResult};
 pub use permissions::{Permissions, Reason, Ruling, ToolPattern, Verdict};
 pub use ports::{
@@ -63,6 +66,6 @@ pub use ports::{
 };
 pub use registry::CellTicket;
 pub use render::{audio_tokens, fit_output, render_report, render_text, truncate};
-pub use report::{CellReport, SessionEvent, WaitOutcome};
+pub use report::{CellReport, Quiet, SessionEvent, WaitOutcome};
 pub use session::Session;
 pub use stored::StoredBytesBudget;

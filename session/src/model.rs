@@ -171,14 +171,27 @@ impl Session {
         let max_tokens = request
             .max_tokens
             .unwrap_or(self.config().default_max_output_tokens);
-        match self.wait(request).await {
-            Ok(WaitOutcome::Observed(report)) => ToolResult::observed(&report, max_tokens),
-            Ok(WaitOutcome::NotFound { cell_id }) => ToolResult::error(format!(
+        let outcomes = match self.wait_many(request).await {
+            Ok(outcomes) => outcomes,
+            Err(error) => return ToolResult::error(error.to_string()),
+        };
+        let mut results = outcomes.iter().map(|outcome| match outcome {
+            WaitOutcome::Observed(report) => ToolResult::observed(report, max_tokens),
+            WaitOutcome::NotFound { cell_id } => ToolResult::error(format!(
                 "No cell with ID {cell_id}: it was never started, or it has ended and its result was \
                  already returned."
             )),
-            Err(error) => ToolResult::error(error.to_string()),
+        });
+        let Some(mut first) = results.next() else {
+            return ToolResult::error("wait names no cell");
+        };
+        // Several cells with news: each one's rendering, one after another.
+        for next in results {
+            first.items.extend(next.items);
+            first.is_error &= next.is_error;
+            first.running_cell_id = first.running_cell_id.or(next.running_cell_id);
         }
+        first
     }
 
     /// The description of the `exec` tool: the globals, then every enabled tool.
@@ -231,16 +244,24 @@ Tools:
         format!(
             r#"Wait for a script started by `exec` that was still running ("Script running with cell ID <id>"), or terminate it.
 
-Returns the output the script produced since it was last observed, and its status: still running (call `wait` again), completed, failed (with the error), or terminated.
+Returns the output the script produced since it was last observed, and its status: still running (call `wait` again), completed, failed (with the error), or terminated.{holding}
 
 Arguments:
 - cell_id: the ID from "Script running with cell ID <id>".
+- cell_ids: more IDs to wait on at once; the result covers each one that has news.
 - yield_time_ms: how long to wait before returning if the script is still running (default {yield_ms}, at least {min_ms}).
 - max_tokens: the output budget of the result (default {tokens}).
 - terminate: true to stop the script now; the result has everything it produced before it stopped."#,
             yield_ms = config.default_wait_yield_time.as_millis(),
             min_ms = config.min_wait_yield_time.as_millis(),
             tokens = config.default_max_output_tokens,
+            holding = match config.max_wait {
+                Some(max_wait) => format!(
+                    " A wait with nothing new to return keeps waiting (up to {} s) until the script has output, ends, or needs the user's approval, so there is no need to call it again and again; new output is returned within yield_time_ms.",
+                    max_wait.as_secs()
+                ),
+                None => String::new(),
+            },
         )
     }
 
@@ -250,6 +271,7 @@ Arguments:
             "type": "object",
             "properties": {
                 "cell_id": {"type": "string", "description": "The ID from \"Script running with cell ID <id>\"."},
+                "cell_ids": {"type": "array", "items": {"type": "string"}, "description": "More cells to wait on: the wait returns when any of them has news."},
                 "yield_time_ms": {"type": "integer", "minimum": 0, "description": "How long to wait before returning if the script is still running."},
                 "max_tokens": {"type": "integer", "minimum": 0, "description": "The output budget of the result."},
                 "terminate": {"type": "boolean", "description": "Stop the script now."}

@@ -55,6 +55,23 @@ pub fn render_report(report: &CellReport, max_output_tokens: u64) -> Vec<OutputI
             waiting.arguments.replace('\n', " ")
         ));
     }
+    if let Some(quiet) = &report.quiet {
+        header.push_str(&format!(
+            "\nNothing new for {:.1} seconds; call wait again to keep waiting.",
+            quiet.quiet_for.as_secs_f64()
+        ));
+        if quiet.calls.is_empty() {
+            header.push_str("\nNo tool call is running: the cell waits on timers or computes.");
+        }
+        for call in &quiet.calls {
+            header.push_str(&format!(
+                "\nWaiting on {} tools.{} (running for {:.0} s)",
+                call.call_id,
+                call.tool,
+                call.running.as_secs_f64()
+            ));
+        }
+    }
     header.push_str(&format!(
         "\nWall time {:.1} seconds\nOutput:",
         report.wall_time.as_secs_f64()

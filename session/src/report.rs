@@ -7,6 +7,7 @@ use codemode_cell_actor::CellEvent;
 use codemode_protocol::CellId;
 
 use crate::gate::AwaitingApproval;
+use crate::in_flight::CallInFlight;
 
 /// What an observation of a cell returned.
 #[derive(Debug, Clone, PartialEq)]
@@ -22,6 +23,18 @@ pub struct CellReport {
     pub error_hints: Vec<String>,
     /// The cell's calls that wait for the user's approval now (a running cell's).
     pub awaiting_approval: Vec<AwaitingApproval>,
+    /// A holding `wait` that saw nothing new until its maximum: how long, and what the cell
+    /// waits on.
+    pub quiet: Option<Quiet>,
+}
+
+/// What a quiet observation says: how long nothing came, and the cell's calls still running.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Quiet {
+    /// How long the observation saw nothing new.
+    pub quiet_for: Duration,
+    /// The cell's tool calls running now, the oldest first.
+    pub calls: Vec<CallInFlight>,
 }
 
 /// The result of `wait`: an observation, or no such cell (distinct from any error).

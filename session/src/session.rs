@@ -94,6 +94,7 @@ impl Session {
                 events,
                 tasks: TaskTracker::new(),
                 gate: Gate::new(Arc::clone(&config.permissions), config.max_writes_per_cell),
+                calls: Default::default(),
                 config,
             }),
         })
@@ -184,19 +185,18 @@ impl Session {
     }
 
     /// Observes a running cell again until its yield time, or terminates it.
+    ///
+    /// With [`SessionConfig::max_wait`] set, an observation that would return nothing new holds
+    /// on until the cell has news or that time passes (see [`Session::wait_many`], which also
+    /// watches several cells; this returns the first outcome).
     pub async fn wait(&self, request: WaitRequest) -> Result<WaitOutcome, SessionError> {
-        // An id this runtime never hands out names no cell.
-        let Some(cell_id) = CellId::parse(&request.cell_id) else {
-            return Ok(WaitOutcome::NotFound {
-                cell_id: request.cell_id,
-            });
-        };
-        if request.terminate {
-            return self.terminate(&cell_id).await;
-        }
-        let yield_time = self.shared.config.wait_yield(request.yield_time_ms);
-        self.observe(&cell_id, Observation::yield_after(yield_time))
-            .await
+        let cell_id = request.cell_id.clone();
+        Ok(self
+            .wait_many(request)
+            .await?
+            .into_iter()
+            .next()
+            .unwrap_or(WaitOutcome::NotFound { cell_id }))
     }
 
     /// Observes a running cell until its pending frontier (or its end).
@@ -498,6 +498,20 @@ impl Session {
         Ok(first_observation)
     }
 
+    /// The session's shared state, for the other parts of the crate.
+    pub(crate) fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+
+    /// One observation of `cell_id` (see [`Session::observe`]).
+    pub(crate) async fn observe_cell(
+        &self,
+        cell_id: &CellId,
+        observation: Observation,
+    ) -> Result<WaitOutcome, SessionError> {
+        self.observe(cell_id, observation).await
+    }
+
     async fn observe(
         &self,
         cell_id: &CellId,
@@ -564,6 +578,7 @@ impl Session {
             wall_time: began.elapsed(),
             error_hints,
             awaiting_approval,
+            quiet: None,
         }))
     }
 }

@@ -13,6 +13,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::config::SessionConfig;
 use crate::gate::Gate;
+use crate::in_flight::CallsInFlight;
 use crate::ports::{SessionKey, Store, ToolProvider};
 use crate::registry::Registry;
 use crate::report::SessionEvent;
@@ -43,6 +44,8 @@ pub(crate) struct Shared {
     pub(crate) tasks: TaskTracker,
     /// The gate every tool call of the session's cells passes.
     pub(crate) gate: Gate,
+    /// The tool calls the cells have running now.
+    pub(crate) calls: CallsInFlight,
 }
 
 /// The provider's tools as of one listing.

@@ -239,6 +239,7 @@ async fn renderings_of_each_status() {
                 yield_time_ms: None,
                 max_tokens: None,
                 terminate: true,
+                cell_ids: Vec::new(),
             }),
         )
         .await
@@ -289,6 +290,7 @@ async fn exec_and_wait_tools_refuse_bad_input_with_errors_the_model_can_act_on()
             yield_time_ms: None,
             max_tokens: None,
             terminate: false,
+            cell_ids: Vec::new(),
         })
         .await;
     assert!(unknown.is_error);

@@ -19,6 +19,7 @@ fn wait(cell_id: impl ToString) -> WaitRequest {
         yield_time_ms: Some(30_000),
         max_tokens: None,
         terminate: false,
+        cell_ids: Vec::new(),
     }
 }
 

@@ -30,6 +30,11 @@ pub struct McpArgs {
     /// always is). Repeatable.
     #[arg(long = "allow-host", value_name = "NAME")]
     pub allow_hosts: Vec<String>,
+    /// How long a `wait` with nothing new to return holds on for news (output, the cell's end, a
+    /// call waiting for approval) before it answers that the cell is still quiet, in
+    /// milliseconds; 0 answers at the yield time, as upstream does.
+    #[arg(long, value_name = "MS", default_value_t = DEFAULT_MAX_WAIT_MS)]
+    pub max_wait_ms: u64,
     /// The most MCP sessions served at once; the next one is refused until one ends.
     #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_SESSIONS)]
     pub max_sessions: usize,
@@ -117,6 +122,8 @@ const DEFAULT_MAX_CONNECTIONS: usize = 512;
 const DEFAULT_MAX_STORED_BYTES_TOTAL: usize = 1 << 30;
 /// Default of `--idle-timeout-secs`: half an hour.
 const DEFAULT_IDLE_TIMEOUT_SECS: u64 = 1800;
+/// A holding `wait` answers after 30 s at most.
+const DEFAULT_MAX_WAIT_MS: u64 = 30_000;
 
 /// Default of `--lease-secs`: how long a cluster server's registration lasts unless renewed.
 pub(super) const DEFAULT_LEASE_SECS: u64 = 10;

@@ -44,7 +44,13 @@ const LIST_CHANGE_CHECK_EVERY: Duration = Duration::from_millis(250);
 pub(super) const EXEC_ARGUMENTS: &[&str] = &["code", "yield_time_ms", "max_output_tokens"];
 
 /// The arguments `wait` takes.
-pub(super) const WAIT_ARGUMENTS: &[&str] = &["cell_id", "yield_time_ms", "max_tokens", "terminate"];
+pub(super) const WAIT_ARGUMENTS: &[&str] = &[
+    "cell_id",
+    "cell_ids",
+    "yield_time_ms",
+    "max_tokens",
+    "terminate",
+];
 
 /// An error naming every argument `tool` does not take, rather than ignoring them silently.
 pub(super) fn refuse_unknown_arguments(
@@ -260,7 +266,7 @@ impl CodemodeServer {
         let parsed = refuse_unknown_arguments("wait", &arguments, WAIT_ARGUMENTS).and_then(|()| {
             serde_json::from_value::<WaitRequest>(Value::Object(arguments)).map_err(|error| {
                 ErrorData::invalid_params(
-                    format!("wait takes {{\"cell_id\": \"<id>\", \"yield_time_ms\"?, \"max_tokens\"?, \"terminate\"?}}: {error}"),
+                    format!("wait takes {{\"cell_id\": \"<id>\", \"cell_ids\"?: [\"<id>\", ...], \"yield_time_ms\"?, \"max_tokens\"?, \"terminate\"?}}: {error}"),
                     None,
                 )
             })
@@ -276,7 +282,9 @@ impl CodemodeServer {
             && !was_forwarded(&context.extensions)
         {
             let identity = self.identity(&context.extensions).await?;
-            let yield_time = Duration::from_millis(request.yield_time_ms.unwrap_or(0));
+            // The other server may hold the wait for news up to its maximum, as this one would.
+            let yield_time = Duration::from_millis(request.yield_time_ms.unwrap_or(0))
+                + self.shared.max_wait.unwrap_or_default();
             let progress = context
                 .meta
                 .get_progress_token()

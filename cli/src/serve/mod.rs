@@ -135,6 +135,7 @@ pub async fn serve(args: McpArgs) -> ExitCode {
         store,
         tools,
         permissions: Arc::new(permissions),
+        max_wait: (args.max_wait_ms > 0).then(|| Duration::from_millis(args.max_wait_ms)),
         limits,
         sessions: SessionRegistry::new(&limits),
         cluster,

@@ -28,6 +28,8 @@ pub(super) struct Shared {
     pub(super) tools: Arc<codemode_host_adapters::CompositeTools>,
     /// The user's rules for the calls cells make (the configuration's `permissions`).
     pub(super) permissions: Arc<codemode_session::Permissions>,
+    /// How long a `wait` with nothing new holds on (`--max-wait-ms`); `None`: not at all.
+    pub(super) max_wait: Option<Duration>,
     pub(super) limits: ServerLimits,
     /// The sessions open now, and what they hold under the limits.
     pub(super) sessions: SessionRegistry,
@@ -53,6 +55,7 @@ impl Shared {
     pub(super) fn config(&self) -> codemode_session::SessionConfig {
         let mut config = self.args.config();
         config.permissions = Arc::clone(&self.permissions);
+        config.max_wait = self.max_wait;
         config
     }
 

@@ -45,12 +45,13 @@ pub(super) async fn follow_cell(
             yield_time_ms: Some(duration_ms(EXEC_TASK_OBSERVATION)),
             max_tokens,
             terminate: false,
+            cell_ids: Vec::new(),
         };
         let observed = tokio::select! {
             observed = live.session.wait_tool(request) => observed,
             () = task.cancelled() => {
                 terminate.disarm();
-                let request = WaitRequest { cell_id: cell_id.to_string(), yield_time_ms: None, max_tokens, terminate: true };
+                let request = WaitRequest { cell_id: cell_id.to_string(), yield_time_ms: None, max_tokens, terminate: true, cell_ids: Vec::new() };
                 live.session.wait_tool(request).await;
                 live.touch();
                 tracing::info!(cell = %cell_id, "the client cancelled an exec task; its cell was terminated");
@@ -103,6 +104,7 @@ impl Drop for TerminateOnDrop {
                 yield_time_ms: None,
                 max_tokens: None,
                 terminate: true,
+                cell_ids: Vec::new(),
             };
             live.session.wait_tool(request).await;
         });
