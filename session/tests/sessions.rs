@@ -242,12 +242,9 @@ async fn waiting_on_an_unknown_or_finished_cell_is_not_found() {
 async fn only_the_exact_text_of_a_running_cells_id_reaches_it() {
     let store = Arc::new(MemoryStore::default());
     let (session, _) = open("exact ids", &store, SessionConfig::default()).await;
-    let running = execute(
-        &session,
-        "running",
-        background("await new Promise(() => {})"),
-    )
-    .await;
+    // Running until terminated: a tool call that is never answered (a promise nothing can
+    // settle would fail the cell at once, racing the termination below).
+    let running = execute(&session, "running", background("await tools.gate()")).await;
     assert_eq!(running.cell_id.to_string(), "1");
     // Ids that parse to the same number, and one that is no id at all, name no cell.
     for other in ["01", "+1", " 1", "1.0", "x-1"] {
