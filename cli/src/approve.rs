@@ -5,7 +5,7 @@
 use std::io::{BufRead, IsTerminal, Write};
 
 use async_trait::async_trait;
-use codemode_session::{Approval, ApprovalRequest, Approver};
+use codemode_session::{Approval, ApprovalRequest, UserChannel};
 
 /// What a call that needs approval gets when there is no terminal to ask on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -94,8 +94,8 @@ fn ask_on_terminal(message: &str) -> Option<Approval> {
 }
 
 #[async_trait]
-impl Approver for TerminalApprover {
-    async fn ask(&self, request: &ApprovalRequest) -> Approval {
+impl UserChannel for TerminalApprover {
+    async fn ask_approval(&self, request: &ApprovalRequest) -> Approval {
         let _asking = self.asking.lock().await;
         let message = request.message();
         let asked = tokio::task::spawn_blocking(move || ask_on_terminal(&message))

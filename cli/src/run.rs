@@ -98,7 +98,7 @@ pub async fn run(args: RunArgs) -> ExitCode {
             permissions,
         } = args.session.tools(demo)?;
         config.permissions = Arc::new(permissions);
-        config.approver = Some(Arc::new(TerminalApprover::new(args.approve)));
+        config.user = Some(Arc::new(TerminalApprover::new(args.approve)));
         let session = args
             .session
             .open(

@@ -2,7 +2,8 @@
 //! server as the downstream (its `add` is read-only, `note` unannotated, `forget` destructive;
 //! both of the latter append to a notes file, so a test counts the calls that really reached
 //! it), and a client speaking JSON-RPC by hand that answers (or cannot answer) the server's
-//! `elicitation/create` questions.
+//! `elicitation/create` questions; and what a downstream server asks of the user (here its log
+//! messages; its elicitation and sampling are in `real_servers.rs`), passed on to that client.
 
 mod common;
 
@@ -198,31 +199,26 @@ fn the_budget_of_writes_per_cell_refuses_the_call_past_it() {
     assert_eq!(notes(&folder), ["w1", "forgot: w2"]);
 }
 
-/// Reads what the server writes until the response to `id`, answering each `elicitation/create`
-/// with `decide(params)` (`None`: leave it unanswered for now and return it). Returns the
-/// questions asked, and the response (or the unanswered question).
+/// [`RawClient::until_response`], answering `elicitation/create` with `decide(params)`; returns
+/// the questions' params.
 async fn until_response(
     client: &mut RawClient,
     id: i64,
     mut decide: impl FnMut(&Value) -> Option<Value>,
 ) -> (Vec<Value>, Value) {
-    let mut asked = Vec::new();
-    loop {
-        let message = client.next().await;
-        if message["method"] == "elicitation/create" {
-            asked.push(message["params"].clone());
-            match decide(&message["params"]) {
-                Some(result) => {
-                    client
-                        .send(json!({"jsonrpc": "2.0", "id": message["id"], "result": result}))
-                        .await;
-                }
-                None => return (asked, message),
-            }
-        } else if message["id"] == id && message.get("method").is_none() {
-            return (asked, message);
-        }
-    }
+    let (asked, last) = client
+        .until_response(id, |request| {
+            assert_eq!(request["method"], "elicitation/create", "{request}");
+            decide(&request["params"])
+        })
+        .await;
+    (
+        asked
+            .into_iter()
+            .map(|request| request["params"].clone())
+            .collect(),
+        last,
+    )
 }
 
 fn text(response: &Value) -> String {
@@ -371,15 +367,23 @@ async fn a_call_waiting_for_approval_stays_pending_and_a_client_that_cannot_be_a
         .send(json!({"jsonrpc": "2.0", "id": question["id"], "result": decision("allow_once")}))
         .await;
     let cell_id = running_cell_id(&running);
-    client
-        .call(
-            2,
-            "wait",
-            json!({"cell_id": cell_id, "yield_time_ms": 10000}),
-            json!({}),
-        )
-        .await;
-    let finished = text(&client.response(2).await);
+    // A wait that starts before the server has read the answer still sees the question waiting
+    // (that is news, so it returns at once): wait again until the cell ends.
+    let mut finished = String::new();
+    for id in 2..6 {
+        client
+            .call(
+                id,
+                "wait",
+                json!({"cell_id": cell_id, "yield_time_ms": 10000}),
+                json!({}),
+            )
+            .await;
+        finished = text(&client.response(id).await);
+        if !finished.starts_with("Script running") {
+            break;
+        }
+    }
     assert!(finished.starts_with("Script completed"), "{finished}");
     assert!(finished.contains("ok \"noted\""), "{finished}");
     assert_eq!(notes(&folder), ["later"]);
@@ -458,4 +462,59 @@ async fn cancelling_exec_stops_its_cell_and_a_later_wait_gets_its_output() {
         .call(9, "wait", json!({"cell_id": "1"}), json!({}))
         .await;
     assert!(text(&client.response(9).await).starts_with("No cell with ID 1"));
+}
+
+/// Reads up to the response to `id`, returning the log messages (`notifications/message`
+/// params) the server sent before it.
+async fn logs_until_response(client: &mut RawClient, id: i64) -> (Vec<Value>, Value) {
+    let mut logs = Vec::new();
+    loop {
+        let message = client.next().await;
+        if message["method"] == "notifications/message" {
+            logs.push(message["params"].clone());
+        } else if message["id"] == id && message.get("method").is_none() {
+            return (logs, message);
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_downstream_log_message_during_a_call_reaches_the_client_at_its_level() {
+    let folder = scratch("logs");
+    let config = write_config(&folder, json!({}), json!({}));
+    let config = config.display().to_string();
+    let mut client = RawClient::start_with(&["--config", &config], json!({})).await;
+    let set_level = |id: i64, level: &str| json!({"jsonrpc": "2.0", "id": id, "method": "logging/setLevel", "params": {"level": level}});
+    client.send(set_level(1, "error")).await;
+    client.response(1).await;
+    client
+        .call(
+            2,
+            "exec",
+            json!({"code": "await tools.demo__log({text: 'below the level'})"}),
+            json!({}),
+        )
+        .await;
+    let (logs, _) = logs_until_response(&mut client, 2).await;
+    assert!(
+        !logs.iter().any(|log| log["data"] == "below the level"),
+        "{logs:?}"
+    );
+    client.send(set_level(3, "info")).await;
+    client.response(3).await;
+    client
+        .call(
+            4,
+            "exec",
+            json!({"code": "await tools.demo__log({text: 'heard'}); text('done')"}),
+            json!({}),
+        )
+        .await;
+    let (logs, response) = logs_until_response(&mut client, 4).await;
+    assert!(text(&response).contains("done"), "{response}");
+    let heard: Vec<&Value> = logs.iter().filter(|log| log["data"] == "heard").collect();
+    assert_eq!(heard.len(), 1, "{logs:?}");
+    // Under the server's name, at the level it was sent.
+    assert_eq!(heard[0]["logger"], "demo/demo-log");
+    assert_eq!(heard[0]["level"], "warning");
 }

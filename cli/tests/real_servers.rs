@@ -203,9 +203,9 @@ text("DECLARATIONS " + JSON.stringify(ALL_TOOLS.map((tool) => tool.declaration))
     client.cancel().await.unwrap();
 }
 
-/// `codemode mcp` with `server-everything` as its one downstream server (named `everything`),
-/// its config written to a scratch folder named `name`; `log` sets its `CODEMODE_LOG`.
-fn codemode_with_everything(name: &str, log: Option<&str>) -> tokio::process::Command {
+/// A configuration with `server-everything` as its one downstream server (named `everything`,
+/// every call allowed), written to a scratch folder named `name`.
+fn everything_config(name: &str) -> std::path::PathBuf {
     let servers = mcp_servers::install(&mcp_servers::workspace_root()).unwrap_or_else(|error| {
         panic!("the real MCP servers could not be installed from their registries: {error}")
     });
@@ -215,6 +215,12 @@ fn codemode_with_everything(name: &str, log: Option<&str>) -> tokio::process::Co
         "everything": {"command": servers.npm_program("mcp-server-everything"), "args": ["stdio"]}
     }, "permissions": {"allow": ["*"]}});
     std::fs::write(&config_path, config.to_string()).unwrap();
+    config_path
+}
+
+/// `codemode mcp` with [`everything_config`]; `log` sets its `CODEMODE_LOG`.
+fn codemode_with_everything(name: &str, log: Option<&str>) -> tokio::process::Command {
+    let config_path = everything_config(name);
     tokio::process::Command::new(CODEMODE).configure(|command| {
         command.arg("mcp").arg("--config").arg(&config_path);
         if let Some(log) = log {
@@ -374,4 +380,92 @@ async fn terminating_a_cell_cancels_the_task_of_a_tool_that_runs_only_as_a_task(
     )
     .await;
     client.cancel().await.unwrap();
+}
+
+/// The text blocks of a raw `tools/call` response, one per line.
+fn raw_text(response: &Value) -> String {
+    response["result"]["content"]
+        .as_array()
+        .unwrap_or_else(|| panic!("not a tool result: {response}"))
+        .iter()
+        .filter_map(|block| block["text"].as_str())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_server_everything_asks_of_the_user_reaches_the_client_that_ran_the_cell() {
+    let config = everything_config("real-servers-relay");
+    let config = config.display().to_string();
+    let mut client = common::RawClient::start_with(
+        &["--config", &config],
+        json!({"elicitation": {}, "sampling": {}}),
+    )
+    .await;
+    // Its elicitation: a form, shown to the client as the server's, and the answer goes back.
+    client
+        .call(
+            1,
+            "exec",
+            json!({"code": "const r = await tools.everything__trigger_elicitation_request(); text(JSON.stringify(r.content));"}),
+            json!({}),
+        )
+        .await;
+    let (asked, response) = client
+        .until_response(1, |request| {
+            assert_eq!(request["method"], "elicitation/create", "{request}");
+            Some(json!({"action": "accept", "content": {"name": "Ada Lovelace", "check": true}}))
+        })
+        .await;
+    assert_eq!(asked.len(), 1, "{asked:?}");
+    let message = asked[0]["params"]["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("The MCP server \"everything\" asks: "),
+        "{message}"
+    );
+    assert!(
+        asked[0]["params"]["requestedSchema"]["properties"]["name"].is_object(),
+        "{}",
+        asked[0]
+    );
+    let text = raw_text(&response);
+    assert!(text.contains("Ada Lovelace"), "{text}");
+
+    // Its sampling request: answered by the client's model.
+    client
+        .call(
+            2,
+            "exec",
+            json!({"code": "const r = await tools.everything__trigger_sampling_request({prompt: 'Say hi', maxTokens: 20}); text(JSON.stringify(r.content));"}),
+            json!({}),
+        )
+        .await;
+    let (asked, response) = client
+        .until_response(2, |request| {
+            assert_eq!(request["method"], "sampling/createMessage", "{request}");
+            Some(
+                json!({"role": "assistant", "model": "test-model", "stopReason": "endTurn",
+                "content": {"type": "text", "text": "sampled by the test client"}}),
+            )
+        })
+        .await;
+    assert_eq!(asked.len(), 1, "{asked:?}");
+    let text = raw_text(&response);
+    assert!(text.contains("sampled by the test client"), "{text}");
+
+    // A client that did not declare sampling is never asked: the server hears why.
+    let mut plain =
+        common::RawClient::start_with(&["--config", &config], json!({"elicitation": {}})).await;
+    plain
+        .call(
+            1,
+            "exec",
+            json!({"code": "try { const r = await tools.everything__trigger_sampling_request({prompt: 'Say hi', maxTokens: 20}); text(JSON.stringify(r)); } catch (e) { text('rejected: ' + e.message); }"}),
+            json!({}),
+        )
+        .await;
+    let (asked, response) = plain.until_response(1, |_| None).await;
+    assert!(asked.is_empty(), "{asked:?}");
+    let text = raw_text(&response);
+    assert!(text.contains("did not declare sampling"), "{text}");
 }

@@ -3,7 +3,8 @@
 //! Tools: `add` (two numbers; text and structured result), `image` (a 1x1 PNG image block),
 //! `fail` (an error result with a message), `sleep` (waits `ms` milliseconds), `pid` (its process
 //! id, so a test can kill it), `note` (appends a line to the file `CODEMODE_DEMO_NOTES` names;
-//! no annotations), `forget` (the same with `forgot: `, annotated destructive). The others are
+//! no annotations), `forget` (the same with `forgot: `, annotated destructive), `log` (sends a
+//! log message to the client during the call). The others are
 //! annotated read-only, so a test of the gate has each kind. Served by the
 //! `codemode-test-mcp-server` binary and by `codemode demo-mcp-server`.
 
@@ -150,6 +151,29 @@ impl DemoServer {
     }
 
     #[tool(
+        description = "Sends the text as a log message (notifications/message, level warning), \
+                       then answers 200 ms later.",
+        annotations(read_only_hint = true)
+    )]
+    #[allow(deprecated)] // Logging is deprecated by SEP-2577, and still what servers send.
+    async fn log(
+        &self,
+        Parameters(NoteRequest { text }): Parameters<NoteRequest>,
+        peer: rmcp::Peer<rmcp::RoleServer>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let message = rmcp::model::LoggingMessageNotificationParam::new(
+            rmcp::model::LoggingLevel::Warning,
+            serde_json::Value::String(text),
+        )
+        .with_logger("demo-log");
+        peer.notify_logging_message(message)
+            .await
+            .map_err(|error| ErrorData::internal_error(error.to_string(), None))?;
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        Ok(CallToolResult::success(vec![ContentBlock::text("logged")]))
+    }
+
+    #[tool(
         description = "The server's process id.",
         annotations(read_only_hint = true)
     )]
@@ -164,7 +188,7 @@ impl DemoServer {
 impl ServerHandler for DemoServer {
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
-            .with_instructions("A test server: add, image, fail, sleep, note, forget, pid.")
+            .with_instructions("A test server: add, image, fail, sleep, note, forget, log, pid.")
     }
 }
 

@@ -71,6 +71,7 @@ async fn server_tools_are_listed_under_its_namespace_with_their_schemas() {
             "test__fail",
             "test__forget",
             "test__image",
+            "test__log",
             "test__note",
             "test__pid",
             "test__sleep"
@@ -81,7 +82,7 @@ async fn server_tools_are_listed_under_its_namespace_with_their_schemas() {
     assert_eq!(
         add.description,
         "Adds two numbers.\n\nFrom the server's instructions: A test server: add, image, fail, \
-         sleep, note, forget, pid."
+         sleep, note, forget, log, pid."
     );
     // Each tool's annotations are kept: read-only, destructive, or none.
     let annotations = |name: &str| {
@@ -331,7 +332,7 @@ async fn a_composite_merges_providers_and_the_first_of_two_alike_names_wins() {
         },
     );
     let session = session(CompositeTools::new().with(local).with(stdio_server("test"))).await;
-    assert_eq!(session.tools().len(), 8);
+    assert_eq!(session.tools().len(), 9);
     let (items, error) = run(
         &session,
         r#"

@@ -117,7 +117,8 @@ impl CellHost for SessionCellHost {
                 .call_tool(
                     invocation,
                     ToolCallContext::new(cancellation.clone())
-                        .with_progress(self.tool_progress.clone()),
+                        .with_progress(self.tool_progress.clone())
+                        .with_user(self.gate.user.clone()),
                 )
                 .await;
             let duration_ms = began.elapsed().as_millis() as u64;

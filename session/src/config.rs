@@ -71,9 +71,9 @@ pub struct SessionConfig {
     /// `None`: no limit.
     pub max_writes_per_cell: Option<u64>,
     /// Who is asked about a call that needs approval, for a cell whose `exec` named nobody
-    /// ([`ExecOptions::with_approver`](crate::ExecOptions::with_approver)). `None`: nobody,
+    /// ([`ExecOptions::with_user`](crate::ExecOptions::with_user)). `None`: nobody,
     /// and such calls fail closed.
-    pub approver: Option<std::sync::Arc<dyn crate::Approver>>,
+    pub user: Option<std::sync::Arc<dyn crate::UserChannel>>,
     /// How long a `wait` with nothing new to return may hold on for news (output, the cell's
     /// end, a call waiting for the user), round after round of its yield time. `None`: a wait
     /// returns at its yield time, news or not.
@@ -138,7 +138,7 @@ impl std::fmt::Debug for SessionConfig {
             .field("on_cell_activity", &self.on_cell_activity.is_some())
             .field("permissions", &self.permissions)
             .field("max_writes_per_cell", &self.max_writes_per_cell)
-            .field("approver", &self.approver.is_some())
+            .field("user", &self.user.is_some())
             .field("max_wait", &self.max_wait)
             .field(
                 "tool_description_budget_tokens",
@@ -171,7 +171,7 @@ impl Default for SessionConfig {
             on_cell_activity: None,
             permissions: std::sync::Arc::new(crate::Permissions::default()),
             max_writes_per_cell: None,
-            approver: None,
+            user: None,
             max_wait: None,
         }
     }
@@ -190,9 +190,9 @@ impl SessionConfig {
         self
     }
 
-    /// This configuration asking `approver` about calls that need approval.
-    pub fn with_approver(mut self, approver: std::sync::Arc<dyn crate::Approver>) -> Self {
-        self.approver = Some(approver);
+    /// This configuration asking `user` about calls that need approval.
+    pub fn with_user(mut self, user: std::sync::Arc<dyn crate::UserChannel>) -> Self {
+        self.user = Some(user);
         self
     }
 

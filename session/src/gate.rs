@@ -1,6 +1,6 @@
 //! The one gate every tool call of a cell passes before it is dispatched ([`Gate::admit`]): the
 //! user's [`Permissions`], the tools the user allowed for the session, the cell's budget of calls
-//! that are not read-only, and the user's answer when a call must ask ([`Approver`], the port a
+//! that are not read-only, and the user's answer when a call must ask ([`UserChannel`], the port a
 //! host implements to reach its user: an MCP client's elicitation, a terminal).
 //!
 //! A call that asks stays pending in its cell while the user is asked (observations show it as
@@ -13,104 +13,13 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use async_trait::async_trait;
 use codemode_cell_actor::{ToolError, ToolInvocation};
-use codemode_protocol::{CellId, ToolAnnotations, ToolDefinition};
+use codemode_protocol::{CellId, ToolDefinition};
 use parking_lot::Mutex;
 use sha2::{Digest, Sha256};
 
 use crate::permissions::{Permissions, Reason, Verdict};
-
-/// The most characters of a call's arguments a question shows.
-pub const APPROVAL_ARGUMENTS_CHARS: usize = 600;
-
-/// A question to the user about one call a cell wants to make.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct ApprovalRequest {
-    /// The session's id.
-    pub session: String,
-    /// The cell that made the call.
-    pub cell_id: CellId,
-    /// The call's id within the cell (`tool-3`).
-    pub call_id: String,
-    /// The tool's name as cells see it (`github__delete_repo`).
-    pub tool: String,
-    /// The server (namespace) the tool comes from, if any.
-    pub server: Option<String>,
-    /// What the tool says of its effects.
-    pub annotations: Option<ToolAnnotations>,
-    /// The arguments, readable and cut to [`APPROVAL_ARGUMENTS_CHARS`] (never the whole payload).
-    pub arguments: String,
-    /// Why the user is asked (the rule, or the default).
-    pub reason: Reason,
-}
-
-impl ApprovalRequest {
-    /// The question in a sentence or three, for a form or a terminal prompt.
-    pub fn message(&self) -> String {
-        let mut message = format!(
-            "A script (cell {}) wants to call {}",
-            self.cell_id, self.tool
-        );
-        if let Some(server) = &self.server {
-            message.push_str(&format!(" on the server \"{server}\""));
-        }
-        if let Some(effects) = self
-            .annotations
-            .and_then(|annotations| annotations.summary())
-        {
-            message.push_str(&format!(" ({effects})"));
-        }
-        message.push_str(&format!(
-            ", with the arguments:\n{}\nIt asks because of {}.",
-            self.arguments, self.reason
-        ));
-        message
-    }
-}
-
-/// The user's answer to an [`ApprovalRequest`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Approval {
-    /// Run this call.
-    AllowOnce,
-    /// Run this call, and every later call of the same tool in this session without asking.
-    AllowForSession,
-    /// Refuse the call.
-    Deny {
-        /// Who refused it, for the cell's error (`the user`, `--approve reads`).
-        by: String,
-    },
-    /// Nobody could be asked (a client without elicitation, no terminal): the call fails closed.
-    Unavailable {
-        /// Why, for the cell's error.
-        why: String,
-    },
-}
-
-/// How a host reaches its user to ask about a call. Implemented by the MCP server (elicitation),
-/// `codemode run` (the terminal), or an embedder.
-#[async_trait]
-pub trait Approver: Send + Sync + 'static {
-    /// Asks about `request`. Dropped (not awaited) when the cell stops waiting for the call:
-    /// whatever was shown to the user may go stale then.
-    async fn ask(&self, request: &ApprovalRequest) -> Approval;
-}
-
-/// An approver that can ask nobody: every question is answered `Unavailable` with `why`.
-#[derive(Debug, Clone)]
-pub struct NobodyToAsk(pub String);
-
-#[async_trait]
-impl Approver for NobodyToAsk {
-    async fn ask(&self, _request: &ApprovalRequest) -> Approval {
-        Approval::Unavailable {
-            why: self.0.clone(),
-        }
-    }
-}
+use crate::user::{APPROVAL_ARGUMENTS_CHARS, Approval, ApprovalRequest, UserChannel};
 
 /// A call that waits for the user's answer, as observations show it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -147,14 +56,14 @@ struct Waiting {
 
 /// What one cell's calls share at the gate: who to ask, and how many writes it made.
 pub(crate) struct CellGate {
-    pub(crate) approver: Option<Arc<dyn Approver>>,
+    pub(crate) user: Option<Arc<dyn UserChannel>>,
     pub(crate) writes: std::sync::atomic::AtomicU64,
 }
 
 impl CellGate {
-    pub(crate) fn new(approver: Option<Arc<dyn Approver>>) -> Self {
+    pub(crate) fn new(user: Option<Arc<dyn UserChannel>>) -> Self {
         CellGate {
-            approver,
+            user,
             writes: std::sync::atomic::AtomicU64::new(0),
         }
     }
@@ -207,7 +116,7 @@ impl Gate {
     }
 
     /// Decides on `invocation` of `definition` (its listing; `None` when the tool is no longer
-    /// listed, which says nothing of its effects), asking the cell's approver when the rules say
+    /// listed, which says nothing of its effects), asking the cell's user when the rules say
     /// so. `Ok`: dispatch the call. `Err`: the call rejects in the cell with this error.
     pub(crate) async fn admit(
         &self,
@@ -350,7 +259,7 @@ impl Gate {
     }
 
     async fn ask(&self, cell: &CellGate, request: ApprovalRequest) -> Approval {
-        let Some(approver) = &cell.approver else {
+        let Some(user) = &cell.user else {
             return Approval::Unavailable {
                 why: "this session has no way to ask its user".to_owned(),
             };
@@ -366,7 +275,7 @@ impl Gate {
         );
         let _guard = AwaitingGuard { gate: self, key };
         self.asked.send_modify(|asked| *asked += 1);
-        approver.ask(&request).await
+        user.ask_approval(&request).await
     }
 }
 

@@ -43,6 +43,7 @@ mod shared;
 mod stored;
 mod strip;
 mod throw_sites;
+mod user;
 mod waiting;
 
 pub use codemode_cell_actor::{
@@ -53,9 +54,7 @@ pub use codemode_protocol::{JsonText, Tenant, tools_declaration};
 pub use config::{CellActivity, CellActivityHook, SessionConfig};
 pub use discovery::{ToolsShown, tools_section};
 pub use error::SessionError;
-pub use gate::{
-    APPROVAL_ARGUMENTS_CHARS, Approval, ApprovalRequest, Approver, AwaitingApproval, NobodyToAsk,
-};
+pub use gate::AwaitingApproval;
 pub use hints::error_hints;
 pub use in_flight::CallInFlight;
 pub use model::{ExecOptions, ToolResult};
@@ -69,3 +68,7 @@ pub use render::{audio_tokens, fit_output, render_report, render_text, truncate}
 pub use report::{CellReport, Quiet, SessionEvent, WaitOutcome};
 pub use session::Session;
 pub use stored::StoredBytesBudget;
+pub use user::{
+    APPROVAL_ARGUMENTS_CHARS, Approval, ApprovalRequest, NobodyToAsk, RelayError, RelayedRequest,
+    UserChannel,
+};

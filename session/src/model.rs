@@ -7,11 +7,11 @@ use codemode_protocol::{CellId, ExecuteRequest, OutputItem, WaitRequest, parse_e
 use serde_json::{Value, json};
 
 use crate::discovery::tools_section;
-use crate::gate::Approver;
 use crate::registry::CellTicket;
 use crate::render::render_report;
 use crate::report::{CellReport, WaitOutcome};
 use crate::session::Session;
+use crate::user::UserChannel;
 use codemode_cell_actor::CellEvent;
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
@@ -73,8 +73,8 @@ pub struct ExecOptions {
     /// Held by the new cell while it is registered (see [`CellTicket`]).
     pub ticket: Option<CellTicket>,
     /// Who is asked about the cell's calls that need approval: the client that ran it. `None`:
-    /// the session's approver ([`SessionConfig::approver`](crate::SessionConfig::approver)).
-    pub approver: Option<Arc<dyn Approver>>,
+    /// the session's user channel ([`SessionConfig::user`](crate::SessionConfig::user)).
+    pub user: Option<Arc<dyn UserChannel>>,
     /// Cancelled when the caller of `exec` gives up on it (an MCP `notifications/cancelled`):
     /// while `exec` observes the cell, the cell is terminated, and what it produced is kept for
     /// a later `wait`.
@@ -87,7 +87,7 @@ impl std::fmt::Debug for ExecOptions {
             .field("yield_time_ms", &self.yield_time_ms)
             .field("max_output_tokens", &self.max_output_tokens)
             .field("ticket", &self.ticket)
-            .field("approver", &self.approver.is_some())
+            .field("user", &self.user.is_some())
             .field("cancellation", &self.cancellation)
             .finish()
     }
@@ -112,9 +112,9 @@ impl ExecOptions {
         self
     }
 
-    /// These options asking `approver` about the cell's calls that need approval.
-    pub fn with_approver(mut self, approver: Arc<dyn Approver>) -> Self {
-        self.approver = Some(approver);
+    /// These options asking `user` about the cell's calls that need approval.
+    pub fn with_user(mut self, user: Arc<dyn UserChannel>) -> Self {
+        self.user = Some(user);
         self
     }
 
@@ -157,7 +157,7 @@ impl Session {
         let observation = codemode_cell_actor::Observation::yield_after(yield_time);
         let extras = crate::session::CellExtras {
             ticket: options.ticket,
-            approver: options.approver,
+            user: options.user,
             cancellation: options.cancellation,
         };
         match self.start(request, observation, extras).await {

@@ -235,14 +235,18 @@ pub trait ToolProvider: Send + Sync + 'static {
     async fn shutdown(&self) {}
 }
 
-/// What a tool call gets beside its invocation: when to stop, and where its progress goes.
-#[derive(Debug, Clone)]
+/// What a tool call gets beside its invocation: when to stop, where its progress goes, and who
+/// its server may ask.
+#[derive(Clone)]
 #[non_exhaustive]
 pub struct ToolCallContext {
     /// Cancelled when the cell completed or was terminated: the call's answer is not needed.
     pub cancellation: CancellationToken,
     /// Where the tool's progress messages go.
     pub progress: ToolProgress,
+    /// The user of the cell that made the call, for what the tool's server asks of the user
+    /// while the call runs (elicitation, sampling, roots, log messages); `None`: nobody.
+    pub user: Option<std::sync::Arc<dyn crate::UserChannel>>,
 }
 
 impl ToolCallContext {
@@ -251,7 +255,14 @@ impl ToolCallContext {
         ToolCallContext {
             cancellation,
             progress: ToolProgress::ignored(),
+            user: None,
         }
+    }
+
+    /// This context, with what the tool's server asks of the user going to `user`.
+    pub fn with_user(mut self, user: Option<std::sync::Arc<dyn crate::UserChannel>>) -> Self {
+        self.user = user;
+        self
     }
 
     /// This context, with progress going to `progress`.
@@ -291,5 +302,15 @@ impl ToolProgress {
 impl std::fmt::Debug for ToolProgress {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ToolProgress").finish_non_exhaustive()
+    }
+}
+
+impl std::fmt::Debug for ToolCallContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ToolCallContext")
+            .field("cancellation", &self.cancellation)
+            .field("progress", &self.progress)
+            .field("user", &self.user.is_some())
+            .finish()
     }
 }

@@ -26,7 +26,7 @@ use tracing::Instrument;
 use crate::cell_host::{SessionCellHost, cell_tool_progress};
 use crate::config::SessionConfig;
 use crate::error::SessionError;
-use crate::gate::{Approver, CellGate, Gate};
+use crate::gate::{CellGate, Gate};
 use crate::hints::error_hints;
 use crate::ids::CellIds;
 use crate::ports::{SessionKey, Store, ToolProvider};
@@ -34,6 +34,7 @@ use crate::registry::{CellEntry, CellTicket, Registry};
 use crate::report::{CellReport, SessionEvent, WaitOutcome};
 use crate::shared::{ListedTools, Shared};
 use crate::strip::{StrippedSource, UnsupportedTypeScript, strip_types};
+use crate::user::UserChannel;
 use tokio_util::sync::CancellationToken;
 
 /// How many session events a slow subscriber may fall behind before it misses some.
@@ -296,18 +297,11 @@ impl Session {
         };
         let CellExtras {
             ticket,
-            approver,
+            user,
             cancellation,
         } = extras;
-        let first_observation = self.launch(
-            &cell_id,
-            &call_id,
-            &source,
-            cell,
-            observation,
-            ticket,
-            approver,
-        )?;
+        let first_observation =
+            self.launch(&cell_id, &call_id, &source, cell, observation, ticket, user)?;
         tracing::info!(session = %self.shared.id, %cell_id, "cell started");
         let answer = match cancellation {
             None => first_observation.await,
@@ -450,7 +444,7 @@ impl Session {
         cell: CellStart,
         observation: Observation,
         ticket: Option<CellTicket>,
-        approver: Option<Arc<dyn Approver>>,
+        user: Option<Arc<dyn UserChannel>>,
     ) -> Result<ObservationFuture, SessionError> {
         let shared = &self.shared;
         let host = Arc::new(SessionCellHost {
@@ -458,7 +452,7 @@ impl Session {
             cell_id: cell_id.clone(),
             tool_progress: cell_tool_progress(shared, cell_id, call_id),
             error_text: Mutex::new(None),
-            gate: CellGate::new(approver.or_else(|| shared.config.approver.clone())),
+            gate: CellGate::new(user.or_else(|| shared.config.user.clone())),
         });
         let config = CellConfig {
             output_mode: shared.config.output_mode,
@@ -588,8 +582,8 @@ impl Session {
 pub(crate) struct CellExtras {
     /// Held while the cell is registered.
     pub(crate) ticket: Option<CellTicket>,
-    /// Who is asked about the cell's calls that need approval (else the session's approver).
-    pub(crate) approver: Option<Arc<dyn Approver>>,
+    /// Who is asked about the cell's calls that need approval (else the session's user).
+    pub(crate) user: Option<Arc<dyn UserChannel>>,
     /// Stops the cell while its first observation runs (the `exec` was cancelled).
     pub(crate) cancellation: Option<CancellationToken>,
 }

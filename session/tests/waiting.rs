@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use codemode_protocol::WaitRequest;
 use codemode_session::{
-    Approval, ApprovalRequest, Approver, CellEvent, Permissions, SessionConfig, WaitOutcome,
+    Approval, ApprovalRequest, CellEvent, Permissions, SessionConfig, UserChannel, WaitOutcome,
     render_report, render_text,
 };
 use common::{MemoryStore, background, execute, observed, open, terminate, texts, within};
@@ -150,8 +150,8 @@ struct Silent {
 }
 
 #[async_trait::async_trait]
-impl Approver for Silent {
-    async fn ask(&self, request: &ApprovalRequest) -> Approval {
+impl UserChannel for Silent {
+    async fn ask_approval(&self, request: &ApprovalRequest) -> Approval {
         self.asked.lock().unwrap().push(request.tool.clone());
         std::future::pending().await
     }
@@ -163,7 +163,7 @@ async fn a_call_that_starts_waiting_for_the_user_ends_a_holding_wait() {
     let approver = Arc::new(Silent::default());
     let config = holding(Duration::from_secs(60))
         .with_permissions(Permissions::ask_by_default())
-        .with_approver(Arc::clone(&approver) as Arc<dyn Approver>);
+        .with_user(Arc::clone(&approver) as Arc<dyn UserChannel>);
     let (session, tools) = open("asking", &store, config).await;
     // The wait starts first; the question comes while it holds.
     let started = execute(

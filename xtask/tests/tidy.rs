@@ -89,10 +89,8 @@ const OVER_BUDGET: &[(&str, &str)] = &[];
 /// The files of `cli/src/serve/`, bottom layer first: a file imports only from lower layers.
 const SERVE_LAYERS: &[&[&str]] = &[
     &["args"],
-    &[
-        "identity", "results", "limits", "progress", "push", "approval",
-    ],
-    &["admission", "cluster"],
+    &["identity", "results", "limits", "progress", "push"],
+    &["admission", "cluster", "user"],
     &["live"],
     &["registry", "tasks"],
     &["sessions"],

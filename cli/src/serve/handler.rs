@@ -18,7 +18,6 @@ use rmcp::task_manager::{TaskManager, TaskOptions};
 use rmcp::{ErrorData, Peer, RoleServer, ServerHandler};
 use serde_json::{Map, Value, json};
 
-use super::approval::ClientApprover;
 use super::cluster::{ProgressRelay, was_forwarded};
 use super::identity::Identity;
 use super::live::LiveSession;
@@ -27,6 +26,7 @@ use super::push::{LogThreshold, push_completions};
 use super::results::to_call_tool_result;
 use super::sessions::{McpSessionState, Shared};
 use super::tasks::{EXEC_TASK_POLL_INTERVAL, EXEC_TASK_TTL, duration_ms, follow_cell};
+use super::user::{ClientUser, RootsCache};
 
 /// The description of `exec` as this server offers it.
 pub(super) fn exec_tool_description(session: &Session) -> String {
@@ -114,6 +114,8 @@ pub(super) struct CodemodeServer {
     state: Arc<tokio::sync::Mutex<McpSessionState>>,
     /// The least severe log message this MCP session's client wants (`logging/setLevel`).
     log_threshold: LogThreshold,
+    /// The client's roots, once asked, for downstream servers that ask for them.
+    roots: RootsCache,
 }
 
 impl CodemodeServer {
@@ -122,6 +124,7 @@ impl CodemodeServer {
             shared,
             state: Arc::new(tokio::sync::Mutex::new(McpSessionState::default())),
             log_threshold: LogThreshold::default(),
+            roots: RootsCache::default(),
         }
     }
 
@@ -177,7 +180,11 @@ impl CodemodeServer {
         // this `exec` (notifications/cancelled) stops its cell.
         let options = options
             .with_ticket(CellTicket::new(slot))
-            .with_approver(Arc::new(ClientApprover::new(context.peer.clone())))
+            .with_user(Arc::new(ClientUser::new(
+                context.peer.clone(),
+                self.log_threshold.clone(),
+                Arc::clone(&self.roots),
+            )))
             .with_cancellation(context.ct.clone());
         let result = session.exec_tool_with(&call_id, code, options).await;
         live.touch();
@@ -457,6 +464,11 @@ impl ServerHandler for CodemodeServer {
         }
         self.local_task(&task_id, &context, |tasks, local| tasks.cancel_task(local))
             .await
+    }
+
+    async fn on_roots_list_changed(&self, _context: NotificationContext<RoleServer>) {
+        // Asked again the next time a downstream server wants them.
+        *self.roots.lock().await = None;
     }
 
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {

@@ -46,13 +46,13 @@ use sessions::Shared;
 // The serving layers, bottom to top: each file imports only from the layers below it (the tidy
 // test holds them to it).
 mod admission;
-mod approval;
 mod args;
 mod identity;
 mod limits;
 mod progress;
 mod push;
 mod results;
+mod user;
 
 mod cluster;
 

@@ -279,4 +279,31 @@ impl RawClient {
             "params": {"name": tool, "arguments": arguments, "_meta": meta}}))
             .await;
     }
+
+    /// Reads up to the response to request `id`, answering each request the server makes of
+    /// the client (`elicitation/create`, `sampling/createMessage`, …) with `answer(message)`
+    /// (`None`: stop there, leaving it unanswered, and return it). Returns the server's requests
+    /// and the response (or the unanswered request).
+    pub async fn until_response(
+        &mut self,
+        id: i64,
+        mut answer: impl FnMut(&serde_json::Value) -> Option<serde_json::Value>,
+    ) -> (Vec<serde_json::Value>, serde_json::Value) {
+        let mut asked = Vec::new();
+        loop {
+            let message = self.next().await;
+            if message.get("method").is_some() && message.get("id").is_some() {
+                asked.push(message.clone());
+                match answer(&message) {
+                    Some(result) => {
+                        self.send(serde_json::json!({"jsonrpc": "2.0", "id": message["id"], "result": result}))
+                            .await;
+                    }
+                    None => return (asked, message),
+                }
+            } else if message["id"] == id {
+                return (asked, message);
+            }
+        }
+    }
 }

@@ -10,6 +10,7 @@ use tokio::sync::Mutex;
 
 use super::notifications::{ListWatcher, ProgressRoutes};
 use super::transport::{McpServerConfig, McpTransport, lifecycle};
+use super::user::UserRoutes;
 
 /// Why a connection could not be made; displays as its message.
 #[derive(Debug, thiserror::Error)]
@@ -59,6 +60,8 @@ pub struct McpTools {
     pub(super) task_only: parking_lot::Mutex<std::collections::HashSet<String>>,
     /// Where the progress of each call in flight goes, by progress token.
     pub(super) progress: ProgressRoutes,
+    /// The users of the calls in flight, for the server's requests of the user.
+    pub(super) users: UserRoutes,
 }
 
 impl std::fmt::Debug for McpTools {
@@ -80,6 +83,7 @@ impl McpTools {
             tools_version: std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0)),
             task_only: parking_lot::Mutex::new(std::collections::HashSet::new()),
             progress: ProgressRoutes::default(),
+            users: UserRoutes::default(),
         }
     }
 
@@ -88,6 +92,7 @@ impl McpTools {
             version: std::sync::Arc::clone(&self.tools_version),
             namespace: self.config.namespace.clone(),
             progress: std::sync::Arc::clone(&self.progress),
+            users: self.users.clone(),
         }
     }
 

@@ -31,10 +31,15 @@
 //! `tasks/cancel`. A task that asks for input (elicitation or sampling) is cancelled and the call
 //! rejects: a cell has no one to ask.
 //!
+//! What a server asks of the user while a call runs (`elicitation/create`,
+//! `sampling/createMessage`, `roots/list`, log messages) goes to the user of the cell that made
+//! the call, when that is unambiguous ([`user`]).
+//!
 //! The parts: [`transport`] (how a server is reached, and how a connection starts),
 //! [`connection`] (the kept connection), [`notifications`] (tool-list changes and progress),
 //! [`tasks`] (following and cancelling tasks), [`results`] (what a cell receives), and
-//! [`provider`] (listing and calling, the `ToolProvider` face).
+//! [`provider`] (listing and calling, the `ToolProvider` face), and [`user`] (the server's
+//! requests of the user).
 
 mod connection;
 mod notifications;
@@ -42,6 +47,7 @@ mod provider;
 mod results;
 mod tasks;
 mod transport;
+mod user;
 
 pub use connection::McpTools;
 pub use results::{CallResultError, call_result_to_value};

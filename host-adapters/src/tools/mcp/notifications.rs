@@ -2,7 +2,9 @@
 //! tools version counts up) and the progress of a call, routed by progress token to the call's
 //! [`ToolProgress`] as a line a cell's watchers read.
 
-use codemode_session::ToolProgress;
+use codemode_session::{RelayError, RelayedRequest, ToolProgress};
+
+use super::user::UserRoutes;
 use rmcp::model::{ClientCapabilities, ClientConfig, Implementation};
 use rmcp::service::RoleClient;
 
@@ -13,6 +15,8 @@ pub(super) struct ListWatcher {
     pub(super) version: std::sync::Arc<std::sync::atomic::AtomicU64>,
     pub(super) namespace: String,
     pub(super) progress: ProgressRoutes,
+    /// The users of the calls in flight: where the server's requests of the user go.
+    pub(super) users: UserRoutes,
 }
 
 /// The calls in flight that asked for progress, by their progress token: where each one's
@@ -23,10 +27,18 @@ pub(super) type ProgressRoutes = std::sync::Arc<
     >,
 >;
 
+// Sampling, roots and logging are deprecated by SEP-2577 and still what servers send.
+#[allow(deprecated)]
 impl rmcp::ClientHandler for ListWatcher {
     fn get_info(&self) -> ClientConfig {
-        // Declares the tasks extension: a server may answer a call with a task to poll.
-        let mut capabilities = ClientCapabilities::default();
+        // Declares the tasks extension: a server may answer a call with a task to poll. And what
+        // a server may ask of the user, which is passed on to the user of the cell that calls it.
+        let mut capabilities: ClientCapabilities = serde_json::from_value(serde_json::json!({
+            "elicitation": {"form": {}, "url": {}},
+            "sampling": {},
+            "roots": {"listChanged": true}
+        }))
+        .expect("the client's capabilities are valid");
         capabilities
             .extensions
             .get_or_insert_with(Default::default)
@@ -53,6 +65,74 @@ impl rmcp::ClientHandler for ListWatcher {
         std::future::ready(())
     }
 
+    fn create_elicitation(
+        &self,
+        request: rmcp::model::ElicitRequestParams,
+        _context: rmcp::service::RequestContext<RoleClient>,
+    ) -> impl std::future::Future<Output = Result<rmcp::model::ElicitResult, rmcp::ErrorData>> + Send + '_
+    {
+        let server = self.namespace.clone();
+        async move {
+            let params = to_json(&request)?;
+            let answer = self
+                .users
+                .relay(RelayedRequest::Elicit { server, params })
+                .await;
+            from_relay(answer)
+        }
+    }
+
+    fn create_message(
+        &self,
+        params: rmcp::model::CreateMessageRequestParams,
+        _context: rmcp::service::RequestContext<RoleClient>,
+    ) -> impl std::future::Future<Output = Result<rmcp::model::CreateMessageResult, rmcp::ErrorData>>
+    + Send
+    + '_ {
+        let server = self.namespace.clone();
+        async move {
+            let params = to_json(&params)?;
+            let answer = self
+                .users
+                .relay(RelayedRequest::CreateMessage { server, params })
+                .await;
+            from_relay(answer)
+        }
+    }
+
+    fn list_roots(
+        &self,
+        _context: rmcp::service::RequestContext<RoleClient>,
+    ) -> impl std::future::Future<Output = Result<rmcp::model::ListRootsResult, rmcp::ErrorData>>
+    + Send
+    + '_ {
+        let server = self.namespace.clone();
+        async move {
+            match self.users.relay(RelayedRequest::ListRoots { server }).await {
+                Ok(answer) => from_relay(Ok(answer)),
+                // No one user to ask: no roots, as a client without roots would say.
+                Err(error) => {
+                    tracing::debug!(server = %self.namespace, %error, "roots/list answered with no roots");
+                    Ok(rmcp::model::ListRootsResult::default())
+                }
+            }
+        }
+    }
+
+    fn on_logging_message(
+        &self,
+        params: rmcp::model::LoggingMessageNotificationParam,
+        _context: rmcp::service::NotificationContext<RoleClient>,
+    ) -> impl std::future::Future<Output = ()> + Send + '_ {
+        match (self.users.sole_user(), serde_json::to_value(&params)) {
+            (Ok(user), Ok(message)) => user.relay_log(&self.namespace, message),
+            _ => {
+                tracing::debug!(server = %self.namespace, "a log message of the server, with no one user to pass it to")
+            }
+        }
+        std::future::ready(())
+    }
+
     fn on_progress(
         &self,
         params: rmcp::model::ProgressNotificationParam,
@@ -69,6 +149,27 @@ impl rmcp::ClientHandler for ListWatcher {
         }
         std::future::ready(())
     }
+}
+
+/// A request's params as JSON, for the session's `UserChannel`.
+fn to_json(params: &impl serde::Serialize) -> Result<serde_json::Value, rmcp::ErrorData> {
+    serde_json::to_value(params)
+        .map_err(|error| rmcp::ErrorData::internal_error(error.to_string(), None))
+}
+
+/// The user's answer as the MCP result the server expects, or the reason there is none.
+fn from_relay<T: serde::de::DeserializeOwned>(
+    answer: Result<serde_json::Value, RelayError>,
+) -> Result<T, rmcp::ErrorData> {
+    let answer = answer.map_err(|error| rmcp::ErrorData::internal_error(error.message, None))?;
+    serde_json::from_value(answer).map_err(|error| {
+        rmcp::ErrorData::internal_error(
+            format!(
+                "the user's client answered with something that is not the expected result: {error}"
+            ),
+            None,
+        )
+    })
 }
 
 /// A downstream progress notification as the cell's watchers read it:

@@ -205,8 +205,11 @@ impl ToolProvider for McpTools {
         let ToolCallContext {
             cancellation,
             progress,
+            user,
             ..
         } = context;
+        // While the call runs, what the server asks of the user goes to the cell's user.
+        let _user_route = user.map(|user| self.users.register(user));
         let global_name = call.name.global_name();
         if !self.config.offers(&call.name.name) {
             return Err(ToolError::not_found(format!(
