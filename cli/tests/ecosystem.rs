@@ -410,15 +410,6 @@ fn client_not_applicable(scenario: &str) -> Option<&'static str> {
              (a bearer token in its config); it runs no OAuth flow",
         ),
         (
-            "elicitation-",
-            "a cell has no one to ask: codemode declines a downstream server's elicitation",
-        ),
-        (
-            "sep-2322-",
-            "input-required results (2026-07-28) ask the client for input; a cell has no one to \
-             ask, so codemode does not answer them",
-        ),
-        (
             "json-schema-2020-12-preservation",
             "asks the client to send a tool's input schema back verbatim; a cell sees a tool as \
              a TypeScript declaration, not as its JSON schema",
@@ -435,7 +426,12 @@ fn client_not_applicable(scenario: &str) -> Option<&'static str> {
 const CLIENT_SCENARIOS: [(&str, &[&str]); 2] = [
     (
         "conformance-0.1",
-        &["initialize", "tools_call", "sse-retry"],
+        &[
+            "initialize",
+            "tools_call",
+            "sse-retry",
+            "elicitation-sep1034-client-defaults",
+        ],
     ),
     (
         "conformance-0.2",
@@ -448,6 +444,8 @@ const CLIENT_SCENARIOS: [(&str, &[&str]); 2] = [
             "http-custom-headers",
             "http-invalid-tool-headers",
             "json-schema-ref-no-deref",
+            "elicitation-sep1034-client-defaults",
+            "sep-2322-client-request-state",
         ],
     ),
 ];

@@ -59,9 +59,81 @@ impl McpTools {
         if task_only {
             return self.call_as_augmented_task(peer, params, progress).await;
         }
-        let request =
-            ClientRequest::CallToolRequest(rmcp::model::CallToolRequest::new(params.clone()));
-        match self.send(peer, request, progress).await {
+        let mut params = params.clone();
+        // A 2026-07-28 server may answer with the input it needs first (SEP-2322): the call's
+        // user answers, and the call is made again with the answers and the server's state, as
+        // many rounds as the server needs, up to a bound.
+        for _round in 0..rmcp::model::DEFAULT_MRTR_MAX_ROUNDS {
+            let request =
+                ClientRequest::CallToolRequest(rmcp::model::CallToolRequest::new(params.clone()));
+            match self.send(peer, request, progress).await {
+                Ok(ServerResult::InputRequiredResult(needed)) => {
+                    let responses = self.answer_input_requests(&needed, progress).await?;
+                    params.input_responses = (!responses.is_empty()).then_some(responses);
+                    params.request_state = needed.request_state;
+                }
+                answer => return self.call_answered(peer, &params, progress, answer).await,
+            }
+        }
+        Err(CallFailure::Refused(format!(
+            "the server asked for input {} times in a row without answering the call",
+            rmcp::model::DEFAULT_MRTR_MAX_ROUNDS
+        )))
+    }
+
+    /// The answers of the call's user to a server's input requests, by the server's keys.
+    async fn answer_input_requests(
+        &self,
+        needed: &rmcp::model::InputRequiredResult,
+        progress: &CallProgress,
+    ) -> Result<rmcp::model::InputResponses, CallFailure> {
+        use codemode_session::RelayedRequest;
+        use rmcp::model::InputRequest;
+        let server = self.config.namespace.clone();
+        let mut responses = rmcp::model::InputResponses::new();
+        for (key, request) in needed.input_requests.iter().flatten() {
+            let relayed = match request {
+                InputRequest::Elicitation(request) => RelayedRequest::Elicit {
+                    server: server.clone(),
+                    params: params_json(&request.params)?,
+                },
+                #[allow(deprecated)] // Sampling is deprecated by SEP-2577, and still sent.
+                InputRequest::CreateMessage(request) => RelayedRequest::CreateMessage {
+                    server: server.clone(),
+                    params: params_json(&request.params)?,
+                },
+                InputRequest::ListRoots(_) => RelayedRequest::ListRoots {
+                    server: server.clone(),
+                },
+                _ => {
+                    return Err(CallFailure::Refused(format!(
+                        "the tool asked for input of a kind codemode does not know (\"{key}\")"
+                    )));
+                }
+            };
+            let Some(user) = &progress.user else {
+                return Err(CallFailure::Refused(format!(
+                    "the tool asked for input ({}), and this cell has no user to ask",
+                    relayed.method()
+                )));
+            };
+            let answer = user.relay(relayed).await.map_err(|error| {
+                CallFailure::Refused(format!("the tool asked for input: {error}"))
+            })?;
+            responses.insert(key.clone(), answer);
+        }
+        Ok(responses)
+    }
+
+    /// What a `tools/call` answered (not `input_required`), followed to its result.
+    async fn call_answered(
+        &self,
+        peer: &rmcp::Peer<RoleClient>,
+        params: &CallToolRequestParams,
+        progress: &CallProgress,
+        answer: Result<ServerResult, ServiceError>,
+    ) -> Result<CallToolResult, CallFailure> {
+        match answer {
             Ok(ServerResult::CallToolResult(result)) if refused_outside_a_task(&result) => {
                 self.call_as_task_from_now_on(peer, params, progress).await
             }
@@ -76,10 +148,6 @@ impl McpTools {
                 )
                 .await
             }
-            Ok(ServerResult::InputRequiredResult(_)) => Err(CallFailure::Refused(
-                "the tool asked for input (elicitation or sampling), which a cell cannot give"
-                    .to_owned(),
-            )),
             Ok(_) => Err(CallFailure::Service(ServiceError::UnexpectedResponse)),
             // `tools/call` exists, so "method not found" is the 2025-11-25 revision's answer to a
             // tool with `taskSupport: "required"` called without the task augmentation.
@@ -209,7 +277,7 @@ impl ToolProvider for McpTools {
             ..
         } = context;
         // While the call runs, what the server asks of the user goes to the cell's user.
-        let _user_route = user.map(|user| self.users.register(user));
+        let _user_route = user.clone().map(|user| self.users.register(user));
         let global_name = call.name.global_name();
         if !self.config.offers(&call.name.name) {
             return Err(ToolError::not_found(format!(
@@ -239,6 +307,7 @@ impl ToolProvider for McpTools {
             progress,
             tool: global_name.clone(),
             routes: parking_lot::Mutex::new(Vec::new()),
+            user,
         };
         // A request that could not be sent never reached the server: reconnect and send it once
         // more. A connection that closed after sending is not retried (the call may have run).
@@ -317,4 +386,10 @@ fn annotations(annotations: &rmcp::model::ToolAnnotations) -> ToolAnnotations {
     kept.idempotent_hint = annotations.idempotent_hint;
     kept.open_world_hint = annotations.open_world_hint;
     kept
+}
+
+/// A request's params as JSON, for the cell's user.
+fn params_json(params: &impl serde::Serialize) -> Result<Value, CallFailure> {
+    serde_json::to_value(params)
+        .map_err(|error| CallFailure::Refused(format!("cannot read the server's request: {error}")))
 }

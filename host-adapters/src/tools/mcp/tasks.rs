@@ -35,6 +35,9 @@ pub(super) struct CallProgress {
     /// The tool's global name, for the messages.
     pub(super) tool: String,
     pub(super) routes: parking_lot::Mutex<Vec<ProgressRoute>>,
+    /// The user of the cell that makes the call: who a 2026-07-28 server's input requests
+    /// (an `input_required` result) are passed on to.
+    pub(super) user: Option<std::sync::Arc<dyn codemode_session::UserChannel>>,
 }
 
 /// Work to start on the async runtime when dropped before it is disarmed: telling a server that
