@@ -1,7 +1,8 @@
 //! `codemode mcp` against the MCP ecosystem's own tools, as MCP developers first try a server:
 //! the official conformance suite (two releases: 0.1, and 0.2, which covers 2026-07-28), the MCP
 //! Inspector's CLI (v1, and v2 in its default mode) over stdio and HTTP, and the TypeScript and
-//! Python SDKs' clients (`ecosystem/sdk_client.mjs`, `ecosystem/sdk_client.py`). All are
+//! Python SDKs' clients (`ecosystem/sdk_client.mjs`, `ecosystem/sdk_client.py`; also with and
+//! without an elicitation handler, asked to approve a nested call). All are
 //! installed from the npm registry and PyPI at pinned versions
 //! (`codemode_test_support::mcp_servers`), with the Node.js 22 they need.
 //!
@@ -589,6 +590,43 @@ fn the_python_sdk_client_works_over_stdio_and_http() {
     python_sdk_client(&tools, &["stdio", CODEMODE]);
     let server = http_server(&["--demo-tools"]);
     python_sdk_client(&tools, &["http", server.url(), TOKEN]);
+}
+
+#[test]
+fn the_python_sdk_clients_elicitation_handler_approves_nested_calls() {
+    let tools = tools();
+    let mut command = Command::new(tools.python_program("python"));
+    command
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/ecosystem/sdk_client.py"))
+        .args(["approvals", CODEMODE]);
+    let stdout = run_ok(&tools, command, "the Python SDK client, approvals");
+    assert_eq!(
+        stdout
+            .lines()
+            .filter(|line| line.starts_with("ok "))
+            .count(),
+        3,
+        "{stdout}"
+    );
+}
+
+#[test]
+fn the_typescript_sdk_clients_elicitation_handler_approves_nested_calls() {
+    let tools = tools();
+    let mut command = Command::new(tools.node22());
+    command
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/ecosystem/sdk_client.mjs"))
+        .arg(tools.ecosystem_package("sdk", "@modelcontextprotocol/sdk"))
+        .args(["approvals", CODEMODE]);
+    let stdout = run_ok(&tools, command, "the TypeScript SDK client, approvals");
+    assert_eq!(
+        stdout
+            .lines()
+            .filter(|line| line.starts_with("ok "))
+            .count(),
+        3,
+        "{stdout}"
+    );
 }
 
 #[test]

@@ -2,9 +2,12 @@
 //
 // Usage: node sdk_client.mjs SDK_FOLDER stdio CODEMODE_PROGRAM
 //        node sdk_client.mjs SDK_FOLDER http URL TOKEN
+//        node sdk_client.mjs SDK_FOLDER approvals CODEMODE_PROGRAM
 //
 // The server must offer the demo tools (`--demo-tools`). Prints one line per check, `ok NAME` or
-// `FAIL NAME: why`, and exits 1 when any failed.
+// `FAIL NAME: why`, and exits 1 when any failed. `approvals` starts its own servers, with the demo
+// MCP server downstream, and checks that a nested call that writes asks the SDK client's
+// elicitation handler, and is refused to a client without one.
 
 import { pathToFileURL } from "node:url";
 import path from "node:path";
@@ -34,6 +37,57 @@ const within = (ms, what, promise) =>
     promise,
     new Promise((_, reject) => setTimeout(() => reject(new Error(`${what}: no answer in ${ms} ms`)), ms)),
   ]);
+
+if (mode === "approvals") {
+  const { StdioClientTransport } = await sdk("client/stdio.js");
+  const { ElicitRequestSchema } = await sdk("types.js");
+  const fs = await import("node:fs");
+  const os = await import("node:os");
+  const notes = path.join(fs.mkdtempSync(path.join(os.tmpdir(), "codemode-ts-")), "notes");
+  const server = () =>
+    new StdioClientTransport({
+      command: rest[0],
+      args: ["mcp", "--mcp", `demo=${rest[0]} demo-mcp-server`],
+      env: { ...process.env, CODEMODE_DEMO_NOTES: notes },
+    });
+  const asked = [];
+  await check("a nested call that writes asks the elicitation handler", async () => {
+    const client = new Client(
+      { name: "sdk-approvals", version: "1.0.0" },
+      { capabilities: { elicitation: {} } },
+    );
+    client.setRequestHandler(ElicitRequestSchema, async (request) => {
+      asked.push(request.params);
+      return { action: "accept", content: { decision: "allow_once" } };
+    });
+    await within(30000, "connect", client.connect(server()));
+    const result = await client.callTool({
+      name: "exec",
+      arguments: { code: "text((await tools.demo__note({text: 'from typescript'})).content[0].text)" },
+    });
+    await client.close();
+    expect(textOf(result).split("\n").includes("noted"), textOf(result));
+    expect(asked.length === 1, `asked ${asked.length} times`);
+    expect(asked[0].message.includes("demo__note"), asked[0].message);
+  });
+  await check("without a handler the call is refused, catchably", async () => {
+    const client = new Client({ name: "sdk-plain", version: "1.0.0" });
+    await within(30000, "connect", client.connect(server()));
+    const result = await client.callTool({
+      name: "exec",
+      arguments: {
+        code: "try { await tools.demo__note({text: 'never'}); text('ran'); } catch (e) { text('refused: ' + e.message); }",
+      },
+    });
+    await client.close();
+    expect(textOf(result).includes("refused: tools.demo__note needs the user's approval"), textOf(result));
+  });
+  await check("only the approved call reached the server", async () => {
+    const lines = fs.readFileSync(notes, "utf8").split("\n").filter((line) => line !== "");
+    expect(JSON.stringify(lines) === JSON.stringify(["from typescript"]), `the server saw ${lines}`);
+  });
+  process.exit(failed === 0 ? 0 : 1);
+}
 
 let transport;
 if (mode === "stdio") {

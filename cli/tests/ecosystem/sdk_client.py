@@ -2,17 +2,22 @@
 
 Usage: python sdk_client.py stdio CODEMODE_PROGRAM
        python sdk_client.py http URL TOKEN
+       python sdk_client.py approvals CODEMODE_PROGRAM
 
 The server must offer the demo tools (`--demo-tools`). Prints one line per check, `ok NAME` or
-`FAIL NAME: why`, and exits 1 when any failed.
+`FAIL NAME: why`, and exits 1 when any failed. `approvals` starts its own servers, with the demo
+MCP server downstream, and checks that a nested call that writes asks the SDK client's
+elicitation handler, and is refused to a client without one.
 """
 
 import asyncio
+import os
 import re
 import sys
+import tempfile
 import traceback
 
-from mcp import ClientSession
+from mcp import ClientSession, types
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import create_mcp_http_client, streamable_http_client
 
@@ -112,9 +117,61 @@ async def drive(session):
     await check("exec yields and wait collects", yield_and_wait)
 
 
+async def approvals(program):
+    folder = tempfile.mkdtemp()
+    notes = os.path.join(folder, "notes")
+    server = StdioServerParameters(
+        command=program,
+        args=["mcp", "--mcp", f"demo={program} demo-mcp-server"],
+        env={**os.environ, "CODEMODE_DEMO_NOTES": notes},
+    )
+    note = "text(JSON.stringify((await tools.demo__note({text: '%s'})).content[0].text))"
+    attempt = (
+        "try { await tools.demo__note({text: 'never'}); text('ran'); }"
+        " catch (e) { text('refused: ' + e.message); }"
+    )
+    asked = []
+
+    async def on_elicitation(context, params):
+        asked.append(params)
+        return types.ElicitResult(action="accept", content={"decision": "allow_once"})
+
+    async def with_handler():
+        async with stdio_client(server) as (read, write):
+            async with ClientSession(read, write, elicitation_callback=on_elicitation) as session:
+                await session.initialize()
+                result = await session.call_tool("exec", {"code": note % "from python"})
+                expect('"noted"' in text_of(result), text_of(result))
+        expect(len(asked) == 1, f"asked {len(asked)} times")
+        expect("demo__note" in asked[0].message, asked[0].message)
+        expect("decision" in asked[0].requested_schema["properties"], asked[0].requested_schema)
+
+    await check("a nested call that writes asks the elicitation handler", with_handler)
+
+    async def without_handler():
+        async with stdio_client(server) as (read, write):
+            async with ClientSession(read, write) as session:
+                await session.initialize()
+                result = await session.call_tool("exec", {"code": attempt})
+                text = text_of(result)
+                expect("refused: tools.demo__note needs the user's approval" in text, text)
+                expect("did not declare the elicitation capability" in text, text)
+
+    await check("without a handler the call is refused, catchably", without_handler)
+
+    async def counted():
+        with open(notes) as file:
+            lines = file.read().splitlines()
+        expect(lines == ["from python"], f"the server saw {lines}")
+
+    await check("only the approved call reached the server", counted)
+
+
 async def main():
     mode = sys.argv[1]
-    if mode == "stdio":
+    if mode == "approvals":
+        await approvals(sys.argv[2])
+    elif mode == "stdio":
         server = StdioServerParameters(command=sys.argv[2], args=["mcp", "--demo-tools"])
         async with stdio_client(server) as (read, write):
             async with ClientSession(read, write) as session:
