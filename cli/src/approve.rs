@@ -71,7 +71,7 @@ impl TerminalApprover {
 }
 
 /// The values a form proposes: each field's default. `Err`: a required field has none.
-fn defaults_of(schema: &Value) -> Result<Map<String, Value>, String> {
+fn defaults_of(schema: &Value) -> Result<Map<String, Value>, RelayError> {
     let mut values = Map::new();
     if let Some(properties) = schema.get("properties").and_then(Value::as_object) {
         for (name, property) in properties {
@@ -83,7 +83,9 @@ fn defaults_of(schema: &Value) -> Result<Map<String, Value>, String> {
     let required = schema.get("required").and_then(Value::as_array);
     for name in required.into_iter().flatten().filter_map(Value::as_str) {
         if !values.contains_key(name) {
-            return Err(format!("the required field \"{name}\" has no default"));
+            return Err(RelayError::new(format!(
+                "the required field \"{name}\" has no default"
+            )));
         }
     }
     Ok(values)
@@ -164,7 +166,7 @@ impl UserChannel for TerminalApprover {
         let values = match defaults_of(params.get("requestedSchema").unwrap_or(&Value::Null)) {
             Ok(values) => values,
             Err(why) => {
-                tracing::info!(server, why, "declined a form codemode run cannot fill");
+                tracing::info!(server, %why, "declined a form codemode run cannot fill");
                 return declined;
             }
         };
@@ -200,6 +202,11 @@ mod tests {
             json!({"name": "John Doe", "age": 30})
         );
         let missing = json!({"properties": {"email": {"type": "string"}}, "required": ["email"]});
-        assert!(defaults_of(&missing).unwrap_err().contains("\"email\""));
+        assert!(
+            defaults_of(&missing)
+                .unwrap_err()
+                .message
+                .contains("\"email\"")
+        );
     }
 }
