@@ -518,3 +518,105 @@ async fn a_downstream_log_message_during_a_call_reaches_the_client_at_its_level(
     assert_eq!(heard[0]["logger"], "demo/demo-log");
     assert_eq!(heard[0]["level"], "warning");
 }
+
+/// A 2026-07-28 client (rmcp's, which discovers the server instead of initialising) whose
+/// elicitation handler answers every approval form with `decision`.
+#[derive(Clone)]
+struct RetryingClient {
+    decision: &'static str,
+    asked: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl rmcp::ClientHandler for RetryingClient {
+    fn get_info(&self) -> rmcp::model::ClientConfig {
+        let capabilities: rmcp::model::ClientCapabilities =
+            serde_json::from_value(json!({"elicitation": {"form": {}}})).unwrap();
+        rmcp::model::ClientConfig::new(
+            capabilities,
+            rmcp::model::Implementation::new("retrying", "1.0.0"),
+        )
+    }
+
+    async fn create_elicitation(
+        &self,
+        request: rmcp::model::ElicitRequestParams,
+        _context: rmcp::service::RequestContext<rmcp::RoleClient>,
+    ) -> Result<rmcp::model::ElicitResult, rmcp::ErrorData> {
+        if let rmcp::model::ElicitRequestParams::FormElicitationParams { message, .. } = &request {
+            self.asked.lock().unwrap().push(message.clone());
+        }
+        Ok(
+            rmcp::model::ElicitResult::new(rmcp::model::ElicitationAction::Accept)
+                .with_content(json!({"decision": self.decision})),
+        )
+    }
+}
+
+async fn retrying_client(
+    url: &str,
+    decision: &'static str,
+) -> (
+    rmcp::service::RunningService<rmcp::RoleClient, RetryingClient>,
+    std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+) {
+    use rmcp::service::{ClientLifecycleMode, ClientServiceExt};
+    let asked = std::sync::Arc::default();
+    let handler = RetryingClient {
+        decision,
+        asked: std::sync::Arc::clone(&asked),
+    };
+    let client =
+        within(
+            "connect with server/discover",
+            handler.serve_with_lifecycle(
+                rmcp::transport::StreamableHttpClientTransport::from_config(
+                    common::transport_config(url, common::ALPHA, Some("retries")),
+                ),
+                ClientLifecycleMode::Discover {
+                    preferred_versions: vec![rmcp::model::ProtocolVersion::V_2026_07_28],
+                },
+            ),
+        )
+        .await
+        .expect("the client discovers the server");
+    (client, asked)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_2026_07_28_client_is_asked_in_the_result_and_its_retry_resumes_the_cell() {
+    let folder = scratch("retries");
+    // The demo server's `note` is allowed there; `forget` asks.
+    let served = common::server(&folder, &[]);
+    let (client, asked) = retrying_client(served.url(), "allow_once").await;
+    let code = "text('before'); await tools.demo__forget({text: 'asked by retry'}); text('after');";
+    let params = rmcp::model::CallToolRequestParams::new("exec")
+        .with_arguments(json!({ "code": code }).as_object().unwrap().clone());
+    // rmcp's client answers `input_required` with its handler and retries, as clients do.
+    let result = within("exec", client.call_tool(params)).await.unwrap();
+    let text = common::text_of(&result);
+    assert!(text.contains("Script completed"), "{text}");
+    let before = text.find("before").unwrap_or_else(|| panic!("{text}"));
+    let after = text.find("after").unwrap_or_else(|| panic!("{text}"));
+    assert!(before < after, "{text}");
+    let asked = asked.lock().unwrap().clone();
+    assert_eq!(asked.len(), 1, "{asked:?}");
+    assert!(asked[0].contains("demo__forget"), "{asked:?}");
+    assert_eq!(notes(&folder), ["forgot: asked by retry"]);
+
+    // A retry with request state the server did not seal is refused, and changes nothing.
+    let mut forged = rmcp::model::CallToolRequestParams::new("wait")
+        .with_arguments(json!({"cell_id": "1"}).as_object().unwrap().clone());
+    forged.request_state = Some("eyJjZWxsX2lkIjoiMSJ9.forged".to_owned());
+    forged.input_responses = Some(std::collections::BTreeMap::from([(
+        "approve-1-tool-1".to_owned(),
+        json!({"action": "accept", "content": {"decision": "allow_once"}}),
+    )]));
+    let refused = within("forged retry", client.call_tool(forged))
+        .await
+        .unwrap_err();
+    assert!(
+        refused.to_string().contains("requestState is refused"),
+        "{refused}"
+    );
+    assert_eq!(notes(&folder), ["forgot: asked by retry"]);
+}

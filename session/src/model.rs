@@ -79,6 +79,9 @@ pub struct ExecOptions {
     /// while `exec` observes the cell, the cell is terminated, and what it produced is kept for
     /// a later `wait`.
     pub cancellation: Option<CancellationToken>,
+    /// End the first observation as soon as one of the cell's calls waits for approval (for a
+    /// client that is asked in the result, not by a request of its own).
+    pub yield_on_approval: bool,
 }
 
 impl std::fmt::Debug for ExecOptions {
@@ -89,6 +92,7 @@ impl std::fmt::Debug for ExecOptions {
             .field("ticket", &self.ticket)
             .field("user", &self.user.is_some())
             .field("cancellation", &self.cancellation)
+            .field("yield_on_approval", &self.yield_on_approval)
             .finish()
     }
 }
@@ -115,6 +119,13 @@ impl ExecOptions {
     /// These options asking `user` about the cell's calls that need approval.
     pub fn with_user(mut self, user: Arc<dyn UserChannel>) -> Self {
         self.user = Some(user);
+        self
+    }
+
+    /// These options ending the first observation as soon as a call of the cell waits for
+    /// approval.
+    pub fn with_yield_on_approval(mut self, yield_on_approval: bool) -> Self {
+        self.yield_on_approval = yield_on_approval;
         self
     }
 
@@ -159,6 +170,7 @@ impl Session {
             ticket: options.ticket,
             user: options.user,
             cancellation: options.cancellation,
+            yield_on_approval: options.yield_on_approval,
         };
         match self.start(request, observation, extras).await {
             Ok(report) => ToolResult::observed(&report, max_output_tokens),

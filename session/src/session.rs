@@ -151,6 +151,11 @@ impl Session {
         self.shared.values.lock().bytes
     }
 
+    /// The calls of `cell_id` waiting for the user's approval now.
+    pub fn awaiting_approval(&self, cell_id: &CellId) -> Vec<crate::AwaitingApproval> {
+        self.shared.gate.awaiting(cell_id)
+    }
+
     /// How many cells are running or waiting to be observed.
     pub fn active_cells(&self) -> usize {
         self.shared.registry.lock().cells.len()
@@ -299,10 +304,39 @@ impl Session {
             ticket,
             user,
             cancellation,
+            yield_on_approval,
         } = extras;
+        // A question for the user ends the first observation (when asked to), as news.
+        let asked = CancellationToken::new();
+        let observation = if yield_on_approval {
+            observation.with_yield_signal(asked.clone())
+        } else {
+            observation
+        };
         let first_observation =
             self.launch(&cell_id, &call_id, &source, cell, observation, ticket, user)?;
         tracing::info!(session = %self.shared.id, %cell_id, "cell started");
+        let gate = &self.shared.gate;
+        let mut questions = gate.asked();
+        let watch_questions = async {
+            if !yield_on_approval {
+                return std::future::pending::<()>().await;
+            }
+            loop {
+                if !gate.awaiting(&cell_id).is_empty() {
+                    asked.cancel();
+                }
+                if questions.changed().await.is_err() {
+                    std::future::pending::<()>().await;
+                }
+            }
+        };
+        let first_observation = async {
+            tokio::select! {
+                answer = first_observation => answer,
+                () = watch_questions => unreachable!("never ends"),
+            }
+        };
         let answer = match cancellation {
             None => first_observation.await,
             Some(cancellation) => {
@@ -312,7 +346,9 @@ impl Session {
                     answer = &mut first_observation => answer,
                     () = cancellation.cancelled() => {
                         self.stop_cancelled(&cell_id, &source, first_observation).await;
-                        return Err(SessionError::Cancelled { cell_id });
+                        return Err(SessionError::Cancelled {
+                            cell_id: cell_id.clone(),
+                        });
                     }
                 }
             }
@@ -327,7 +363,9 @@ impl Session {
         &self,
         cell_id: &CellId,
         source: &Arc<str>,
-        first_observation: std::pin::Pin<&mut ObservationFuture>,
+        first_observation: std::pin::Pin<
+            &mut impl std::future::Future<Output = Result<CellEvent, CellError>>,
+        >,
     ) {
         let Some((handle, _)) = self.entry(cell_id) else {
             return;
@@ -586,6 +624,8 @@ pub(crate) struct CellExtras {
     pub(crate) user: Option<Arc<dyn UserChannel>>,
     /// Stops the cell while its first observation runs (the `exec` was cancelled).
     pub(crate) cancellation: Option<CancellationToken>,
+    /// Ends the first observation when one of the cell's calls waits for approval.
+    pub(crate) yield_on_approval: bool,
 }
 
 /// `event` with `earlier` output (an observation that raced its end) before its own.

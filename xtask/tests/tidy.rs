@@ -89,10 +89,17 @@ const OVER_BUDGET: &[(&str, &str)] = &[];
 /// The files of `cli/src/serve/`, bottom layer first: a file imports only from lower layers.
 const SERVE_LAYERS: &[&[&str]] = &[
     &["args"],
-    &["identity", "results", "limits", "progress", "push"],
+    &[
+        "identity",
+        "results",
+        "limits",
+        "progress",
+        "push",
+        "questions",
+    ],
     &["admission", "cluster", "user"],
     &["live"],
-    &["registry", "tasks"],
+    &["registry", "tasks", "retries"],
     &["sessions"],
     &["handler"],
     &["mod"],

@@ -24,6 +24,7 @@ use super::live::LiveSession;
 use super::progress::{Progress, Watched, request_id_text};
 use super::push::{LogThreshold, push_completions};
 use super::results::to_call_tool_result;
+use super::retries::{answers_by_retry, apply_answers, ask_or_answer, with_held};
 use super::sessions::{McpSessionState, Shared};
 use super::tasks::{EXEC_TASK_POLL_INTERVAL, EXEC_TASK_TTL, duration_ms, follow_cell};
 use super::user::{ClientUser, RootsCache};
@@ -139,6 +140,22 @@ impl CodemodeServer {
             .await
     }
 
+    /// The user of the cells this request starts, as its client reaches them: asked with
+    /// elicitation requests, or (a 2026-07-28 client) in results its retries answer.
+    fn client_user(&self, context: &RequestContext<RoleServer>, live: &LiveSession) -> ClientUser {
+        let user = ClientUser::new(
+            context.peer.clone(),
+            context.client_capabilities(),
+            self.log_threshold.clone(),
+            Arc::clone(&self.roots),
+        );
+        if answers_by_retry(&context.meta) {
+            user.answering_by_retry(Arc::clone(&live.questions))
+        } else {
+            user
+        }
+    }
+
     /// Who this MCP session (or request) is: fixed at its first request.
     async fn identity(&self, extensions: &rmcp::model::Extensions) -> Result<Identity, ErrorData> {
         self.shared.identity(&self.state, extensions).await
@@ -180,12 +197,10 @@ impl CodemodeServer {
         // this `exec` (notifications/cancelled) stops its cell.
         let options = options
             .with_ticket(CellTicket::new(slot))
-            .with_user(Arc::new(ClientUser::new(
-                context.peer.clone(),
-                self.log_threshold.clone(),
-                Arc::clone(&self.roots),
-            )))
-            .with_cancellation(context.ct.clone());
+            .with_user(Arc::new(self.client_user(&context, &live)))
+            .with_cancellation(context.ct.clone())
+            // A 2026-07-28 client is asked in the result: the result must not wait for it.
+            .with_yield_on_approval(answers_by_retry(&context.meta));
         let result = session.exec_tool_with(&call_id, code, options).await;
         live.touch();
         progress.stop().await;
@@ -211,7 +226,38 @@ impl CodemodeServer {
             }
             return Ok(CreateTaskResult::new(task).into());
         }
-        Ok(to_call_tool_result(result).into())
+        let running = result.running_cell_id.clone();
+        let result = to_call_tool_result(result);
+        if answers_by_retry(&context.meta) {
+            return Ok(ask_or_answer(
+                &live,
+                &self.shared.request_state,
+                result,
+                running.as_ref(),
+            ));
+        }
+        Ok(result.into())
+    }
+
+    /// A 2026-07-28 client's retry of `exec` or `wait` with its answers to the approvals its
+    /// result asked: they are applied, and the retry is answered as a `wait` on the cell.
+    async fn answer_retry(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let live = self.session(&context.extensions, &context.peer).await?;
+        let cell_id = apply_answers(&live, &self.shared.request_state, &request).await?;
+        let mut arguments = Map::new();
+        arguments.insert("cell_id".to_owned(), Value::String(cell_id.to_string()));
+        if let Some(yield_time) = request
+            .arguments
+            .as_ref()
+            .and_then(|arguments| arguments.get("yield_time_ms"))
+        {
+            arguments.insert("yield_time_ms".to_owned(), yield_time.clone());
+        }
+        self.wait(arguments, context).await
     }
 
     /// Sends a task request to the server that runs the cell of task `task_id`, when that is
@@ -267,7 +313,7 @@ impl CodemodeServer {
         &self,
         arguments: Map<String, Value>,
         context: RequestContext<RoleServer>,
-    ) -> Result<CallToolResult, ErrorData> {
+    ) -> Result<CallToolResponse, ErrorData> {
         // As the client sent them, should another server of the cluster answer.
         let forwarded = self.shared.cluster.is_some().then(|| arguments.clone());
         let parsed = refuse_unknown_arguments("wait", &arguments, WAIT_ARGUMENTS).and_then(|()| {
@@ -280,7 +326,7 @@ impl CodemodeServer {
         });
         let request = match parsed {
             Ok(request) => request,
-            Err(error) => return Ok(invalid_arguments(error)),
+            Err(error) => return Ok(invalid_arguments(error).into()),
         };
         // A cell of another server of the cluster: that server answers.
         if let Some(cluster) = &self.shared.cluster
@@ -308,7 +354,8 @@ impl CodemodeServer {
                     yield_time,
                     progress,
                 )
-                .await);
+                .await
+                .into());
         }
         let live = self.session(&context.extensions, &context.peer).await?;
         let session = &live.session;
@@ -320,6 +367,7 @@ impl CodemodeServer {
         );
         // A wait the client cancels (`notifications/cancelled`) stops observing at once: the
         // cell is free for the next wait, which gets every item this one had not returned.
+        let cell_id = CellId::parse(&request.cell_id);
         let result = tokio::select! {
             result = session.wait_tool(request) => Some(result),
             () = context.ct.cancelled() => None,
@@ -328,7 +376,22 @@ impl CodemodeServer {
         live.touch();
         progress.stop().await;
         match result {
-            Some(result) => Ok(to_call_tool_result(result)),
+            // A 2026-07-28 client: the output held back by an approval asked comes first, and a
+            // call waiting for approval is asked in the result.
+            Some(result) if answers_by_retry(&context.meta) => {
+                let result = to_call_tool_result(result);
+                let result = match &cell_id {
+                    Some(cell_id) => with_held(&live, cell_id, result),
+                    None => result,
+                };
+                Ok(ask_or_answer(
+                    &live,
+                    &self.shared.request_state,
+                    result,
+                    cell_id.as_ref(),
+                ))
+            }
+            Some(result) => Ok(to_call_tool_result(result).into()),
             None => Err(ErrorData::internal_error(
                 "the client cancelled this wait; the cell goes on, and the next wait picks it up",
                 None,
@@ -539,18 +602,19 @@ impl ServerHandler for CodemodeServer {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
+        let retry = request.request_state.is_some() || request.input_responses.is_some();
+        if retry && matches!(request.name.as_ref(), "exec" | "wait") {
+            return self.answer_retry(request, context).await;
+        }
         let arguments = request.arguments.clone().unwrap_or_default();
-        let result = match request.name.as_ref() {
-            "exec" => return self.exec(arguments, context).await,
-            "wait" => self.wait(arguments, context).await?,
-            other => {
-                return Err(ErrorData::invalid_params(
-                    format!("there is no tool named {other:?}; this server offers exec and wait"),
-                    None,
-                ));
-            }
-        };
-        Ok(result.into())
+        match request.name.as_ref() {
+            "exec" => self.exec(arguments, context).await,
+            "wait" => self.wait(arguments, context).await,
+            other => Err(ErrorData::invalid_params(
+                format!("there is no tool named {other:?}; this server offers exec and wait"),
+                None,
+            )),
+        }
     }
 }
 

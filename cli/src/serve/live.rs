@@ -11,6 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::cluster::Cluster;
 use super::limits::Slot;
+use super::questions::Questions;
 
 /// One open codemode session, whose tenant it is, when it was last used, and its `exec` tasks
 /// (another session's task ids find nothing here).
@@ -25,6 +26,8 @@ pub(super) struct LiveSession {
     cluster: Option<Arc<Cluster>>,
     /// The `wait` calls observing a cell now, by cell id.
     waits: parking_lot::Mutex<HashMap<String, WaitInFlight>>,
+    /// Approvals waiting for a 2026-07-28 client's retry.
+    pub(super) questions: Arc<Questions>,
 }
 
 /// A `wait` call observing a cell: whether its client cancelled it, and when it let go.
@@ -86,6 +89,7 @@ impl LiveSession {
             tasks,
             cluster,
             waits: parking_lot::Mutex::new(HashMap::new()),
+            questions: Arc::default(),
         }
     }
 

@@ -51,6 +51,7 @@ mod identity;
 mod limits;
 mod progress;
 mod push;
+mod questions;
 mod results;
 mod user;
 
@@ -59,6 +60,7 @@ mod cluster;
 mod live;
 
 mod registry;
+mod retries;
 mod tasks;
 
 mod sessions;
@@ -130,12 +132,20 @@ pub async fn serve(args: McpArgs) -> ExitCode {
             return ExitCode::from(if usage { exit::USAGE } else { exit::FAILED });
         }
     };
+    let request_state = match retries::state_codec() {
+        Ok(codec) => codec,
+        Err(message) => {
+            eprintln!("error: cannot make the key that seals request state: {message}");
+            return ExitCode::from(exit::FAILED);
+        }
+    };
     let shared = Arc::new(Shared {
         args: args.session.clone(),
         store,
         tools,
         permissions: Arc::new(permissions),
         max_wait: (args.max_wait_ms > 0).then(|| Duration::from_millis(args.max_wait_ms)),
+        request_state,
         limits,
         sessions: SessionRegistry::new(&limits),
         cluster,

@@ -30,6 +30,8 @@ pub(super) struct Shared {
     pub(super) permissions: Arc<codemode_session::Permissions>,
     /// How long a `wait` with nothing new holds on (`--max-wait-ms`); `None`: not at all.
     pub(super) max_wait: Option<Duration>,
+    /// Seals the request state of approvals asked of 2026-07-28 clients (a key of this run's).
+    pub(super) request_state: rmcp::model::RequestStateCodec,
     pub(super) limits: ServerLimits,
     /// The sessions open now, and what they hold under the limits.
     pub(super) sessions: SessionRegistry,

@@ -19,6 +19,7 @@ use rmcp::{Peer, RoleServer};
 use serde_json::{Value, json};
 
 use super::push::LogThreshold;
+use super::questions::Questions;
 
 /// The client's roots, once asked (per MCP session); forgotten when the client says they
 /// changed.
@@ -33,26 +34,42 @@ const DENY: &str = "deny";
 /// The user of a cell, through the client that ran it.
 pub(super) struct ClientUser {
     peer: Peer<RoleServer>,
+    /// What the client declared it can do, as its request said.
+    capabilities: Option<rmcp::model::ClientCapabilities>,
     log_threshold: LogThreshold,
     roots: RootsCache,
+    /// For a 2026-07-28 client: where questions wait for its retry (it takes no requests).
+    retries: Option<Arc<Questions>>,
 }
 
 impl ClientUser {
     pub(super) fn new(
         peer: Peer<RoleServer>,
+        capabilities: Option<rmcp::model::ClientCapabilities>,
         log_threshold: LogThreshold,
         roots: RootsCache,
     ) -> Self {
         ClientUser {
             peer,
+            capabilities,
             log_threshold,
             roots,
+            retries: None,
         }
+    }
+
+    /// This user asking through `questions`, answered by the client's retries (a 2026-07-28
+    /// client, which takes no requests from the server).
+    pub(super) fn answering_by_retry(mut self, questions: Arc<Questions>) -> Self {
+        self.retries = Some(questions);
+        self
     }
 
     /// What the client declared it can do.
     fn capabilities(&self) -> Option<rmcp::model::ClientCapabilities> {
-        self.peer.peer_info().map(|info| info.capabilities.clone())
+        self.capabilities
+            .clone()
+            .or_else(|| self.peer.peer_info().map(|info| info.capabilities.clone()))
     }
 
     /// Whether the client said it can show an elicitation form.
@@ -145,7 +162,7 @@ impl ClientUser {
 }
 
 /// The form: one required choice, titled for the user.
-fn form() -> ElicitationSchema {
+pub(super) fn form() -> ElicitationSchema {
     let schema = json!({
         "type": "object",
         "properties": {
@@ -167,9 +184,50 @@ fn form() -> ElicitationSchema {
     ElicitationSchema::from_json_schema(schema).expect("the approval form is a valid schema")
 }
 
+/// The user's answer to the approval form, as an [`Approval`].
+pub(super) fn approval_of(answer: &rmcp::model::ElicitResult) -> Approval {
+    match answer.action {
+        ElicitationAction::Accept => {
+            let decision = answer
+                .content
+                .as_ref()
+                .and_then(|content| content.get(DECISION))
+                .and_then(Value::as_str);
+            match decision {
+                Some(ALLOW_ONCE) => Approval::AllowOnce,
+                Some(ALLOW_SESSION) => Approval::AllowForSession,
+                Some(DENY) => Approval::Deny {
+                    by: "the user".to_owned(),
+                },
+                // Anything else is not a yes.
+                other => Approval::Deny {
+                    by: format!(
+                        "the user (an answer that is not one of the choices: {})",
+                        other.unwrap_or("none")
+                    ),
+                },
+            }
+        }
+        ElicitationAction::Decline => Approval::Deny {
+            by: "the user".to_owned(),
+        },
+        // Cancel, or an action this server does not know: not a yes.
+        _ => Approval::Deny {
+            by: "the user (who dismissed the question)".to_owned(),
+        },
+    }
+}
+
 #[async_trait]
 impl UserChannel for ClientUser {
     async fn ask_approval(&self, request: &ApprovalRequest) -> Approval {
+        if let Some(questions) = self.retries.as_ref().filter(|_| self.can_ask()) {
+            // Asked in the result of the client's `exec` or `wait`, answered by its retry.
+            let (_asked, heard) = questions.ask(request);
+            return heard.await.unwrap_or(Approval::Unavailable {
+                why: "the question was withdrawn before the client answered".to_owned(),
+            });
+        }
         if !self.can_ask() {
             return Approval::Unavailable {
                 why: "the MCP client did not declare the elicitation capability, so codemode \
@@ -190,36 +248,7 @@ impl UserChannel for ClientUser {
                 };
             }
         };
-        match answer.action {
-            ElicitationAction::Accept => {
-                let decision = answer
-                    .content
-                    .as_ref()
-                    .and_then(|content| content.get(DECISION))
-                    .and_then(Value::as_str);
-                match decision {
-                    Some(ALLOW_ONCE) => Approval::AllowOnce,
-                    Some(ALLOW_SESSION) => Approval::AllowForSession,
-                    Some(DENY) => Approval::Deny {
-                        by: "the user".to_owned(),
-                    },
-                    // Anything else is not a yes.
-                    other => Approval::Deny {
-                        by: format!(
-                            "the user (an answer that is not one of the choices: {})",
-                            other.unwrap_or("none")
-                        ),
-                    },
-                }
-            }
-            ElicitationAction::Decline => Approval::Deny {
-                by: "the user".to_owned(),
-            },
-            // Cancel, or an action this server does not know: not a yes.
-            _ => Approval::Deny {
-                by: "the user (who dismissed the question)".to_owned(),
-            },
-        }
+        approval_of(&answer)
     }
 
     async fn relay(&self, request: RelayedRequest) -> Result<Value, RelayError> {
