@@ -620,3 +620,52 @@ async fn a_2026_07_28_client_is_asked_in_the_result_and_its_retry_resumes_the_ce
     );
     assert_eq!(notes(&folder), ["forgot: asked by retry"]);
 }
+
+#[test]
+fn codemode_run_asks_at_the_terminal_and_follows_the_answers() {
+    use std::io::{Read, Write};
+    let folder = scratch("terminal");
+    let config = write_config(&folder, json!({}), json!({}));
+    let cell = folder.join("cell.js");
+    std::fs::write(
+        &cell,
+        format!(
+            "{}\n{}",
+            attempt("tools.demo__note({text: 'yes'})"),
+            attempt("tools.demo__forget({text: 'no'})")
+        ),
+    )
+    .unwrap();
+    // `script` gives the run a terminal of its own, and types what the test writes.
+    let command = format!(
+        "'{CODEMODE}' run --config '{}' '{}'",
+        config.display(),
+        cell.display()
+    );
+    let mut child = std::process::Command::new("script")
+        .args(["-qec", &command, "/dev/null"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("script (util-linux) runs");
+    let mut stdin = child.stdin.take().unwrap();
+    // Once for the first question, no for the second.
+    stdin.write_all(b"o\nn\n").unwrap();
+    let mut shown = String::new();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut shown)
+        .unwrap();
+    drop(stdin);
+    child.wait().unwrap();
+    assert_eq!(shown.matches("Allow? [o] once").count(), 2, "{shown}");
+    assert!(shown.contains("wants to call demo__forget"), "{shown}");
+    assert!(shown.contains("ok \"noted\""), "{shown}");
+    assert!(
+        shown.contains("refused: tools.demo__forget was denied by the user, at the terminal"),
+        "{shown}"
+    );
+    assert_eq!(notes(&folder), ["yes"]);
+}

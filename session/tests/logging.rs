@@ -77,3 +77,59 @@ async fn an_embedder_can_opt_in_to_logging_tool_content() {
     let log = log_of_a_cell(true).await;
     assert!(log.contains("hunter2-argument"), "{log}");
 }
+
+#[tokio::test]
+async fn every_ruling_of_the_gate_is_an_event_with_a_digest_not_the_arguments() {
+    let captured = Captured::default();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(captured.clone())
+        .with_max_level(tracing::Level::INFO)
+        .with_ansi(false)
+        .finish();
+    let _default = tracing::subscriber::set_default(subscriber);
+    let store = Arc::new(MemoryStore::default());
+    let permissions = codemode_session::Permissions::allow_all()
+        .with_rule(codemode_session::Verdict::Deny, "fail");
+    let config = SessionConfig::default().with_permissions(permissions);
+    let (session, tools) = open("ruled", &store, config).await;
+    let report = execute(
+        &session,
+        "cell",
+        request(
+            r#"await tools.echo({ password: "hunter2-argument" });
+               try { await tools.fail({ x: 1 }); } catch (e) { text(e.message); }"#,
+        ),
+    )
+    .await;
+    assert!(report.event.is_terminal());
+    let log = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    let rulings: Vec<&str> = log
+        .lines()
+        .filter(|line| line.contains("tool call ruled"))
+        .collect();
+    assert_eq!(rulings.len(), 2, "{log}");
+    assert!(rulings[0].contains("codemode::gate"), "{log}");
+    assert!(rulings[0].contains("tool=\"echo\""), "{log}");
+    assert!(rulings[0].contains("verdict=\"allow\""), "{log}");
+    assert!(
+        rulings[0].contains("decided_by=\"the default permission\""),
+        "{log}"
+    );
+    assert!(rulings[0].contains("arguments_sha256="), "{log}");
+    assert!(rulings[1].contains("tool=\"fail\""), "{log}");
+    assert!(rulings[1].contains("verdict=\"deny\""), "{log}");
+    assert!(
+        rulings[1].contains("decided_by=\"the rule \\\"deny: fail\\\"\""),
+        "{log}"
+    );
+    assert!(!log.contains("hunter2"), "{log}");
+    // The denied call never reached the provider.
+    let called: Vec<String> = tools
+        .calls
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|call| call.name.name.clone())
+        .collect();
+    assert_eq!(called, ["echo"]);
+}
