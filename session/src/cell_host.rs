@@ -83,20 +83,22 @@ impl CellHost for SessionCellHost {
                 tracing::debug!(input = ?invocation.input, "tool call input");
             }
             // The one gate: nothing is dispatched without its ruling.
-            let definition = self
+            // What the tool says of itself, as last listed (nothing, if it is no longer listed).
+            let annotations = self
                 .shared
                 .tools
                 .lock()
                 .tools
                 .iter()
-                .find(|tool| tool.name == invocation.name)
-                .cloned();
+                .find(|listed| listed.name == invocation.name)
+                .and_then(|listed| listed.annotations);
             let admitted = self.shared.gate.admit(
                 &self.shared.id,
                 &self.cell_id,
                 &self.gate,
                 &invocation,
-                definition.as_ref(),
+                &tool,
+                annotations,
             );
             // A cell that ends while its call waits for the user stops waiting.
             tokio::select! {

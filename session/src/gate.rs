@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use codemode_cell_actor::{ToolError, ToolInvocation};
-use codemode_protocol::{CellId, ToolDefinition};
+use codemode_protocol::{CellId, ToolAnnotations};
 use parking_lot::Mutex;
 use sha2::{Digest, Sha256};
 
@@ -115,29 +115,29 @@ impl Gate {
         awaiting
     }
 
-    /// Decides on `invocation` of `definition` (its listing; `None` when the tool is no longer
-    /// listed, which says nothing of its effects), asking the cell's user when the rules say
-    /// so. `Ok`: dispatch the call. `Err`: the call rejects in the cell with this error.
+    /// Decides on `invocation` of the tool cells call `tool`, which says `annotations` of itself
+    /// (`None` when it says nothing, or is no longer listed), asking the cell's user when the
+    /// rules say so. `Ok`: dispatch the call. `Err`: the call rejects in the cell with this error.
     pub(crate) async fn admit(
         &self,
         session: &str,
         cell_id: &CellId,
         cell: &CellGate,
         invocation: &ToolInvocation,
-        definition: Option<&ToolDefinition>,
+        tool: &str,
+        annotations: Option<ToolAnnotations>,
     ) -> Result<(), ToolError> {
-        let tool = invocation.name.global_name();
-        let unlisted;
-        let definition = match definition {
-            Some(definition) => definition,
-            None => {
-                unlisted = ToolDefinition::function(invocation.name.clone(), "");
-                &unlisted
-            }
+        // The digest is made only for a log that records the ruling.
+        let digest = if tracing::enabled!(target: "codemode::gate", tracing::Level::INFO) {
+            arguments_digest(invocation)
+        } else {
+            String::new()
         };
-        let digest = arguments_digest(invocation);
-        let mut ruling = self.permissions.decide(definition);
-        if ruling.verdict != Verdict::Deny && self.granted.lock().contains(&tool) {
+        let mut ruling = self.permissions.decide_by_name(tool, annotations);
+        if ruling.verdict != Verdict::Deny
+            && ruling.verdict != Verdict::Allow
+            && self.granted.lock().contains(tool)
+        {
             ruling.verdict = Verdict::Allow;
             ruling.reason = Reason::AllowedForSession;
         }
@@ -145,7 +145,7 @@ impl Gate {
             record(
                 session,
                 cell_id,
-                &tool,
+                tool,
                 &digest,
                 "deny",
                 &ruling.reason.to_string(),
@@ -156,7 +156,7 @@ impl Gate {
                 ruling.reason
             )));
         }
-        let writes = !definition.is_read_only();
+        let writes = !annotations.is_some_and(|annotations| annotations.is_read_only());
         if writes && let Some(max) = self.max_writes_per_cell {
             let made = cell
                 .writes
@@ -167,7 +167,7 @@ impl Gate {
                 record(
                     session,
                     cell_id,
-                    &tool,
+                    tool,
                     &digest,
                     "deny",
                     "--max-writes-per-cell",
@@ -185,9 +185,9 @@ impl Gate {
                     session: session.to_owned(),
                     cell_id: cell_id.clone(),
                     call_id: invocation.id.clone(),
-                    tool: tool.clone(),
+                    tool: tool.to_owned(),
                     server: invocation.name.namespace.clone(),
-                    annotations: definition.annotations,
+                    annotations,
                     arguments: readable_arguments(invocation),
                     reason: ruling.reason.clone(),
                 };
@@ -197,26 +197,29 @@ impl Gate {
         };
         let refusal = match answer {
             None => {
-                record(
-                    session,
-                    cell_id,
-                    &tool,
-                    &digest,
-                    "allow",
-                    &ruling.reason.to_string(),
-                );
+                // The common path: no string is made for a log that does not record it.
+                if tracing::enabled!(target: "codemode::gate", tracing::Level::INFO) {
+                    record(
+                        session,
+                        cell_id,
+                        tool,
+                        &digest,
+                        "allow",
+                        &ruling.reason.to_string(),
+                    );
+                }
                 None
             }
             Some(Approval::AllowOnce) => {
-                record(session, cell_id, &tool, &digest, "allow", "the user, once");
+                record(session, cell_id, tool, &digest, "allow", "the user, once");
                 None
             }
             Some(Approval::AllowForSession) => {
-                self.granted.lock().insert(tool.clone());
+                self.granted.lock().insert(tool.to_owned());
                 record(
                     session,
                     cell_id,
-                    &tool,
+                    tool,
                     &digest,
                     "allow",
                     "the user, for the session",
@@ -224,7 +227,7 @@ impl Gate {
                 None
             }
             Some(Approval::Deny { by }) => {
-                record(session, cell_id, &tool, &digest, "deny", &by);
+                record(session, cell_id, tool, &digest, "deny", &by);
                 Some(format!(
                     "tools.{tool} was denied by {by}; nothing was sent to the tool"
                 ))
@@ -233,7 +236,7 @@ impl Gate {
                 record(
                     session,
                     cell_id,
-                    &tool,
+                    tool,
                     &digest,
                     "deny",
                     "nobody could be asked",

@@ -6,7 +6,7 @@
 //! matches wins, then an `ask` rule, then an `allow` rule; with none matching, a tool that says
 //! it only reads (`readOnlyHint: true`) runs, and anything else follows the default.
 
-use codemode_protocol::ToolDefinition;
+use codemode_protocol::{ToolAnnotations, ToolDefinition};
 
 /// What the gate does with a call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -192,13 +192,17 @@ impl Permissions {
     /// The ruling on a call of `tool`: deny, then ask, then allow rules, then the tool's
     /// `readOnlyHint`, then the default.
     pub fn decide(&self, tool: &ToolDefinition) -> Ruling {
-        let name = tool.global_name();
+        self.decide_by_name(&tool.global_name(), tool.annotations)
+    }
+
+    /// The ruling on a call of the tool cells call `name`, which says `annotations` of itself.
+    pub fn decide_by_name(&self, name: &str, annotations: Option<ToolAnnotations>) -> Ruling {
         for (verdict, list) in [
             (Verdict::Deny, &self.deny),
             (Verdict::Ask, &self.ask),
             (Verdict::Allow, &self.allow),
         ] {
-            if let Some(pattern) = list.iter().find(|pattern| pattern.matches(&name)) {
+            if let Some(pattern) = list.iter().find(|pattern| pattern.matches(name)) {
                 return Ruling {
                     verdict,
                     reason: Reason::Rule {
@@ -208,7 +212,7 @@ impl Permissions {
                 };
             }
         }
-        if tool.is_read_only() {
+        if annotations.is_some_and(|annotations| annotations.is_read_only()) {
             return Ruling {
                 verdict: Verdict::Allow,
                 reason: Reason::ReadOnly,

@@ -229,12 +229,9 @@ impl CodemodeServer {
         let running = result.running_cell_id.clone();
         let result = to_call_tool_result(result);
         if answers_by_retry(&context.meta) {
-            return Ok(ask_or_answer(
-                &live,
-                &self.shared.request_state,
-                result,
-                running.as_ref(),
-            ));
+            return Ok(
+                ask_or_answer(&live, &self.shared.request_state, result, running.as_ref()).await,
+            );
         }
         Ok(result.into())
     }
@@ -384,12 +381,10 @@ impl CodemodeServer {
                     Some(cell_id) => with_held(&live, cell_id, result),
                     None => result,
                 };
-                Ok(ask_or_answer(
-                    &live,
-                    &self.shared.request_state,
-                    result,
-                    cell_id.as_ref(),
-                ))
+                Ok(
+                    ask_or_answer(&live, &self.shared.request_state, result, cell_id.as_ref())
+                        .await,
+                )
             }
             Some(result) => Ok(to_call_tool_result(result).into()),
             None => Err(ErrorData::internal_error(
