@@ -592,14 +592,9 @@ fn the_python_sdk_client_works_over_stdio_and_http() {
     python_sdk_client(&tools, &["http", server.url(), TOKEN]);
 }
 
-#[test]
-fn the_python_sdk_clients_elicitation_handler_approves_nested_calls() {
-    let tools = tools();
-    let mut command = Command::new(tools.python_program("python"));
-    command
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/ecosystem/sdk_client.py"))
-        .args(["approvals", CODEMODE]);
-    let stdout = run_ok(&tools, command, "the Python SDK client, approvals");
+/// `command` (an SDK client's `approvals` mode) passes its three checks.
+fn sdk_approvals(tools: &McpServers, command: Command, what: &str) {
+    let stdout = run_ok(tools, command, what);
     assert_eq!(
         stdout
             .lines()
@@ -611,6 +606,16 @@ fn the_python_sdk_clients_elicitation_handler_approves_nested_calls() {
 }
 
 #[test]
+fn the_python_sdk_clients_elicitation_handler_approves_nested_calls() {
+    let tools = tools();
+    let mut command = Command::new(tools.python_program("python"));
+    command
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/ecosystem/sdk_client.py"))
+        .args(["approvals", CODEMODE]);
+    sdk_approvals(&tools, command, "the Python SDK client, approvals");
+}
+
+#[test]
 fn the_typescript_sdk_clients_elicitation_handler_approves_nested_calls() {
     let tools = tools();
     let mut command = Command::new(tools.node22());
@@ -618,15 +623,7 @@ fn the_typescript_sdk_clients_elicitation_handler_approves_nested_calls() {
         .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/ecosystem/sdk_client.mjs"))
         .arg(tools.ecosystem_package("sdk", "@modelcontextprotocol/sdk"))
         .args(["approvals", CODEMODE]);
-    let stdout = run_ok(&tools, command, "the TypeScript SDK client, approvals");
-    assert_eq!(
-        stdout
-            .lines()
-            .filter(|line| line.starts_with("ok "))
-            .count(),
-        3,
-        "{stdout}"
-    );
+    sdk_approvals(&tools, command, "the TypeScript SDK client, approvals");
 }
 
 #[test]

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use codemode_test_support::within;
-use common::{CODEMODE, RawClient, codemode_with_input, running_cell_id};
+use common::{CODEMODE, RawClient, codemode_with_input, raw_text, running_cell_id};
 use serde_json::{Value, json};
 
 fn scratch(name: &str) -> PathBuf {
@@ -221,16 +221,6 @@ async fn until_response(
     )
 }
 
-fn text(response: &Value) -> String {
-    response["result"]["content"]
-        .as_array()
-        .unwrap_or_else(|| panic!("not a tool result: {response}"))
-        .iter()
-        .filter_map(|block| block["text"].as_str())
-        .collect::<Vec<_>>()
-        .join("\n")
-}
-
 fn decision(decision: &str) -> Value {
     json!({"action": "accept", "content": {"decision": decision}})
 }
@@ -254,7 +244,7 @@ async fn a_client_with_elicitation_is_asked_and_its_answers_are_followed() {
         )
         .await;
     let (asked, response) = until_response(&mut client, 1, |_| Some(decision("allow_once"))).await;
-    assert!(text(&response).contains("ok \"noted\""), "{response}");
+    assert!(raw_text(&response).contains("ok \"noted\""), "{response}");
     assert_eq!(asked.len(), 1);
     let message = asked[0]["message"].as_str().unwrap();
     for expected in [
@@ -285,7 +275,7 @@ async fn a_client_with_elicitation_is_asked_and_its_answers_are_followed() {
     let (_, response) =
         until_response(&mut client, 2, |_| Some(json!({"action": "decline"}))).await;
     assert!(
-        text(&response).contains("refused: tools.demo__note was denied by the user"),
+        raw_text(&response).contains("refused: tools.demo__note was denied by the user"),
         "{response}"
     );
 
@@ -302,7 +292,7 @@ async fn a_client_with_elicitation_is_asked_and_its_answers_are_followed() {
         until_response(&mut client, 3, |_| Some(decision("allow_session"))).await;
     assert_eq!(asked.len(), 1, "{asked:?}");
     assert_eq!(
-        text(&response).matches("ok \"noted\"").count(),
+        raw_text(&response).matches("ok \"noted\"").count(),
         2,
         "{response}"
     );
@@ -327,7 +317,10 @@ async fn a_client_with_elicitation_is_asked_and_its_answers_are_followed() {
         .await;
     let (asked, response) = until_response(&mut client, 5, |_| Some(decision("deny"))).await;
     assert_eq!(asked.len(), 1);
-    assert!(text(&response).contains("denied by the user"), "{response}");
+    assert!(
+        raw_text(&response).contains("denied by the user"),
+        "{response}"
+    );
     assert_eq!(
         notes(&folder),
         ["forgot: first", "session 1", "session 2", "session 3"]
@@ -351,7 +344,7 @@ async fn a_call_waiting_for_approval_stays_pending_and_a_client_that_cannot_be_a
     // The question arrives; nobody answers it yet, and exec returns at its yield time.
     let (_, question) = until_response(&mut client, 1, |_| None).await;
     assert_eq!(question["method"], "elicitation/create", "{question}");
-    let running = text(&client.response(1).await);
+    let running = raw_text(&client.response(1).await);
     assert!(
         running.starts_with("Script running with cell ID"),
         "{running}"
@@ -379,7 +372,7 @@ async fn a_call_waiting_for_approval_stays_pending_and_a_client_that_cannot_be_a
                 json!({}),
             )
             .await;
-        finished = text(&client.response(id).await);
+        finished = raw_text(&client.response(id).await);
         if !finished.starts_with("Script running") {
             break;
         }
@@ -398,7 +391,7 @@ async fn a_call_waiting_for_approval_stays_pending_and_a_client_that_cannot_be_a
             json!({}),
         )
         .await;
-    let refused = text(&within("the refusal", plain.response(1)).await);
+    let refused = raw_text(&within("the refusal", plain.response(1)).await);
     assert!(
         refused.contains("refused: tools.demo__note needs the user's approval"),
         "{refused}"
@@ -454,14 +447,14 @@ async fn cancelling_exec_stops_its_cell_and_a_later_wait_gets_its_output() {
     client
         .call(8, "wait", json!({"cell_id": "1"}), json!({}))
         .await;
-    let kept = text(&client.response(8).await);
+    let kept = raw_text(&client.response(8).await);
     assert!(kept.starts_with("Script terminated"), "{kept}");
     assert!(kept.contains("started"), "{kept}");
     // And only once.
     client
         .call(9, "wait", json!({"cell_id": "1"}), json!({}))
         .await;
-    assert!(text(&client.response(9).await).starts_with("No cell with ID 1"));
+    assert!(raw_text(&client.response(9).await).starts_with("No cell with ID 1"));
 }
 
 /// Reads up to the response to `id`, returning the log messages (`notifications/message`
@@ -511,7 +504,7 @@ async fn a_downstream_log_message_during_a_call_reaches_the_client_at_its_level(
         )
         .await;
     let (logs, response) = logs_until_response(&mut client, 4).await;
-    assert!(text(&response).contains("done"), "{response}");
+    assert!(raw_text(&response).contains("done"), "{response}");
     let heard: Vec<&Value> = logs.iter().filter(|log| log["data"] == "heard").collect();
     assert_eq!(heard.len(), 1, "{logs:?}");
     // Under the server's name, at the level it was sent.

@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 mod common;
 
 use codemode_test_support::within;
-use common::{CODEMODE, RawClient, running_cell_id, text_of};
+use common::{CODEMODE, RawClient, raw_text, running_cell_id, text_of};
 
 /// A client that records the notifications it receives.
 #[derive(Clone, Default)]
@@ -597,17 +597,6 @@ async fn replacing_the_binary_under_a_running_server_does_not_break_new_cells() 
         );
     }
     client.cancel().await.unwrap();
-}
-
-/// The text blocks of a raw `tools/call` response, one per line.
-fn raw_text(response: &Value) -> String {
-    response["result"]["content"]
-        .as_array()
-        .unwrap_or_else(|| panic!("not a tool result: {response}"))
-        .iter()
-        .filter_map(|block| block["text"].as_str())
-        .collect::<Vec<_>>()
-        .join("\n")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

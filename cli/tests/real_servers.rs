@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 mod common;
 
 use codemode_test_support::{mcp_servers, within};
-use common::{CODEMODE, text_of, wait_for_line};
+use common::{CODEMODE, raw_text, text_of, wait_for_line};
 
 async fn exec(
     client: &rmcp::service::RunningService<RoleClient, ()>,
@@ -380,17 +380,6 @@ async fn terminating_a_cell_cancels_the_task_of_a_tool_that_runs_only_as_a_task(
     )
     .await;
     client.cancel().await.unwrap();
-}
-
-/// The text blocks of a raw `tools/call` response, one per line.
-fn raw_text(response: &Value) -> String {
-    response["result"]["content"]
-        .as_array()
-        .unwrap_or_else(|| panic!("not a tool result: {response}"))
-        .iter()
-        .filter_map(|block| block["text"].as_str())
-        .collect::<Vec<_>>()
-        .join("\n")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -133,6 +133,7 @@ impl Gate {
         } else {
             String::new()
         };
+        let ruled = |verdict: &str, by: &str| record(session, cell_id, tool, &digest, verdict, by);
         let mut ruling = self.permissions.decide_by_name(tool, annotations);
         if ruling.verdict != Verdict::Deny
             && ruling.verdict != Verdict::Allow
@@ -142,14 +143,7 @@ impl Gate {
             ruling.reason = Reason::AllowedForSession;
         }
         if ruling.verdict == Verdict::Deny {
-            record(
-                session,
-                cell_id,
-                tool,
-                &digest,
-                "deny",
-                &ruling.reason.to_string(),
-            );
+            ruled("deny", &ruling.reason.to_string());
             return Err(ToolError::denied(format!(
                 "tools.{tool} was denied by {} in the permissions of the configuration; nothing \
                  was sent to the tool",
@@ -164,14 +158,7 @@ impl Gate {
             if made >= max {
                 cell.writes
                     .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
-                record(
-                    session,
-                    cell_id,
-                    tool,
-                    &digest,
-                    "deny",
-                    "--max-writes-per-cell",
-                );
+                ruled("deny", "--max-writes-per-cell");
                 return Err(ToolError::denied(format!(
                     "tools.{tool}: this cell has made {made} calls that are not read-only, its \
                      limit (--max-writes-per-cell {max}); nothing was sent to the tool. Do the \
@@ -199,48 +186,27 @@ impl Gate {
             None => {
                 // The common path: no string is made for a log that does not record it.
                 if tracing::enabled!(target: "codemode::gate", tracing::Level::INFO) {
-                    record(
-                        session,
-                        cell_id,
-                        tool,
-                        &digest,
-                        "allow",
-                        &ruling.reason.to_string(),
-                    );
+                    ruled("allow", &ruling.reason.to_string());
                 }
                 None
             }
             Some(Approval::AllowOnce) => {
-                record(session, cell_id, tool, &digest, "allow", "the user, once");
+                ruled("allow", "the user, once");
                 None
             }
             Some(Approval::AllowForSession) => {
                 self.granted.lock().insert(tool.to_owned());
-                record(
-                    session,
-                    cell_id,
-                    tool,
-                    &digest,
-                    "allow",
-                    "the user, for the session",
-                );
+                ruled("allow", "the user, for the session");
                 None
             }
             Some(Approval::Deny { by }) => {
-                record(session, cell_id, tool, &digest, "deny", &by);
+                ruled("deny", &by);
                 Some(format!(
                     "tools.{tool} was denied by {by}; nothing was sent to the tool"
                 ))
             }
             Some(Approval::Unavailable { why }) => {
-                record(
-                    session,
-                    cell_id,
-                    tool,
-                    &digest,
-                    "deny",
-                    "nobody could be asked",
-                );
+                ruled("deny", "nobody could be asked");
                 Some(format!(
                     "tools.{tool} needs the user's approval ({} asks), and nobody could be asked: \
                      {why}. Nothing was sent to the tool. To let it run without asking, add \

@@ -192,6 +192,17 @@ impl rmcp::ClientHandler for TaskClient {
     }
 }
 
+/// The text blocks of a raw `tools/call` response, one per line.
+pub fn raw_text(response: &serde_json::Value) -> String {
+    response["result"]["content"]
+        .as_array()
+        .unwrap_or_else(|| panic!("not a tool result: {response}"))
+        .iter()
+        .filter_map(|block| block["text"].as_str())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 /// `codemode mcp --demo-tools` spoken to in JSON-RPC by hand, to see exactly which lines the
 /// server writes and in what order.
 pub struct RawClient {
