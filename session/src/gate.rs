@@ -23,6 +23,7 @@ use crate::user::{APPROVAL_ARGUMENTS_CHARS, Approval, ApprovalRequest, UserChann
 
 /// A call that waits for the user's answer, as observations show it.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct AwaitingApproval {
     /// The call's id within its cell.
     pub call_id: String,

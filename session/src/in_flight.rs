@@ -9,6 +9,7 @@ use parking_lot::Mutex;
 
 /// One running call, as a quiet observation shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct CallInFlight {
     /// The call's id within its cell.
     pub call_id: String,

@@ -75,6 +75,7 @@ impl std::fmt::Display for Reason {
 
 /// The gate's ruling on one call.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Ruling {
     /// What happens to the call.
     pub verdict: Verdict,

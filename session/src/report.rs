@@ -30,6 +30,7 @@ pub struct CellReport {
 
 /// What a quiet observation says: how long nothing came, and the cell's calls still running.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Quiet {
     /// How long the observation saw nothing new.
     pub quiet_for: Duration,

@@ -141,6 +141,7 @@ impl RelayedRequest {
 /// Why a relayed request got no answer from the user.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{message}")]
+#[non_exhaustive]
 pub struct RelayError {
     /// What happened, for the server that asked.
     pub message: String,
