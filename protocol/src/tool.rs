@@ -159,12 +159,6 @@ impl ToolDefinition {
         self
     }
 
-    /// Whether the tool says it only reads (`readOnlyHint: true`).
-    pub fn is_read_only(&self) -> bool {
-        self.annotations
-            .is_some_and(|annotations| annotations.is_read_only())
-    }
-
     /// The tool's name inside JavaScript; see [`ToolName::global_name`].
     pub fn global_name(&self) -> String {
         self.name.global_name()

@@ -535,16 +535,9 @@ impl Session {
         &self.shared
     }
 
-    /// One observation of `cell_id` (see [`Session::observe`]).
-    pub(crate) async fn observe_cell(
-        &self,
-        cell_id: &CellId,
-        observation: Observation,
-    ) -> Result<WaitOutcome, SessionError> {
-        self.observe(cell_id, observation).await
-    }
-
-    async fn observe(
+    /// One observation of `cell_id`: its kept event, if a cancelled `exec` left one, or what
+    /// its actor answers.
+    pub(crate) async fn observe(
         &self,
         cell_id: &CellId,
         observation: Observation,

@@ -124,7 +124,7 @@ impl Session {
             let news = news.clone();
             async move {
                 let observation = Observation::yield_after(round).with_yield_signal(news.clone());
-                let outcome = self.observe_cell(cell_id, observation).await;
+                let outcome = self.observe(cell_id, observation).await;
                 if outcome.as_ref().map_or(true, has_news) {
                     news.cancel();
                 }

@@ -142,10 +142,15 @@ impl CodemodeServer {
 
     /// The user of the cells this request starts, as its client reaches them: asked with
     /// elicitation requests, or (a 2026-07-28 client) in results its retries answer.
-    fn client_user(&self, context: &RequestContext<RoleServer>, live: &LiveSession) -> ClientUser {
+    fn client_user(
+        &self,
+        context: &RequestContext<RoleServer>,
+        capabilities: Option<rmcp::model::ClientCapabilities>,
+        live: &LiveSession,
+    ) -> ClientUser {
         let user = ClientUser::new(
             context.peer.clone(),
-            context.client_capabilities(),
+            capabilities,
             self.log_threshold.clone(),
             Arc::clone(&self.roots),
         );
@@ -183,8 +188,10 @@ impl CodemodeServer {
             Ok(parsed) => parsed,
             Err(error) => return Ok(invalid_arguments(error).into()),
         };
-        let as_task = context
-            .client_capabilities()
+        // Decoded once: whether `exec` may answer with a task, and what its cells' user can do.
+        let capabilities = context.client_capabilities();
+        let as_task = capabilities
+            .as_ref()
             .is_some_and(|capabilities| capabilities.supports_tasks());
         let live = self.session(&context.extensions, &context.peer).await?;
         let slot = self.shared.admit_cell(&live.tenant).await?;
@@ -197,7 +204,7 @@ impl CodemodeServer {
         // this `exec` (notifications/cancelled) stops its cell.
         let options = options
             .with_ticket(CellTicket::new(slot))
-            .with_user(Arc::new(self.client_user(&context, &live)))
+            .with_user(Arc::new(self.client_user(&context, capabilities, &live)))
             .with_cancellation(context.ct.clone())
             // A 2026-07-28 client is asked in the result: the result must not wait for it.
             .with_yield_on_approval(answers_by_retry(&context.meta));
@@ -229,9 +236,12 @@ impl CodemodeServer {
         let running = result.running_cell_id.clone();
         let result = to_call_tool_result(result);
         if answers_by_retry(&context.meta) {
-            return Ok(
-                ask_or_answer(&live, &self.shared.request_state, result, running.as_ref()).await,
-            );
+            return Ok(ask_or_answer(
+                &live,
+                &self.shared.request_state,
+                result,
+                running.as_ref(),
+            ));
         }
         Ok(result.into())
     }
@@ -381,10 +391,12 @@ impl CodemodeServer {
                     Some(cell_id) => with_held(&live, cell_id, result),
                     None => result,
                 };
-                Ok(
-                    ask_or_answer(&live, &self.shared.request_state, result, cell_id.as_ref())
-                        .await,
-                )
+                Ok(ask_or_answer(
+                    &live,
+                    &self.shared.request_state,
+                    result,
+                    cell_id.as_ref(),
+                ))
             }
             Some(result) => Ok(to_call_tool_result(result).into()),
             None => Err(ErrorData::internal_error(

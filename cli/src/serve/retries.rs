@@ -46,7 +46,7 @@ pub(super) fn state_codec() -> Result<RequestStateCodec, Box<dyn std::error::Err
 
 /// `result` as the client gets it: as it is, or (when the cell it observed has calls waiting
 /// for approval) `input_required` with a form for each, `result`'s items held for the retry.
-pub(super) async fn ask_or_answer(
+pub(super) fn ask_or_answer(
     live: &LiveSession,
     codec: &RequestStateCodec,
     result: CallToolResult,
@@ -55,16 +55,7 @@ pub(super) async fn ask_or_answer(
     let Some(cell_id) = cell_id else {
         return result.into();
     };
-    // The gate shows a call waiting a moment before the client's question is put up here: let
-    // it be put up (bounded, as the answer to a retry is).
-    for _ in 0..200 {
-        if !live.questions.of_cell(cell_id).is_empty()
-            || live.session.awaiting_approval(cell_id).is_empty()
-        {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    // The gate shows a call as waiting only once its question is up here.
     let questions = live.questions.of_cell(cell_id);
     if questions.is_empty() {
         return result.into();

@@ -65,11 +65,10 @@ impl ClientUser {
         self
     }
 
-    /// What the client declared it can do.
-    fn capabilities(&self) -> Option<rmcp::model::ClientCapabilities> {
-        self.capabilities
-            .clone()
-            .or_else(|| self.peer.peer_info().map(|info| info.capabilities.clone()))
+    /// What the client declared it can do (as its request said, or its `initialize`: the
+    /// request context's `client_capabilities`).
+    fn capabilities(&self) -> Option<&rmcp::model::ClientCapabilities> {
+        self.capabilities.as_ref()
     }
 
     /// Whether the client said it can show an elicitation form.
@@ -82,7 +81,7 @@ impl ClientUser {
     async fn elicit(&self, server: &str, params: Value) -> Result<Value, RelayError> {
         let elicitation = self
             .capabilities()
-            .and_then(|capabilities| capabilities.elicitation)
+            .and_then(|capabilities| capabilities.elicitation.clone())
             .ok_or_else(|| {
                 RelayError::new("the MCP client of this script did not declare elicitation")
             })?;
