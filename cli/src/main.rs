@@ -79,7 +79,7 @@ fn main() -> ExitCode {
             Command::DemoMcpServer { http } => {
                 let served = match http {
                     Some(address) => {
-                        codemode_host_adapters::demo_server::serve_http(&address).await
+                        codemode_host_adapters::demo_server::serve_http(&address, None).await
                     }
                     None => codemode_host_adapters::demo_server::serve_stdio().await,
                 };

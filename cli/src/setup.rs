@@ -216,7 +216,11 @@ impl SessionArgs {
         }
         let environment = user_environment();
         for server in servers {
-            tools = tools.with(McpTools::new(server.with_environment(environment.clone())));
+            let name = server.namespace.clone();
+            tools = tools.with_named(
+                name,
+                McpTools::new(server.with_environment(environment.clone())),
+            );
         }
         Ok(Tools {
             provider: Arc::new(tools),

@@ -201,8 +201,12 @@ pub async fn serve_stdio() -> Result<(), Box<dyn std::error::Error + Send + Sync
 
 /// Serves the demo tools over streamable HTTP at `http://ADDRESS/mcp`, printing
 /// `listening on http://<bound address>/mcp` on stdout first (so an address with port 0 can be
-/// used, and a parent process can read where it listens).
-pub async fn serve_http(address: &str) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+/// used, and a parent process can read where it listens). With `bearer`, a request without
+/// `Authorization: Bearer <bearer>` is answered 401, as a server that demands a token answers.
+pub async fn serve_http(
+    address: &str,
+    bearer: Option<String>,
+) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
     use rmcp::transport::streamable_http_server::{
         StreamableHttpServerConfig, StreamableHttpService,
@@ -213,7 +217,29 @@ pub async fn serve_http(address: &str) -> Result<(), Box<dyn std::error::Error +
             Default::default(),
             StreamableHttpServerConfig::default(),
         );
-    let router = axum::Router::new().nest_service("/mcp", service);
+    let mut router = axum::Router::new().nest_service("/mcp", service);
+    if let Some(token) = bearer {
+        let expected = format!("Bearer {token}");
+        router = router.layer(axum::middleware::from_fn(
+            move |request: axum::extract::Request, next: axum::middleware::Next| {
+                let authorised = request
+                    .headers()
+                    .get(http::header::AUTHORIZATION)
+                    .is_some_and(|value| value.as_bytes() == expected.as_bytes());
+                async move {
+                    if authorised {
+                        next.run(request).await
+                    } else {
+                        axum::response::IntoResponse::into_response((
+                            http::StatusCode::UNAUTHORIZED,
+                            [(http::header::WWW_AUTHENTICATE, "Bearer")],
+                            "a bearer token is required",
+                        ))
+                    }
+                }
+            },
+        ));
+    }
     let listener = tokio::net::TcpListener::bind(address).await?;
     println!("listening on http://{}/mcp", listener.local_addr()?);
     axum::serve(listener, router).await?;

@@ -24,6 +24,7 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+mod availability;
 mod cell_host;
 mod config;
 mod discovery;
@@ -46,6 +47,7 @@ mod throw_sites;
 mod user;
 mod waiting;
 
+pub use availability::Unavailable;
 pub use codemode_cell_actor::{
     CellError, CellEvent, CollectedOutput, OutputMode, ToolCallFate, ToolCallRecord, ToolError,
     ToolErrorKind, ToolInvocation,

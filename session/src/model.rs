@@ -237,11 +237,12 @@ Globals:
 Modern built-ins are available, including Array.prototype.toSorted/toReversed/with, Object.groupBy, Map.groupBy, Promise.withResolvers and Array.fromAsync.
 
 Tools:
-{tools}"#,
+{tools}{down}"#,
             yield_ms = config.default_exec_yield_time.as_millis(),
             tokens = config.default_max_output_tokens,
             max_source_mib = codemode_protocol::limits::MAX_SOURCE_BYTES / (1024 * 1024),
             tools = tools_section(&self.tools(), config.tool_description_budget_tokens).0,
+            down = crate::availability::down_section(&self.unavailable()),
             approvals = if config.permissions.default == crate::Verdict::Allow {
                 ""
             } else {

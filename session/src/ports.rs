@@ -230,6 +230,13 @@ pub trait ToolProvider: Send + Sync + 'static {
         0
     }
 
+    /// The parts behind the provider that are down now (downstream servers that failed to
+    /// start or to list their tools, or that died), each with why; their tools are left out of
+    /// the listing until they are back. The default: nothing is ever down.
+    fn unavailable(&self) -> Vec<crate::Unavailable> {
+        Vec::new()
+    }
+
     /// Ends what the provider started (downstream servers) cleanly; its owner calls it once,
     /// when it stops serving. A later call may start them again. The default does nothing.
     async fn shutdown(&self) {}

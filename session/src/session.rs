@@ -121,6 +121,12 @@ impl Session {
         Arc::clone(&self.shared.tools.lock().tools)
     }
 
+    /// The downstream servers (or other parts of the provider) that are down now, and why;
+    /// their tools are left out of the cells' view until they are back.
+    pub fn unavailable(&self) -> Vec<crate::Unavailable> {
+        self.shared.provider.unavailable()
+    }
+
     /// Lists the tools again if the provider says they may have changed since the last listing
     /// (a downstream server's `tools/list_changed`, or a restart). A listing that fails keeps
     /// the tools as they were.
@@ -588,7 +594,14 @@ impl Session {
             CellEvent::Completed {
                 error_text: Some(error_text),
                 ..
-            } => error_hints(error_text, source, &self.shared.tools.lock().names),
+            } => {
+                let mut hints = error_hints(error_text, source, &self.shared.tools.lock().names);
+                hints.extend(crate::availability::down_hint(
+                    error_text,
+                    &self.shared.provider.unavailable(),
+                ));
+                hints
+            }
             _ => Vec::new(),
         };
         log_observation(&self.shared.id, cell_id, &event);

@@ -25,6 +25,15 @@ pub(super) enum StartError {
 }
 
 impl StartError {
+    /// This error with `detail` (how the server exited, what it said) after its message.
+    pub(super) fn with_detail(self, detail: Option<String>) -> Self {
+        let Some(detail) = detail else { return self };
+        match self {
+            StartError::Final(message) => StartError::Final(format!("{message}; {detail}")),
+            StartError::Handshake(message) => StartError::Handshake(format!("{message}; {detail}")),
+        }
+    }
+
     /// The failure of a handshake, as `what` went.
     pub(super) fn of(error: rmcp::service::ClientInitializeError, what: String) -> Self {
         let message = format!("{what}: {error}");
@@ -163,9 +172,9 @@ impl McpTools {
                     .await
                     .map_err(|error| match error {
                         StartError::Final(message) | StartError::Handshake(message) => {
-                            StartError::Final(format!(
-                                "{message} (and before that, with server/discover: {discover})"
-                            ))
+                            // What server/discover met is in the log above; this is the
+                            // server's own answer to a plain start.
+                            StartError::Final(message)
                         }
                     })
             }
@@ -203,13 +212,23 @@ impl McpTools {
                             "cannot start the MCP server \"{namespace}\" ({program}): {error}"
                         ))
                     })?;
-                if let Some(stderr) = stderr {
-                    tokio::spawn(log_stderr(namespace.clone(), stderr));
-                }
+                let tail = StderrTail::default();
+                let mut stderr_ended = stderr.map(|stderr| {
+                    tokio::spawn(log_stderr(namespace.clone(), stderr, tail.clone()))
+                });
                 let pid = transport.id();
                 let failed =
                     format!("the MCP server \"{namespace}\" ({program}) failed to initialise");
-                Ok((self.handshake(transport, lifecycle, failed).await?, pid))
+                match self.handshake(transport, lifecycle, failed).await {
+                    Ok(client) => Ok((client, pid)),
+                    Err(error) => {
+                        // Why, as the server gave it: how it exited, and its last words.
+                        if let Some(ended) = stderr_ended.as_mut() {
+                            let _ = tokio::time::timeout(STDERR_GRACE, ended).await;
+                        }
+                        Err(error.with_detail(exit_detail(pid, &tail).await))
+                    }
+                }
             }
             McpTransport::Http { url, headers } => {
                 let mut config =
@@ -280,9 +299,83 @@ impl McpTools {
 /// The longest line of a server's standard error that is logged whole.
 pub(super) const MAX_STDERR_LINE: usize = 2000;
 
+/// How many of a server's last stderr lines the reason it is down quotes.
+const TAIL_LINES: usize = 5;
+/// How long a server that failed its handshake is given to finish writing to stderr and exit.
+const STDERR_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// The last lines a stdio server wrote to its standard error.
+#[derive(Debug, Default, Clone)]
+pub(super) struct StderrTail(
+    std::sync::Arc<parking_lot::Mutex<std::collections::VecDeque<String>>>,
+);
+
+impl StderrTail {
+    fn push(&self, line: &str) {
+        let mut lines = self.0.lock();
+        if lines.len() == TAIL_LINES {
+            lines.pop_front();
+        }
+        lines.push_back(line.to_owned());
+    }
+
+    fn lines(&self) -> Vec<String> {
+        self.0.lock().iter().cloned().collect()
+    }
+}
+
+/// How a stdio server that failed to start ended, and its last stderr lines: "exited with
+/// status 1; its stderr ended: …". `None` when there is nothing to say.
+async fn exit_detail(pid: Option<u32>, tail: &StderrTail) -> Option<String> {
+    let mut exited = None;
+    if let Some(pid) = pid {
+        // The process may still be on its way out: watch it briefly.
+        for _ in 0..20 {
+            if let Some(status) = exit_status(pid) {
+                exited = Some(format!("it exited {status}"));
+                break;
+            }
+            if !process_alive(pid) {
+                exited = Some("it exited".to_owned());
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    }
+    let lines = tail.lines();
+    let said = (!lines.is_empty()).then(|| format!("its stderr ended: {}", lines.join(" | ")));
+    match (exited, said) {
+        (None, None) => None,
+        (Some(exited), None) => Some(exited),
+        (None, Some(said)) => Some(said),
+        (Some(exited), Some(said)) => Some(format!("{exited}; {said}")),
+    }
+}
+
+/// How process `pid` (a child not yet reaped) exited, from its `/proc` entry: "with status N"
+/// or "on signal N"; `None` once it is reaped.
+fn exit_status(pid: u32) -> Option<String> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, rest) = stat.rsplit_once(')')?;
+    if !rest.trim_start().starts_with('Z') {
+        return None;
+    }
+    // Field 52 of the stat line (the state is field 3, the first after the name) is the status
+    // as `waitpid` reports it.
+    let status: i32 = rest.split_whitespace().nth(52 - 3)?.parse().ok()?;
+    Some(match status & 0x7f {
+        0 => format!("with status {}", (status >> 8) & 0xff),
+        signal => format!("on signal {signal}"),
+    })
+}
+
 /// Logs what a stdio server writes to its standard error, a line at a time, each naming the
-/// server, instead of letting it spill onto the terminal.
-pub(super) async fn log_stderr(server: String, stderr: tokio::process::ChildStderr) {
+/// server, instead of letting it spill onto the terminal; the last lines are kept in `tail`.
+pub(super) async fn log_stderr(
+    server: String,
+    stderr: tokio::process::ChildStderr,
+    tail: StderrTail,
+) {
     use tokio::io::AsyncBufReadExt;
     let mut lines = tokio::io::BufReader::new(stderr).lines();
     loop {
@@ -297,6 +390,7 @@ pub(super) async fn log_stderr(server: String, stderr: tokio::process::ChildStde
                     line.truncate(end);
                     line.push_str(" […]");
                 }
+                tail.push(&line);
                 tracing::info!(target: "codemode::downstream", server = %server, "{line}");
             }
             Ok(None) => break,

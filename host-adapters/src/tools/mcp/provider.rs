@@ -154,6 +154,12 @@ impl McpTools {
             Err(ServiceError::McpError(error)) if error.code == ErrorCode::METHOD_NOT_FOUND => {
                 self.call_as_task_from_now_on(peer, params, progress).await
             }
+            // The server refused the call (invalid params, say): as upstream code mode has it,
+            // the cell's `await` resolves with an error result carrying the server's message,
+            // which the cell reads as it reads any tool's `isError`.
+            Err(ServiceError::McpError(error)) => Ok(CallToolResult::error(vec![
+                rmcp::model::ContentBlock::text(error.message.into_owned()),
+            ])),
             Err(error) => Err(CallFailure::Service(error)),
         }
     }

@@ -81,7 +81,9 @@ pub struct McpServerConfig {
     pub transport: McpTransport,
     /// How long one call may take before it fails.
     pub call_timeout: Duration,
-    /// How long starting and initialising the connection may take.
+    /// How long starting and initialising the connection may take (`startup_timeout_sec`): by
+    /// default 30 s, and 120 s for a command that downloads its server first (`npx`, `uvx`,
+    /// `bunx`, `pnpx`, `pipx`).
     pub connect_timeout: Duration,
     /// The whole environment a stdio server starts with, before its transport's `env`; `None`:
     /// this process's environment.
@@ -95,11 +97,12 @@ pub struct McpServerConfig {
 impl McpServerConfig {
     /// A server whose tools appear under `namespace`, reached through `transport`.
     pub fn new(namespace: impl Into<String>, transport: McpTransport) -> Self {
+        let connect_timeout = default_startup_timeout(&transport);
         McpServerConfig {
             namespace: namespace.into(),
             transport,
             call_timeout: Duration::from_secs(60),
-            connect_timeout: Duration::from_secs(30),
+            connect_timeout,
             environment: None,
             enabled_tools: None,
             disabled_tools: Vec::new(),
@@ -133,11 +136,34 @@ impl McpServerConfig {
         self
     }
 
+    /// This configuration with another startup timeout (starting the server or reaching it,
+    /// and its handshake).
+    pub fn with_startup_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
     /// This configuration with another per-call timeout.
     pub fn with_call_timeout(mut self, timeout: Duration) -> Self {
         self.call_timeout = timeout;
         self
     }
+}
+
+/// Commands that download the server before it starts, and so take longer the first time.
+const DOWNLOADERS: [&str; 5] = ["npx", "uvx", "bunx", "pnpx", "pipx"];
+
+/// How long a server may take to start unless its configuration says: 120 s for a command that
+/// downloads its server first, 30 s for anything else.
+fn default_startup_timeout(transport: &McpTransport) -> Duration {
+    let downloads = match transport {
+        McpTransport::Stdio { program, .. } => std::path::Path::new(program)
+            .file_name()
+            .and_then(|name| name.to_str())
+            .is_some_and(|name| DOWNLOADERS.contains(&name)),
+        _ => false,
+    };
+    Duration::from_secs(if downloads { 120 } else { 30 })
 }
 
 #[cfg(test)]
@@ -162,5 +188,26 @@ mod tests {
         );
         assert_eq!(McpTransport::stdio_command("   "), None);
         assert_eq!(McpTransport::stdio_command("node 'unclosed"), None);
+    }
+
+    #[test]
+    fn commands_that_download_their_server_get_longer_to_start() {
+        let timeout = |transport| McpServerConfig::new("s", transport).connect_timeout;
+        assert_eq!(
+            timeout(McpTransport::stdio("/usr/bin/npx", vec!["-y".into()])),
+            Duration::from_secs(120)
+        );
+        assert_eq!(
+            timeout(McpTransport::stdio("uvx", Vec::new())),
+            Duration::from_secs(120)
+        );
+        assert_eq!(
+            timeout(McpTransport::stdio("node", Vec::new())),
+            Duration::from_secs(30)
+        );
+        assert_eq!(
+            timeout(McpTransport::http("http://h/mcp")),
+            Duration::from_secs(30)
+        );
     }
 }
