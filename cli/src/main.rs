@@ -12,6 +12,7 @@ mod exit;
 mod http;
 mod run;
 mod serve;
+mod servers;
 mod setup;
 mod stdio;
 
@@ -36,6 +37,12 @@ enum Command {
     Run(run::RunArgs),
     /// Serve the exec and wait tools over MCP (stdio by default).
     Mcp(serve::McpArgs),
+    /// Check an MCP configuration file without starting anything.
+    #[command(subcommand)]
+    Config(servers::ConfigCommand),
+    /// Start the configured servers, say which are up (with their tools) and which are down
+    /// (and why), and stop them.
+    Servers(servers::ServersArgs),
     /// Run cells for a parent codemode in an engine process (the parent starts it; not for
     /// people).
     #[command(hide = true)]
@@ -73,6 +80,8 @@ fn main() -> ExitCode {
         match cli.command {
             Command::Run(args) => run::run(args).await,
             Command::Mcp(args) => serve::serve(args).await,
+            Command::Config(command) => servers::config(command),
+            Command::Servers(args) => servers::servers(args).await,
             Command::EngineHost { .. } => {
                 unreachable!("handled before the async runtime starts")
             }

@@ -8,7 +8,7 @@ use std::time::Duration;
 use clap::Args;
 use codemode_host_adapters::{
     CompositeTools, FileStore, InProcessTools, McpServerConfig, McpTools, McpTransport,
-    MemoryStore, PostgresStore,
+    MemoryStore, PostgresStore, RefusedServer,
 };
 use codemode_protocol::normalize_identifier;
 use codemode_runtime_quickjs::QuickJsEngine;
@@ -194,38 +194,7 @@ impl SessionArgs {
     /// one, read-only tools run and other calls ask). Warnings about the configuration file go
     /// to stderr.
     pub fn tools(&self, demo: DemoTools) -> Result<Tools, SetupError> {
-        let mut permissions = Permissions::ask_by_default();
-        let mut tools = CompositeTools::new();
-        if demo == DemoTools::Offered {
-            tools = tools.with(demo_tools());
-        }
-        let mut servers = Vec::new();
-        for spec in &self.mcp {
-            servers.push(mcp_server(spec)?);
-        }
-        if let Some(path) = &self.config {
-            let configured = crate::config::read(path).map_err(|message| SetupError {
-                message,
-                usage: true,
-            })?;
-            for warning in &configured.warnings {
-                eprintln!("warning: {warning}");
-            }
-            servers.extend(configured.servers);
-            permissions = configured.permissions;
-        }
-        let environment = user_environment();
-        for server in servers {
-            let name = server.namespace.clone();
-            tools = tools.with_named(
-                name,
-                McpTools::new(server.with_environment(environment.clone())),
-            );
-        }
-        Ok(Tools {
-            provider: Arc::new(tools),
-            permissions,
-        })
+        tools(&self.mcp, self.config.as_deref(), demo)
     }
 
     /// The process's one engine, shared by every session (and so its pool of pre-warmed
@@ -389,6 +358,61 @@ fn user_environment() -> Vec<(std::ffi::OsString, std::ffi::OsString)> {
         environment.push(("LD_LIBRARY_PATH".into(), original));
     }
     environment
+}
+
+/// The demo tools (if offered) and the downstream MCP servers (`mcp` specs, then the
+/// configuration file's), merged, and the permissions that rule their calls (the configuration
+/// file's; without one, read-only tools run and other calls ask). Warnings about the
+/// configuration file go to stderr.
+pub fn tools(
+    mcp: &[String],
+    config: Option<&std::path::Path>,
+    demo: DemoTools,
+) -> Result<Tools, SetupError> {
+    let mut permissions = Permissions::ask_by_default();
+    let mut tools = CompositeTools::new();
+    if demo == DemoTools::Offered {
+        tools = tools.with(demo_tools());
+    }
+    let environment = user_environment();
+    let mut servers = Vec::new();
+    for spec in mcp {
+        servers.push(mcp_server(spec)?.with_environment(environment.clone()));
+    }
+    if let Some(path) = config {
+        let configured = read_config(path)?;
+        for warning in &configured.warnings {
+            eprintln!("warning: {warning}");
+        }
+        // A server that cannot start as configured is reported down; the others run.
+        for (name, why) in &configured.refused {
+            eprintln!("warning: {why}; the other servers start without it");
+            let name = normalize_identifier(name);
+            tools = tools.with_named(name.clone(), RefusedServer::new(name, why.clone()));
+        }
+        servers.extend(configured.servers);
+        permissions = configured.permissions;
+    }
+    for server in servers {
+        let name = server.namespace.clone();
+        tools = tools.with_named(name, McpTools::new(server));
+    }
+    Ok(Tools {
+        provider: Arc::new(tools),
+        permissions,
+    })
+}
+
+/// The configuration file at `path`, its variables expanded from the user's environment.
+pub fn read_config(path: &std::path::Path) -> Result<crate::config::ConfigServers, SetupError> {
+    let environment = user_environment()
+        .into_iter()
+        .filter_map(|(name, value)| Some((name.into_string().ok()?, value.into_string().ok()?)))
+        .collect();
+    crate::config::read(path, environment).map_err(|message| SetupError {
+        message,
+        usage: true,
+    })
 }
 
 /// `'COMMAND ARGS'` or `'NAME=COMMAND ARGS'` as a downstream server.

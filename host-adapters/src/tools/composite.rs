@@ -103,6 +103,14 @@ impl CompositeTools {
         self
     }
 
+    /// The names of the providers, in the order they were added.
+    pub fn names(&self) -> Vec<String> {
+        self.members
+            .iter()
+            .map(|member| member.name.clone())
+            .collect()
+    }
+
     /// Records member `index` as down for `reason`, and starts its retries unless they run.
     fn mark_down(&self, index: usize, reason: String) {
         let member = &self.members[index];

@@ -9,7 +9,8 @@ use serde_json::Value;
 use tokio::sync::Mutex;
 
 use super::notifications::{ListWatcher, ProgressRoutes};
-use super::transport::{McpServerConfig, McpTransport, lifecycle};
+use super::sse::SseTransport;
+use super::transport::{McpServerConfig, McpTransport, display_url, lifecycle};
 use super::user::UserRoutes;
 
 /// Why a connection could not be made; displays as its message.
@@ -235,19 +236,25 @@ impl McpTools {
                     rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig::with_uri(
                         url.as_str(),
                     );
-                for (name, value) in headers {
-                    let name = http::HeaderName::try_from(name.as_str()).map_err(|error| {
-                        StartError::Final(format!(
-                            "the MCP server \"{namespace}\" has a bad header name {name:?}: {error}"
-                        ))
-                    })?;
-                    let value = http::HeaderValue::try_from(value.as_str()).map_err(|error| {
-                        StartError::Final(format!("the MCP server \"{namespace}\" has a bad value for header {name}: {error}"))
-                    })?;
-                    config.custom_headers.insert(name, value);
-                }
+                config.custom_headers = header_map(namespace, headers)?
+                    .into_iter()
+                    .filter_map(|(name, value)| Some((name?, value)))
+                    .collect();
                 let transport = StreamableHttpClientTransport::from_config(config);
-                let failed = format!("cannot connect to the MCP server \"{namespace}\" at {url}");
+                let failed = format!(
+                    "cannot connect to the MCP server \"{namespace}\" at {}",
+                    display_url(url)
+                );
+                Ok((self.handshake(transport, lifecycle, failed).await?, None))
+            }
+            McpTransport::Sse { url, headers } => {
+                let failed = format!(
+                    "cannot connect to the MCP server \"{namespace}\" at {} (SSE)",
+                    display_url(url)
+                );
+                let transport = SseTransport::connect(url, header_map(namespace, headers)?)
+                    .await
+                    .map_err(|error| StartError::Final(format!("{failed}: {error}")))?;
                 Ok((self.handshake(transport, lifecycle, failed).await?, None))
             }
         }
@@ -294,6 +301,30 @@ impl McpTools {
             drop(dead.client);
         }
     }
+}
+
+/// A server's configured headers as HTTP headers; a name or value HTTP cannot carry is an error
+/// naming the header (never its value).
+fn header_map(
+    namespace: &str,
+    headers: &std::collections::BTreeMap<String, String>,
+) -> Result<http::HeaderMap, StartError> {
+    let mut map = http::HeaderMap::new();
+    for (name, value) in headers {
+        let name = http::HeaderName::try_from(name.as_str()).map_err(|error| {
+            StartError::Final(format!(
+                "the MCP server \"{namespace}\" has a bad header name {name:?}: {error}"
+            ))
+        })?;
+        let mut value = http::HeaderValue::try_from(value.as_str()).map_err(|error| {
+            StartError::Final(format!(
+                "the MCP server \"{namespace}\" has a bad value for header {name}: {error}"
+            ))
+        })?;
+        value.set_sensitive(true);
+        map.insert(name, value);
+    }
+    Ok(map)
 }
 
 /// The longest line of a server's standard error that is logged whole.

@@ -1,5 +1,5 @@
 //! Tools of a downstream MCP server, through `rmcp`: reached as a stdio child process or over
-//! streamable HTTP (the client half of code mode for any agent).
+//! streamable HTTP, or the legacy HTTP+SSE transport (the client half of code mode for any agent).
 //!
 //! A connection speaks the revision the server does: 2026-07-28 to a server that answers
 //! `server/discover` (no `initialize`; each request carries its `_meta`, and over HTTP the
@@ -45,10 +45,11 @@ mod connection;
 mod notifications;
 mod provider;
 mod results;
+mod sse;
 mod tasks;
 mod transport;
 mod user;
 
 pub use connection::McpTools;
 pub use results::{CallResultError, call_result_to_value};
-pub use transport::{McpServerConfig, McpTransport};
+pub use transport::{McpServerConfig, McpTransport, display_url};

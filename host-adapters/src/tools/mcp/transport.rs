@@ -6,8 +6,9 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-/// How the server is reached.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// How the server is reached. Its `Debug` form shows no header or environment value (they hold
+/// secrets), only their names, and no URL query (it may hold a key).
+#[derive(Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum McpTransport {
     /// A child process speaking MCP on its stdin and stdout.
@@ -28,6 +29,64 @@ pub enum McpTransport {
         /// Headers sent with every request (an `Authorization` header, for instance).
         headers: BTreeMap<String, String>,
     },
+    /// The legacy HTTP+SSE transport (MCP 2024-11-05): an event stream at `url`, such as
+    /// `http://127.0.0.1:8000/sse`, that names where messages are posted.
+    Sse {
+        /// The event stream's URL.
+        url: String,
+        /// Headers sent with every request.
+        headers: BTreeMap<String, String>,
+    },
+}
+
+impl std::fmt::Debug for McpTransport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names = |map: &BTreeMap<String, String>| map.keys().cloned().collect::<Vec<_>>();
+        match self {
+            McpTransport::Stdio {
+                program,
+                args,
+                env,
+                cwd,
+            } => f
+                .debug_struct("Stdio")
+                .field("program", program)
+                .field("args", &args.len())
+                .field("env", &names(env))
+                .field("cwd", cwd)
+                .finish(),
+            McpTransport::Http { url, headers } | McpTransport::Sse { url, headers } => f
+                .debug_struct(if matches!(self, McpTransport::Sse { .. }) {
+                    "Sse"
+                } else {
+                    "Http"
+                })
+                .field("url", &display_url(url))
+                .field("headers", &names(headers))
+                .finish(),
+        }
+    }
+}
+
+/// A URL as logs and errors show it: without its query, fragment or user info, where keys hide.
+pub fn display_url(url: &str) -> String {
+    let cut = url.find(['?', '#']).unwrap_or(url.len());
+    let url = &url[..cut];
+    match url.split_once("://") {
+        Some((scheme, rest)) => match rest.split_once('/') {
+            Some((authority, path)) => {
+                let host = authority
+                    .rsplit_once('@')
+                    .map_or(authority, |(_, host)| host);
+                format!("{scheme}://{host}/{path}")
+            }
+            None => format!(
+                "{scheme}://{}",
+                rest.rsplit_once('@').map_or(rest, |(_, host)| host)
+            ),
+        },
+        None => url.to_owned(),
+    }
 }
 
 impl McpTransport {
@@ -72,7 +131,7 @@ pub(super) fn lifecycle() -> rmcp::service::ClientLifecycleMode {
 }
 
 /// One downstream server.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 #[non_exhaustive]
 pub struct McpServerConfig {
     /// The namespace of its tools: `tools.<namespace>__<tool>`.
@@ -92,6 +151,27 @@ pub struct McpServerConfig {
     pub enabled_tools: Option<Vec<String>>,
     /// Tools of the server cells never see (by the server's own names), even when enabled.
     pub disabled_tools: Vec<String>,
+}
+
+/// Everything but the environment's values, which may hold secrets.
+impl std::fmt::Debug for McpServerConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("McpServerConfig")
+            .field("namespace", &self.namespace)
+            .field("transport", &self.transport)
+            .field("call_timeout", &self.call_timeout)
+            .field("connect_timeout", &self.connect_timeout)
+            .field(
+                "environment",
+                &self
+                    .environment
+                    .as_ref()
+                    .map(|environment| environment.len()),
+            )
+            .field("enabled_tools", &self.enabled_tools)
+            .field("disabled_tools", &self.disabled_tools)
+            .finish()
+    }
 }
 
 impl McpServerConfig {
@@ -188,6 +268,33 @@ mod tests {
         );
         assert_eq!(McpTransport::stdio_command("   "), None);
         assert_eq!(McpTransport::stdio_command("node 'unclosed"), None);
+    }
+
+    #[test]
+    fn debug_forms_and_urls_show_no_secret() {
+        let transport = McpTransport::Http {
+            url: "https://user:pw@example.com/mcp?key=s3cret#x".into(),
+            headers: BTreeMap::from([("Authorization".into(), "Bearer s3cret".into())]),
+        };
+        let config = McpServerConfig::new("gh", transport).with_environment([(
+            std::ffi::OsString::from("TOKEN"),
+            std::ffi::OsString::from("s3cret"),
+        )]);
+        let shown = format!("{config:?}");
+        assert!(
+            !shown.contains("s3cret") && !shown.contains("pw"),
+            "{shown}"
+        );
+        assert!(shown.contains("https://example.com/mcp"), "{shown}");
+        assert!(shown.contains("Authorization"), "{shown}");
+        let stdio = McpTransport::Stdio {
+            program: "server".into(),
+            args: vec!["--token".into(), "s3cret".into()],
+            env: BTreeMap::from([("KEY".into(), "s3cret".into())]),
+            cwd: None,
+        };
+        assert!(!format!("{stdio:?}").contains("s3cret"));
+        assert_eq!(display_url("http://h:1/sse"), "http://h:1/sse");
     }
 
     #[test]
