@@ -56,6 +56,9 @@ enum Command {
         /// Serve over streamable HTTP at this address instead of stdio, such as 127.0.0.1:8081.
         #[arg(long, value_name = "ADDR")]
         http: Option<String>,
+        /// Over HTTP, answer 401 to requests without `Authorization: Bearer TOKEN`.
+        #[arg(long, value_name = "TOKEN", requires = "http")]
+        bearer: Option<String>,
     },
 }
 
@@ -85,10 +88,10 @@ fn main() -> ExitCode {
             Command::EngineHost { .. } => {
                 unreachable!("handled before the async runtime starts")
             }
-            Command::DemoMcpServer { http } => {
+            Command::DemoMcpServer { http, bearer } => {
                 let served = match http {
                     Some(address) => {
-                        codemode_host_adapters::demo_server::serve_http(&address, None).await
+                        codemode_host_adapters::demo_server::serve_http(&address, bearer).await
                     }
                     None => codemode_host_adapters::demo_server::serve_stdio().await,
                 };

@@ -245,7 +245,11 @@ impl McpTools {
                     "cannot connect to the MCP server \"{namespace}\" at {}",
                     display_url(url)
                 );
-                Ok((self.handshake(transport, lifecycle, failed).await?, None))
+                let client = self
+                    .handshake(transport, lifecycle, failed.clone())
+                    .await
+                    .map_err(|error| explain_http_refusal(error, &failed))?;
+                Ok((client, None))
             }
             McpTransport::Sse { url, headers } => {
                 let failed = format!(
@@ -301,6 +305,22 @@ impl McpTools {
             drop(dead.client);
         }
     }
+}
+
+/// A start refused for want of credentials, said plainly: rmcp's "Auth required" is the
+/// server's 401, "Insufficient scope" its 403.
+fn explain_http_refusal(error: StartError, failed: &str) -> StartError {
+    let message = error.to_string();
+    let explained = if message.contains("Auth required") {
+        "the server answered HTTP 401 Unauthorized: it needs credentials (an \"Authorization\" \
+         header in the server's \"headers\", such as \"Bearer ${TOKEN}\" with the token in the \
+         environment)"
+    } else if message.contains("Insufficient scope") {
+        "the server answered HTTP 403 Forbidden: the credentials lack the scope it needs"
+    } else {
+        return error;
+    };
+    StartError::Final(format!("{failed}: {explained}"))
 }
 
 /// A server's configured headers as HTTP headers; a name or value HTTP cannot carry is an error

@@ -1,0 +1,353 @@
+//! The configurations users already have, through the built binary against real servers: one
+//! file per client format (Claude Code, VS Code, Cursor, codex), each with its variables in
+//! headers and `env`, driving a cell that calls a stdio server (which refuses to start unless
+//! its variable arrived) and an HTTP server that demands its bearer token; a Python SDK server
+//! over the legacy SSE transport; broken servers beside a healthy one; `codemode servers` and
+//! `codemode config check`.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use codemode_test_support::ListeningServer;
+use serde_json::Value;
+
+mod common;
+
+use common::CODEMODE;
+
+const TOKEN: &str = "tok_5ecret_for_tests";
+const STDIO_KEY: &str = "stdio-key-value";
+
+fn scratch(name: &str) -> PathBuf {
+    codemode_test_support::scratch_folder(&format!("user-config-{name}"))
+}
+
+/// The demo server over HTTP, answering 401 without `Authorization: Bearer TOKEN`.
+fn bearer_server() -> ListeningServer {
+    let mut command = Command::new(CODEMODE);
+    command.args([
+        "demo-mcp-server",
+        "--http",
+        "127.0.0.1:0",
+        "--bearer",
+        TOKEN,
+    ]);
+    ListeningServer::spawn(command)
+}
+
+/// A shell line that starts the demo stdio server only if `$DEMO_KEY` is the expected value.
+fn guarded_stdio() -> String {
+    format!(
+        "test \"$DEMO_KEY\" = '{STDIO_KEY}' || {{ echo \"DEMO_KEY is wrong\" >&2; exit 7; }}; exec '{CODEMODE}' demo-mcp-server"
+    )
+}
+
+/// `codemode COMMAND... --config CONFIG -` with `source` on stdin and `environment` added.
+fn codemode(args: &[&str], config: &Path, source: &str, environment: &[(&str, &str)]) -> Output {
+    let mut child = Command::new(CODEMODE)
+        .args(args)
+        .arg("--config")
+        .arg(config)
+        .args(if args[0] == "run" {
+            vec!["-"]
+        } else {
+            Vec::new()
+        })
+        .envs(environment.iter().copied())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start codemode");
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(source.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
+fn texts(output: &Output) -> Vec<String> {
+    let json: Value = serde_json::from_slice(&output.stdout).unwrap_or_else(|error| {
+        panic!(
+            "not one JSON object ({error}): {}\nstderr: {}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        )
+    });
+    json["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|item| item["text"].as_str().map(str::to_owned))
+        .collect()
+}
+
+/// The cell every format runs: one call to the stdio server, one to the HTTP server.
+const BOTH_CALLS: &str = r#"
+    text((await tools.local__add({a: 2, b: 3})).structuredContent.sum);
+    text((await tools.remote__add({a: 10, b: 5})).structuredContent.sum);
+"#;
+
+fn run_format(file: &Path, environment: &[(&str, &str)]) {
+    let output = codemode(
+        &["run", "--json", "--no-demo-tools"],
+        file,
+        BOTH_CALLS,
+        environment,
+    );
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{}: {output:?}",
+        file.display()
+    );
+    assert_eq!(texts(&output), ["5", "15"], "{}", file.display());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        !stderr.contains(TOKEN),
+        "the token leaked to stderr: {stderr}"
+    );
+}
+
+#[test]
+fn each_clients_format_reaches_a_stdio_and_a_bearer_http_server_with_secrets_from_the_environment()
+{
+    let server = bearer_server();
+    let url = server.url();
+    let stdio = guarded_stdio();
+    let folder = scratch("formats");
+    let secrets = [("API_TOKEN", TOKEN), ("DEMO_KEY_VALUE", STDIO_KEY)];
+
+    // Claude Code's .mcp.json: ${VAR} and ${VAR:-default}.
+    let claude = folder.join(".mcp.json");
+    std::fs::write(
+        &claude,
+        format!(
+            r#"{{"mcpServers": {{
+                "local": {{"command": "sh", "args": ["-c", {stdio:?}], "env": {{"DEMO_KEY": "${{DEMO_KEY_VALUE}}"}}}},
+                "remote": {{"type": "http", "url": "${{REMOTE_URL:-{url}}}",
+                            "headers": {{"Authorization": "Bearer ${{API_TOKEN}}"}}}}
+            }}}}"#
+        ),
+    )
+    .unwrap();
+    run_format(&claude, &secrets);
+
+    // Cursor's ~/.cursor/mcp.json: ${env:NAME}.
+    let cursor_folder = folder.join(".cursor");
+    std::fs::create_dir_all(&cursor_folder).unwrap();
+    let cursor = cursor_folder.join("mcp.json");
+    std::fs::write(
+        &cursor,
+        format!(
+            r#"{{"mcpServers": {{
+                "local": {{"command": "sh", "args": ["-c", {stdio:?}], "env": {{"DEMO_KEY": "${{env:DEMO_KEY_VALUE}}"}}}},
+                "remote": {{"url": "{url}", "headers": {{"Authorization": "Bearer ${{env:API_TOKEN}}"}}}}
+            }}}}"#
+        ),
+    )
+    .unwrap();
+    run_format(&cursor, &secrets);
+
+    // VS Code's .vscode/mcp.json: servers, inputs (from CODEMODE_INPUT_<ID>) and envFile.
+    let vscode_folder = folder.join(".vscode");
+    std::fs::create_dir_all(&vscode_folder).unwrap();
+    std::fs::write(folder.join("demo.env"), format!("DEMO_KEY={STDIO_KEY}\n")).unwrap();
+    let vscode = vscode_folder.join("mcp.json");
+    std::fs::write(
+        &vscode,
+        format!(
+            r#"{{
+              "inputs": [{{"type": "promptString", "id": "api-token", "description": "API token", "password": true}}],
+              "servers": {{
+                "local": {{"type": "stdio", "command": "sh", "args": ["-c", {stdio:?}], "envFile": "${{workspaceFolder}}/demo.env"}},
+                "remote": {{"type": "http", "url": "{url}", "headers": {{"Authorization": "Bearer ${{input:api-token}}"}}}}
+              }}
+            }}"#
+        ),
+    )
+    .unwrap();
+    run_format(&vscode, &[("CODEMODE_INPUT_API_TOKEN", TOKEN)]);
+
+    // codex's config.toml: bearer_token_env_var, env_vars.
+    let codex = folder.join("config.toml");
+    std::fs::write(
+        &codex,
+        format!(
+            "model = \"gpt-5-codex\"\n\n[mcp_servers.local]\ncommand = \"sh\"\nargs = [\"-c\", {stdio:?}]\nenv_vars = [\"DEMO_KEY\"]\n\n[mcp_servers.remote]\nurl = \"{url}\"\nbearer_token_env_var = \"API_TOKEN\"\n"
+        ),
+    )
+    .unwrap();
+    run_format(&codex, &[("API_TOKEN", TOKEN), ("DEMO_KEY", STDIO_KEY)]);
+}
+
+#[test]
+fn broken_servers_are_reported_and_the_healthy_one_keeps_working() {
+    let server = bearer_server();
+    let folder = scratch("broken");
+    let config = folder.join("mcp.json");
+    std::fs::write(
+        &config,
+        format!(
+            r#"{{"mcpServers": {{
+                "missing": {{"command": "/nonexistent/mcp-server"}},
+                "crashing": {{"command": "sh", "args": ["-c", "echo 'cannot open database' >&2; exit 4"]}},
+                "unauthorised": {{"url": "{}"}},
+                "unset": {{"url": "{}", "headers": {{"Authorization": "Bearer ${{NO_SUCH_TOKEN}}"}}}},
+                "healthy": {{"command": "{CODEMODE}", "args": ["demo-mcp-server"]}}
+            }}}}"#,
+            server.url(),
+            server.url()
+        ),
+    )
+    .unwrap();
+    let output = codemode(
+        &["run", "--json", "--no-demo-tools"],
+        &config,
+        r#"text((await tools.healthy__add({a: 1, b: 1})).structuredContent.sum);
+           text(ALL_TOOLS.every((tool) => tool.name.startsWith("healthy__")));"#,
+        &[],
+    );
+    assert_eq!(output.status.code(), Some(0), "{output:?}");
+    assert_eq!(texts(&output), ["2", "true"]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("server \"unset\": \"headers.Authorization\": ${NO_SUCH_TOKEN} is not set"),
+        "{stderr}"
+    );
+
+    let listing = codemode(&["servers"], &config, "", &[]);
+    assert_eq!(listing.status.code(), Some(1), "{listing:?}");
+    let lines = String::from_utf8_lossy(&listing.stdout);
+    let line = |name: &str| {
+        lines
+            .lines()
+            .find(|line| line.starts_with(&format!("{name}: ")))
+            .unwrap_or_else(|| panic!("no line for {name}:\n{lines}"))
+            .to_owned()
+    };
+    assert_eq!(line("healthy"), "healthy: up, 8 tools");
+    assert!(
+        line("missing").contains("down: cannot start the MCP server \"missing\""),
+        "{lines}"
+    );
+    let crashing = line("crashing");
+    assert!(
+        crashing.contains("it exited") && crashing.contains("cannot open database"),
+        "{crashing}"
+    );
+    let unauthorised = line("unauthorised");
+    assert!(
+        unauthorised.contains("down: ") && unauthorised.contains("HTTP 401 Unauthorized"),
+        "{unauthorised}"
+    );
+    assert!(line("unset").contains("NO_SUCH_TOKEN"), "{lines}");
+}
+
+#[test]
+fn a_python_sdk_server_over_the_legacy_sse_transport_serves_cells() {
+    let tools = codemode_test_support::mcp_servers::install(
+        &codemode_test_support::mcp_servers::workspace_root(),
+    )
+    .unwrap_or_else(|error| panic!("the Python SDK could not be installed: {error}"));
+    let folder = scratch("sse");
+    let script = folder.join("legacy.py");
+    std::fs::write(
+        &script,
+        r#"import sys
+from mcp.server.mcpserver import MCPServer
+
+server = MCPServer("legacy")
+
+@server.tool()
+def add(a: float, b: float) -> float:
+    """Adds two numbers."""
+    return a + b
+
+server.run("sse", host="127.0.0.1", port=int(sys.argv[1]))
+"#,
+    )
+    .unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut python = Command::new(tools.python_program("python"))
+        .arg(&script)
+        .arg(port.to_string())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let started = std::time::Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "the SSE server did not start"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let config = folder.join("mcp.json");
+    std::fs::write(
+        &config,
+        format!(r#"{{"mcpServers": {{"legacy": {{"type": "sse", "url": "http://127.0.0.1:{port}/sse"}}}}}}"#),
+    )
+    .unwrap();
+    let output = codemode(
+        &["run", "--json", "--no-demo-tools", "--approve", "all"],
+        &config,
+        r#"const result = await tools.legacy__add({a: 20, b: 22}); text(result.content[0].text);"#,
+        &[],
+    );
+    let _ = python.kill();
+    let _ = python.wait();
+    assert_eq!(output.status.code(), Some(0), "{output:?}");
+    assert_eq!(texts(&output), ["42.0"]);
+}
+
+#[test]
+fn config_check_shows_what_was_read_and_no_secret() {
+    let folder = scratch("check");
+    let config = folder.join(".mcp.json");
+    std::fs::write(
+        &config,
+        r#"{"mcpServers": {
+            "github": {"type": "http", "url": "https://api.githubcopilot.com/mcp/", "headers": {"Authorization": "Bearer ${GITHUB_TOKEN}"}},
+            "db": {"command": "npx", "args": ["-y", "db-server"], "env": {"DB_URL": "${DATABASE_URL}"}}
+        }}"#,
+    )
+    .unwrap();
+    let output = Command::new(CODEMODE)
+        .args(["config", "check"])
+        .arg(&config)
+        .env("GITHUB_TOKEN", TOKEN)
+        .env_remove("DATABASE_URL")
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(
+        output.status.code(),
+        Some(1),
+        "a server cannot start: {output:?}"
+    );
+    assert!(!shown.contains(TOKEN), "{shown}");
+    for expected in [
+        "JSON with \"mcpServers\"",
+        "server \"github\": ready",
+        &format!("variable GITHUB_TOKEN: set ({} characters)", TOKEN.len()),
+        "server \"db\": will not start",
+        "variable DATABASE_URL: NOT SET",
+    ] {
+        assert!(shown.contains(expected), "{expected:?} in:\n{shown}");
+    }
+    let unreadable = Command::new(CODEMODE)
+        .args(["config", "check", "/nonexistent/mcp.json"])
+        .output()
+        .unwrap();
+    assert_eq!(unreadable.status.code(), Some(2));
+}
