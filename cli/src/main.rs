@@ -15,6 +15,7 @@ mod serve;
 mod servers;
 mod setup;
 mod stdio;
+mod toolset;
 
 use std::process::ExitCode;
 
@@ -114,6 +115,8 @@ fn init_logging() {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
     let _ = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
+        // Colours for a terminal only: a file or a pipe gets plain text.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_env_filter(filter)
         .try_init();
 }

@@ -93,11 +93,9 @@ pub async fn run(args: RunArgs) -> ExitCode {
         } else {
             DemoTools::Offered
         };
-        let crate::setup::Tools {
-            provider: tools,
-            permissions,
-        } = args.session.tools(demo)?;
-        config.permissions = Arc::new(permissions);
+        let toolset = args.session.tools(demo)?;
+        let tools = Arc::clone(&toolset.provider);
+        config.permissions = toolset.permissions();
         config.user = Some(Arc::new(TerminalApprover::new(args.approve)));
         let session = args
             .session

@@ -9,7 +9,8 @@ use clap::{Args, Subcommand};
 use codemode_session::ToolProvider;
 
 use crate::exit;
-use crate::setup::{DemoTools, read_config, tools};
+use crate::setup::DemoTools;
+use crate::toolset::{ToolSet, read_config};
 
 /// `codemode config ...`.
 #[derive(Debug, Subcommand)]
@@ -57,7 +58,7 @@ pub fn config(command: ConfigCommand) -> ExitCode {
 /// Runs `codemode servers`: starts every server at once (each within its startup timeout),
 /// prints one line each, and stops them. Exits 1 when one is down.
 pub async fn servers(args: ServersArgs) -> ExitCode {
-    let tools = match tools(&args.mcp, args.config.as_deref(), DemoTools::LeftOut) {
+    let tools = match ToolSet::build(args.mcp, args.config, DemoTools::LeftOut) {
         Ok(tools) => tools.provider,
         Err(error) => {
             eprintln!("error: {}", error.message);

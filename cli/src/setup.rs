@@ -7,14 +7,14 @@ use std::time::Duration;
 
 use clap::Args;
 use codemode_host_adapters::{
-    CompositeTools, FileStore, InProcessTools, McpServerConfig, McpTools, McpTransport,
-    MemoryStore, PostgresStore, RefusedServer,
+    CompositeTools, FileStore, InProcessTools, McpServerConfig, McpTransport, MemoryStore,
+    PostgresStore,
 };
 use codemode_protocol::normalize_identifier;
 use codemode_runtime_quickjs::QuickJsEngine;
 #[cfg(feature = "v8")]
 use codemode_runtime_v8::V8Engine;
-use codemode_session::{Permissions, Session, SessionConfig, SessionKey, Store};
+use codemode_session::{Session, SessionConfig, SessionKey, Store};
 use serde_json::{Value, json};
 
 /// Limits, store and tools.
@@ -114,14 +114,6 @@ impl JsEngine {
     }
 }
 
-/// The tools a session offers, and the user's rules for calling them.
-pub struct Tools {
-    /// Every tool, merged.
-    pub provider: Arc<CompositeTools>,
-    /// What cells may call (the gate's rules).
-    pub permissions: Permissions,
-}
-
 /// Whether the demo tools `echo` and `sleep` are offered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DemoTools {
@@ -193,8 +185,8 @@ impl SessionArgs {
     /// merged, and the permissions that rule their calls (the configuration file's; without
     /// one, read-only tools run and other calls ask). Warnings about the configuration file go
     /// to stderr.
-    pub fn tools(&self, demo: DemoTools) -> Result<Tools, SetupError> {
-        tools(&self.mcp, self.config.as_deref(), demo)
+    pub fn tools(&self, demo: DemoTools) -> Result<crate::toolset::ToolSet, SetupError> {
+        crate::toolset::ToolSet::build(self.mcp.clone(), self.config.clone(), demo)
     }
 
     /// The process's one engine, shared by every session (and so its pool of pre-warmed
@@ -347,7 +339,7 @@ pub fn demo_tools() -> InProcessTools {
 /// The environment the user started codemode with: what a downstream stdio server starts from
 /// (its configuration's `env` goes on top). The launcher's changes are undone: `LD_LIBRARY_PATH`
 /// is the user's again (absent if the user had none) and the launcher's variable is gone.
-fn user_environment() -> Vec<(std::ffi::OsString, std::ffi::OsString)> {
+pub fn user_environment() -> Vec<(std::ffi::OsString, std::ffi::OsString)> {
     let original = std::env::var_os(ORIGINAL_LIBRARY_PATH);
     let mut environment: Vec<_> = std::env::vars_os()
         .filter(|(name, _)| {
@@ -360,63 +352,8 @@ fn user_environment() -> Vec<(std::ffi::OsString, std::ffi::OsString)> {
     environment
 }
 
-/// The demo tools (if offered) and the downstream MCP servers (`mcp` specs, then the
-/// configuration file's), merged, and the permissions that rule their calls (the configuration
-/// file's; without one, read-only tools run and other calls ask). Warnings about the
-/// configuration file go to stderr.
-pub fn tools(
-    mcp: &[String],
-    config: Option<&std::path::Path>,
-    demo: DemoTools,
-) -> Result<Tools, SetupError> {
-    let mut permissions = Permissions::ask_by_default();
-    let mut tools = CompositeTools::new();
-    if demo == DemoTools::Offered {
-        tools = tools.with(demo_tools());
-    }
-    let environment = user_environment();
-    let mut servers = Vec::new();
-    for spec in mcp {
-        servers.push(mcp_server(spec)?.with_environment(environment.clone()));
-    }
-    if let Some(path) = config {
-        let configured = read_config(path)?;
-        for warning in &configured.warnings {
-            eprintln!("warning: {warning}");
-        }
-        // A server that cannot start as configured is reported down; the others run.
-        for (name, why) in &configured.refused {
-            eprintln!("warning: {why}; the other servers start without it");
-            let name = normalize_identifier(name);
-            tools = tools.with_named(name.clone(), RefusedServer::new(name, why.clone()));
-        }
-        servers.extend(configured.servers);
-        permissions = configured.permissions;
-    }
-    for server in servers {
-        let name = server.namespace.clone();
-        tools = tools.with_named(name, McpTools::new(server));
-    }
-    Ok(Tools {
-        provider: Arc::new(tools),
-        permissions,
-    })
-}
-
-/// The configuration file at `path`, its variables expanded from the user's environment.
-pub fn read_config(path: &std::path::Path) -> Result<crate::config::ConfigServers, SetupError> {
-    let environment = user_environment()
-        .into_iter()
-        .filter_map(|(name, value)| Some((name.into_string().ok()?, value.into_string().ok()?)))
-        .collect();
-    crate::config::read(path, environment).map_err(|message| SetupError {
-        message,
-        usage: true,
-    })
-}
-
 /// `'COMMAND ARGS'` or `'NAME=COMMAND ARGS'` as a downstream server.
-fn mcp_server(spec: &str) -> Result<McpServerConfig, SetupError> {
+pub fn mcp_server(spec: &str) -> Result<McpServerConfig, SetupError> {
     let usage = |message: String| SetupError {
         message,
         usage: true,

@@ -351,3 +351,186 @@ fn config_check_shows_what_was_read_and_no_secret() {
         .unwrap();
     assert_eq!(unreadable.status.code(), Some(2));
 }
+
+/// Lines of a child's stderr, as they come.
+fn stderr_lines(
+    stderr: tokio::process::ChildStderr,
+) -> tokio::sync::mpsc::UnboundedReceiver<String> {
+    use tokio::io::AsyncBufReadExt;
+    let (sender, receiver) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        let mut lines = tokio::io::BufReader::new(stderr).lines();
+        while let Ok(Some(line)) = lines.next_line().await {
+            if sender.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    receiver
+}
+
+/// Waits for a line containing `needle`.
+async fn line_with(
+    lines: &mut tokio::sync::mpsc::UnboundedReceiver<String>,
+    needle: &str,
+) -> String {
+    codemode_test_support::within(needle, async {
+        loop {
+            let line = lines.recv().await.expect("the server's stderr ended");
+            if line.contains(needle) {
+                return line;
+            }
+        }
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_reloads_the_configuration_while_a_cell_runs_and_a_bad_file_is_refused() {
+    use rmcp::ServiceExt;
+    use rmcp::transport::{ConfigureCommandExt, TokioChildProcess};
+    let folder = scratch("reload");
+    let config = folder.join("mcp.json");
+    let write = |servers: &[&str]| {
+        let entries: serde_json::Map<String, Value> = servers
+            .iter()
+            .map(|name| {
+                (
+                    (*name).to_owned(),
+                    serde_json::json!({"command": CODEMODE, "args": ["demo-mcp-server"]}),
+                )
+            })
+            .collect();
+        std::fs::write(
+            &config,
+            serde_json::json!({"mcpServers": entries, "permissions": {"default": "allow"}})
+                .to_string(),
+        )
+        .unwrap();
+    };
+    write(&["a"]);
+    let command = tokio::process::Command::new(CODEMODE).configure(|command| {
+        command
+            .args(["mcp", "--config"])
+            .arg(&config)
+            .env("CODEMODE_LOG", "codemode::config=info");
+    });
+    let (transport, stderr) = TokioChildProcess::builder(command)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = nix::unistd::Pid::from_raw(transport.id().unwrap() as i32);
+    let mut lines = stderr_lines(stderr.unwrap());
+    let client = codemode_test_support::within("connect", ().serve(transport))
+        .await
+        .unwrap();
+    let hangup = || nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGHUP).unwrap();
+
+    // A cell on server "a" runs across the reload.
+    let running = common::text_of(
+        &common::exec(
+            &client,
+            "// @exec: {\"yield_time_ms\": 100}\nawait tools.a__sleep({ms: 2000}); text(\"slept through\");",
+        )
+        .await
+        .unwrap(),
+    );
+    let cell_id = common::running_cell_id(&running);
+
+    write(&["a", "b"]);
+    hangup();
+    let reloaded = line_with(&mut lines, "reloaded").await;
+    assert!(
+        reloaded.contains("added=[\"b\"]") && reloaded.contains("kept=[\"a\"]"),
+        "{reloaded}"
+    );
+    assert_eq!(
+        common::last_line(
+            &client,
+            "text((await tools.b__add({a: 1, b: 2})).structuredContent.sum)"
+        )
+        .await,
+        "3"
+    );
+    assert!(
+        common::wait_on(&client, &cell_id)
+            .await
+            .contains("slept through")
+    );
+
+    // A file that does not parse is refused; the running configuration stays.
+    std::fs::write(&config, "{\"mcpServers\": {not json").unwrap();
+    hangup();
+    let refused = line_with(&mut lines, "not reloaded").await;
+    assert!(refused.contains("not valid JSON"), "{refused}");
+    assert_eq!(
+        common::last_line(
+            &client,
+            "text((await tools.b__add({a: 2, b: 2})).structuredContent.sum)"
+        )
+        .await,
+        "4"
+    );
+
+    // A server removed leaves the cells' tools.
+    write(&["b"]);
+    hangup();
+    let reloaded = line_with(&mut lines, "reloaded").await;
+    assert!(reloaded.contains("removed=[\"a\"]"), "{reloaded}");
+    assert_eq!(
+        common::last_line(
+            &client,
+            "text(typeof tools.a__add + ' ' + typeof tools.b__add)"
+        )
+        .await,
+        "undefined function"
+    );
+    client.cancel().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_config_reloads_when_the_file_changes() {
+    use rmcp::ServiceExt;
+    use rmcp::transport::{ConfigureCommandExt, TokioChildProcess};
+    let folder = scratch("watch");
+    let config = folder.join("mcp.json");
+    let servers = |names: &[&str]| {
+        let entries: serde_json::Map<String, Value> = names
+            .iter()
+            .map(|name| {
+                (
+                    (*name).to_owned(),
+                    serde_json::json!({"command": CODEMODE, "args": ["demo-mcp-server"]}),
+                )
+            })
+            .collect();
+        serde_json::json!({"mcpServers": entries}).to_string()
+    };
+    std::fs::write(&config, servers(&["a"])).unwrap();
+    let command = tokio::process::Command::new(CODEMODE).configure(|command| {
+        command
+            .args(["mcp", "--watch-config", "--config"])
+            .arg(&config)
+            .env("CODEMODE_LOG", "codemode::config=info");
+    });
+    let (transport, stderr) = TokioChildProcess::builder(command)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = stderr_lines(stderr.unwrap());
+    let client = codemode_test_support::within("connect", ().serve(transport))
+        .await
+        .unwrap();
+    std::fs::write(&config, servers(&["a", "c"])).unwrap();
+    let reloaded = line_with(&mut lines, "reloaded").await;
+    assert!(reloaded.contains("added=[\"c\"]"), "{reloaded}");
+    assert_eq!(
+        common::last_line(
+            &client,
+            "text((await tools.c__add({a: 3, b: 4})).structuredContent.sum)"
+        )
+        .await,
+        "7"
+    );
+    client.cancel().await.unwrap();
+}

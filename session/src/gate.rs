@@ -38,7 +38,8 @@ pub struct AwaitingApproval {
 /// The gate of one session: its rules, what the user allowed for it, and the calls waiting for
 /// an answer.
 pub(crate) struct Gate {
-    permissions: Arc<Permissions>,
+    /// The user's rules; replaced whole when the configuration is reloaded.
+    permissions: Mutex<Arc<Permissions>>,
     max_writes_per_cell: Option<u64>,
     /// Tools the user allowed for the rest of the session.
     granted: Mutex<HashSet<String>>,
@@ -85,12 +86,18 @@ impl Drop for AwaitingGuard<'_> {
 impl Gate {
     pub(crate) fn new(permissions: Arc<Permissions>, max_writes_per_cell: Option<u64>) -> Self {
         Gate {
-            permissions,
+            permissions: Mutex::new(permissions),
             max_writes_per_cell,
             granted: Mutex::new(HashSet::new()),
             awaiting: Mutex::new(HashMap::new()),
             asked: tokio::sync::watch::Sender::new(0),
         }
+    }
+
+    /// Rules the calls made from now on by `permissions` (a reloaded configuration's); what
+    /// the user allowed for the session stays allowed.
+    pub(crate) fn set_permissions(&self, permissions: Arc<Permissions>) {
+        *self.permissions.lock() = permissions;
     }
 
     /// Changes each time one of the session's calls starts waiting for the user.
@@ -135,7 +142,8 @@ impl Gate {
             String::new()
         };
         let ruled = |verdict: &str, by: &str| record(session, cell_id, tool, &digest, verdict, by);
-        let mut ruling = self.permissions.decide_by_name(tool, annotations);
+        let permissions = Arc::clone(&self.permissions.lock());
+        let mut ruling = permissions.decide_by_name(tool, annotations);
         if ruling.verdict != Verdict::Deny
             && ruling.verdict != Verdict::Allow
             && self.granted.lock().contains(tool)

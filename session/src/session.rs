@@ -121,6 +121,13 @@ impl Session {
         Arc::clone(&self.shared.tools.lock().tools)
     }
 
+    /// Rules the tool calls its cells make from now on by `permissions` (a reloaded
+    /// configuration's), running cells included; what the user allowed for the session stays
+    /// allowed.
+    pub fn set_permissions(&self, permissions: Arc<crate::Permissions>) {
+        self.shared.gate.set_permissions(permissions);
+    }
+
     /// The downstream servers (or other parts of the provider) that are down now, and why;
     /// their tools are left out of the cells' view until they are back.
     pub fn unavailable(&self) -> Vec<crate::Unavailable> {

@@ -80,6 +80,12 @@ pub struct McpArgs {
     /// tools of the servers you configure).
     #[arg(long)]
     pub demo_tools: bool,
+    /// Read the configuration file (--config) again whenever it changes, as on SIGHUP: servers
+    /// added, removed or changed are started, stopped or restarted; the others, and the
+    /// sessions and cells using them, carry on. A file that does not parse is refused and the
+    /// running configuration kept.
+    #[arg(long)]
+    pub watch_config: bool,
     /// Print the description of `exec` the model would be given (with every tool declared), and
     /// exit: a way to check a configuration.
     #[arg(long)]

@@ -73,10 +73,7 @@ pub async fn serve(args: McpArgs) -> ExitCode {
     } else {
         DemoTools::LeftOut
     };
-    let crate::setup::Tools {
-        provider: tools,
-        permissions,
-    } = match args.session.tools(demo) {
+    let toolset = match args.session.tools(demo) {
         Ok(tools) => tools,
         Err(SetupError { message, usage }) => {
             eprintln!("error: {message}");
@@ -142,8 +139,8 @@ pub async fn serve(args: McpArgs) -> ExitCode {
     let shared = Arc::new(Shared {
         args: args.session.clone(),
         store,
-        tools,
-        permissions: Arc::new(permissions),
+        tools: Arc::clone(&toolset.provider),
+        toolset: Arc::new(toolset),
         max_wait: (args.max_wait_ms > 0).then(|| Duration::from_millis(args.max_wait_ms)),
         request_state,
         limits,
@@ -158,6 +155,7 @@ pub async fn serve(args: McpArgs) -> ExitCode {
         return print_exec_description(&shared).await;
     }
     tokio::spawn(cancel_on_signal(shared.shutting_down.clone()));
+    tokio::spawn(reload_on_change(Arc::clone(&shared), args.watch_config));
     let served = match gate {
         None => serve_stdio(Arc::clone(&shared)).await,
         Some((listener, gate)) => {
@@ -214,6 +212,65 @@ async fn cancel_on_signal(token: CancellationToken) {
     }
     tracing::info!("shutting down: no new requests; terminating running cells");
     token.cancel();
+}
+
+/// How often `--watch-config` looks at the file.
+const WATCH_EVERY: Duration = Duration::from_secs(1);
+
+/// Reads the configuration again on SIGHUP, and with `watch` whenever the file's content changes
+/// (looked at every second: no watcher to set up, and an editor's replace-by-rename is seen as
+/// any change is). Sessions open now follow the new permissions at once.
+async fn reload_on_change(shared: Arc<Shared>, watch: bool) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let Ok(mut hangup) = signal(SignalKind::hangup()) else {
+        tracing::warn!(target: "codemode::config", "cannot listen for SIGHUP; the configuration is read once");
+        return;
+    };
+    let path = shared
+        .toolset
+        .config_path()
+        .map(std::path::Path::to_path_buf);
+    let content =
+        |path: &Option<std::path::PathBuf>| path.as_ref().and_then(|path| std::fs::read(path).ok());
+    let mut seen = content(&path);
+    let mut look = tokio::time::interval(WATCH_EVERY);
+    look.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let watching = watch && path.is_some();
+    loop {
+        tokio::select! {
+            _ = hangup.recv() => {}
+            _ = look.tick(), if watching => {
+                if content(&path) == seen {
+                    continue;
+                }
+            }
+            () = shared.shutting_down.cancelled() => return,
+        }
+        seen = content(&path);
+        let Some(shown) = path.as_ref().map(|path| path.display().to_string()) else {
+            tracing::info!(target: "codemode::config", "SIGHUP: there is no --config file to read again");
+            continue;
+        };
+        match shared.toolset.reload().await {
+            Ok(reloaded) => {
+                let permissions = shared.toolset.permissions();
+                for live in shared.sessions.live_sessions() {
+                    live.session.set_permissions(Arc::clone(&permissions));
+                }
+                tracing::info!(
+                    target: "codemode::config",
+                    added = ?reloaded.added,
+                    removed = ?reloaded.removed,
+                    restarted = ?reloaded.restarted,
+                    kept = ?reloaded.kept,
+                    "configuration {shown} reloaded"
+                );
+            }
+            Err(error) => {
+                tracing::error!(target: "codemode::config", "the configuration was not reloaded, the running one is kept: {error}");
+            }
+        }
+    }
 }
 
 /// Binds the HTTP address and builds its gate, refusing to serve without a token where that is

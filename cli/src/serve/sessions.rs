@@ -26,8 +26,9 @@ pub(super) struct Shared {
     pub(super) args: SessionArgs,
     pub(super) store: Arc<dyn Store>,
     pub(super) tools: Arc<codemode_host_adapters::CompositeTools>,
-    /// The user's rules for the calls cells make (the configuration's `permissions`).
-    pub(super) permissions: Arc<codemode_session::Permissions>,
+    /// Where the tools came from, and the user's rules for the calls cells make (the
+    /// configuration's `permissions`); read again on SIGHUP or when the file changes.
+    pub(super) toolset: Arc<crate::toolset::ToolSet>,
     /// How long a `wait` with nothing new holds on (`--max-wait-ms`); `None`: not at all.
     pub(super) max_wait: Option<Duration>,
     /// Seals the request state of approvals asked of 2026-07-28 clients (a key of this run's).
@@ -56,7 +57,7 @@ impl Shared {
     /// permissions.
     pub(super) fn config(&self) -> codemode_session::SessionConfig {
         let mut config = self.args.config();
-        config.permissions = Arc::clone(&self.permissions);
+        config.permissions = self.toolset.permissions();
         config.max_wait = self.max_wait;
         config
     }

@@ -11,6 +11,10 @@
 //! version moves, so that sessions list again and its tools come back. While it is down, a listing
 //! does not wait for it. Only a conflict (two tools that cannot both be offered) fails the whole
 //! listing: the configuration must change.
+//!
+//! The members can be replaced while sessions use them ([`CompositeTools::reconfigure`], a
+//! reloaded configuration): a member kept (the same provider) keeps its connection, its health
+//! and the calls in flight on it; the tools version moves so that sessions list again.
 
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -32,17 +36,22 @@ const FIRST_RETRY: Duration = Duration::from_secs(1);
 const LONGEST_RETRY: Duration = Duration::from_secs(60);
 
 /// One provider of the composite, and the name its failures go by.
+#[derive(Clone)]
 struct Member {
+    /// Unique within the composite, for as long as it lives: routes and health name it.
+    id: u64,
     name: String,
     provider: Arc<dyn ToolProvider>,
+    /// Stops its retries when it leaves the composite.
+    removed: CancellationToken,
 }
 
 /// Which members are down, and the version that moves when one comes back.
 #[derive(Default)]
 struct Health {
-    /// By member index: why it is down. A member here has a retry task running.
-    down: Mutex<HashMap<usize, String>>,
-    /// Grows each time a member that was down answers again.
+    /// By member id: why it is down. A member here has a retry task running.
+    down: Mutex<HashMap<u64, String>>,
+    /// Grows each time a member that was down answers again, and at each reconfiguration.
     recovered: AtomicU64,
     /// Stops the retry tasks (on shutdown).
     stopped: CancellationToken,
@@ -51,16 +60,18 @@ struct Health {
 /// Several providers as one. Calls are routed by the tool's global name.
 #[derive(Default)]
 pub struct CompositeTools {
-    members: Vec<Member>,
-    /// Global name to member index, as of the last listing.
-    routes: Mutex<HashMap<String, usize>>,
+    /// The members now; replaced whole, so that a listing in progress keeps the set it began with.
+    members: Mutex<Arc<Vec<Member>>>,
+    next_id: AtomicU64,
+    /// Global name to member id, as of the last listing.
+    routes: Mutex<HashMap<String, u64>>,
     health: Arc<Health>,
 }
 
 impl std::fmt::Debug for CompositeTools {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("CompositeTools")
-            .field("providers", &self.members.len())
+            .field("providers", &self.members.lock().len())
             .finish_non_exhaustive()
     }
 }
@@ -74,7 +85,7 @@ impl CompositeTools {
     /// Adds a provider; its tools come after those of the providers added before it. Its
     /// failures are reported as those of "provider N".
     pub fn with(self, provider: impl ToolProvider) -> Self {
-        let name = format!("provider {}", self.members.len() + 1);
+        let name = format!("provider {}", self.members.lock().len() + 1);
         self.with_named(name, provider)
     }
 
@@ -86,69 +97,111 @@ impl CompositeTools {
 
     /// Adds a provider already shared elsewhere.
     pub fn with_shared(self, provider: Arc<dyn ToolProvider>) -> Self {
-        let name = format!("provider {}", self.members.len() + 1);
+        let name = format!("provider {}", self.members.lock().len() + 1);
         self.with_shared_named(name, provider)
     }
 
     /// Adds a provider already shared elsewhere, whose failures go by `name`.
     pub fn with_shared_named(
-        mut self,
+        self,
         name: impl Into<String>,
         provider: Arc<dyn ToolProvider>,
     ) -> Self {
-        self.members.push(Member {
-            name: name.into(),
-            provider,
-        });
+        let member = self.member(name.into(), provider);
+        let mut members = self.members.lock();
+        let mut grown = Vec::clone(&members);
+        grown.push(member);
+        *members = Arc::new(grown);
+        drop(members);
         self
     }
 
-    /// The names of the providers, in the order they were added.
+    fn member(&self, name: String, provider: Arc<dyn ToolProvider>) -> Member {
+        Member {
+            id: self.next_id.fetch_add(1, Ordering::SeqCst),
+            name,
+            provider,
+            removed: CancellationToken::new(),
+        }
+    }
+
+    /// The names of the providers, in order.
     pub fn names(&self) -> Vec<String> {
         self.members
+            .lock()
             .iter()
             .map(|member| member.name.clone())
             .collect()
     }
 
-    /// Records member `index` as down for `reason`, and starts its retries unless they run.
-    fn mark_down(&self, index: usize, reason: String) {
-        let member = &self.members[index];
+    /// Replaces the members by `members`, in that order. A provider that was already a member
+    /// (the same `Arc`) stays one as it was: its connection, its health, its calls in flight.
+    /// Returns the providers that left, for the caller to shut down. The tools version moves;
+    /// list again (as sessions do) to route calls to the new members.
+    pub fn reconfigure(
+        &self,
+        members: Vec<(String, Arc<dyn ToolProvider>)>,
+    ) -> Vec<Arc<dyn ToolProvider>> {
+        let mut current = self.members.lock();
+        let mut next = Vec::with_capacity(members.len());
+        for (name, provider) in members {
+            let kept = current
+                .iter()
+                .find(|member| Arc::ptr_eq(&member.provider, &provider))
+                .cloned();
+            next.push(match kept {
+                Some(member) => Member { name, ..member },
+                None => self.member(name, provider),
+            });
+        }
+        let mut left = Vec::new();
+        // The version must move past every value it had: what the members that leave counted
+        // is added, so that the sum never comes back to an earlier one.
+        let mut moved = 1u64;
+        for member in current.iter() {
+            if !next.iter().any(|kept| kept.id == member.id) {
+                member.removed.cancel();
+                self.health.down.lock().remove(&member.id);
+                moved = moved.wrapping_add(member.provider.tools_version());
+                left.push(Arc::clone(&member.provider));
+            }
+        }
+        *current = Arc::new(next);
+        drop(current);
+        self.health.recovered.fetch_add(moved, Ordering::SeqCst);
+        left
+    }
+
+    /// Records `member` as down for `reason`, and starts its retries unless they run.
+    fn mark_down(&self, member: &Member, reason: String) {
         tracing::warn!(server = %member.name, %reason, "left out of the tools until it answers; retrying in the background");
-        let retrying = self.health.down.lock().insert(index, reason).is_some();
+        let retrying = self.health.down.lock().insert(member.id, reason).is_some();
         if !retrying {
-            tokio::spawn(retry(
-                index,
-                Arc::clone(&member.provider),
-                member.name.clone(),
-                Arc::clone(&self.health),
-            ));
+            tokio::spawn(retry(member.clone(), Arc::clone(&self.health)));
         }
     }
 }
 
-/// Lists member `index` again with backoff until it answers; then it is up, and the composite's
+/// Lists `member` again with backoff until it answers; then it is up, and the composite's
 /// version moves so that sessions list it again.
-async fn retry(index: usize, provider: Arc<dyn ToolProvider>, name: String, health: Arc<Health>) {
+async fn retry(member: Member, health: Arc<Health>) {
     let mut wait = FIRST_RETRY;
     loop {
         tokio::select! {
             () = tokio::time::sleep(wait) => {}
-            () = health.stopped.cancelled() => {
-                health.down.lock().remove(&index);
-                return;
-            }
+            () = health.stopped.cancelled() => return,
+            () = member.removed.cancelled() => return,
         }
-        match provider.list_tools().await {
+        match member.provider.list_tools().await {
             Ok(tools) => {
-                tracing::info!(server = %name, tools = tools.len(), "back up; its tools return at the next cell");
-                health.down.lock().remove(&index);
+                tracing::info!(server = %member.name, tools = tools.len(), "back up; its tools return at the next cell");
+                health.down.lock().remove(&member.id);
                 health.recovered.fetch_add(1, Ordering::SeqCst);
                 return;
             }
             Err(error) => {
-                tracing::debug!(server = %name, %error, retry_in = ?wait, "still down");
-                if let Some(reason) = health.down.lock().get_mut(&index) {
+                tracing::debug!(server = %member.name, %error, retry_in = ?wait, "still down");
+                if let Some(reason) = health.down.lock().get_mut(&member.id) {
                     *reason = error.message;
                 }
                 wait = (wait * 2).min(LONGEST_RETRY);
@@ -160,31 +213,31 @@ async fn retry(index: usize, provider: Arc<dyn ToolProvider>, name: String, heal
 #[async_trait]
 impl ToolProvider for CompositeTools {
     async fn list_tools(&self) -> Result<Vec<ToolDefinition>, ToolListError> {
+        let members = Arc::clone(&self.members.lock());
         // Every member that is not being retried, at once: a slow server's startup costs its own
         // timeout, not the sum of all of them.
-        let down: Vec<usize> = self.health.down.lock().keys().copied().collect();
-        let listings =
-            futures::future::join_all(self.members.iter().enumerate().map(|(index, member)| {
-                let skip = down.contains(&index);
-                async move {
-                    if skip {
-                        None
-                    } else {
-                        Some(member.provider.list_tools().await)
-                    }
+        let down: Vec<u64> = self.health.down.lock().keys().copied().collect();
+        let listings = futures::future::join_all(members.iter().map(|member| {
+            let skip = down.contains(&member.id);
+            async move {
+                if skip {
+                    None
+                } else {
+                    Some(member.provider.list_tools().await)
                 }
-            }))
-            .await;
+            }
+        }))
+        .await;
         let mut tools = Vec::new();
-        let mut routes: HashMap<String, usize> = HashMap::new();
-        let mut owners: HashMap<String, ToolDefinition> = HashMap::new();
-        for (index, listing) in listings.into_iter().enumerate() {
+        let mut routes: HashMap<String, u64> = HashMap::new();
+        let mut owners: HashMap<String, (ToolDefinition, &str)> = HashMap::new();
+        for (member, listing) in members.iter().zip(listings) {
             let listed = match listing {
                 None => continue,
                 Some(Ok(listed)) => listed,
                 Some(Err(error)) if error.kind == ToolListErrorKind::Conflict => return Err(error),
                 Some(Err(error)) => {
-                    self.mark_down(index, error.message);
+                    self.mark_down(member, error.message);
                     continue;
                 }
             };
@@ -192,20 +245,19 @@ impl ToolProvider for CompositeTools {
                 let global_name = tool.global_name();
                 // As upstream code mode does: the first tool keeps the name, the other is left
                 // out (a cell could not tell them apart), and the log says so.
-                if let Some(first) = owners.get(&global_name) {
+                if let Some((first, owner)) = owners.get(&global_name) {
                     tracing::warn!(
-                        "two tools would both be tools.{global_name}: {} from {} keeps the name \
-                         and {} from {} is left out; give one of their servers another \
+                        "two tools would both be tools.{global_name}: {} from {owner} keeps the \
+                         name and {} from {} is left out; give one of their servers another \
                          namespace, or rename one of the tools",
                         describe(first),
-                        self.members[routes[&global_name]].name,
                         describe(&tool),
-                        self.members[index].name,
+                        member.name,
                     );
                     continue;
                 }
-                routes.insert(global_name.clone(), index);
-                owners.insert(global_name, tool.clone());
+                routes.insert(global_name.clone(), member.id);
+                owners.insert(global_name, (tool.clone(), member.name.as_str()));
                 tools.push(tool);
             }
         }
@@ -221,14 +273,20 @@ impl ToolProvider for CompositeTools {
         let global_name = call.name.global_name();
         let route = self.routes.lock().get(&global_name).copied();
         let provider = route
-            .and_then(|index| self.members.get(index))
+            .and_then(|id| {
+                let members = self.members.lock();
+                members
+                    .iter()
+                    .find(|member| member.id == id)
+                    .map(|member| Arc::clone(&member.provider))
+            })
             .ok_or_else(|| ToolError::not_found(format!("no tool is named tools.{global_name}")))?;
-        provider.provider.call_tool(call, context).await
+        provider.call_tool(call, context).await
     }
 
     fn tools_version(&self) -> u64 {
         // Each number only grows, so the sum changes whenever one of them does.
-        self.members.iter().fold(
+        self.members.lock().iter().fold(
             self.health.recovered.load(Ordering::SeqCst),
             |sum, member| sum.wrapping_add(member.provider.tools_version()),
         )
@@ -236,10 +294,10 @@ impl ToolProvider for CompositeTools {
 
     fn unavailable(&self) -> Vec<Unavailable> {
         let down = self.health.down.lock().clone();
-        self.members
+        let members = Arc::clone(&self.members.lock());
+        members
             .iter()
-            .enumerate()
-            .flat_map(|(index, member)| match down.get(&index) {
+            .flat_map(|member| match down.get(&member.id) {
                 Some(reason) => vec![Unavailable::new(member.name.clone(), reason.clone())],
                 None => member.provider.unavailable(),
             })
@@ -248,9 +306,10 @@ impl ToolProvider for CompositeTools {
 
     async fn shutdown(&self) {
         self.health.stopped.cancel();
+        let members = Arc::clone(&self.members.lock());
         // All at once: each may wait seconds for its server to exit.
         let mut shutting_down = tokio::task::JoinSet::new();
-        for member in &self.members {
+        for member in members.iter() {
             let provider = Arc::clone(&member.provider);
             shutting_down.spawn(async move { provider.shutdown().await });
         }

@@ -131,7 +131,7 @@ pub(super) fn lifecycle() -> rmcp::service::ClientLifecycleMode {
 }
 
 /// One downstream server.
-#[derive(Clone)]
+#[derive(Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct McpServerConfig {
     /// The namespace of its tools: `tools.<namespace>__<tool>`.
