@@ -125,6 +125,7 @@ async fn main() {
         call_id: "call-1".to_owned(),
         source: String::new(),
         enabled_tools: Vec::new(),
+        unavailable_servers: Vec::new(),
         stored_values: Default::default(),
         limits: Default::default(),
         pending_mode: PendingMode::PauseUntilResumed,

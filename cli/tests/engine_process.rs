@@ -38,6 +38,7 @@ fn cell(source: &str) -> CellStart {
         call_id: "call-1".into(),
         source: source.into(),
         enabled_tools: vec![ToolDefinition::function(ToolName::plain("echo"), "echo")],
+        unavailable_servers: Vec::new(),
         stored_values: Default::default(),
         limits: CellLimits::default(),
         pending_mode: PendingMode::Continue,

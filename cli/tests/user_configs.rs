@@ -209,11 +209,18 @@ fn broken_servers_are_reported_and_the_healthy_one_keeps_working() {
         &["run", "--json", "--no-demo-tools"],
         &config,
         r#"text((await tools.healthy__add({a: 1, b: 1})).structuredContent.sum);
-           text(ALL_TOOLS.every((tool) => tool.name.startsWith("healthy__")));"#,
+           text(ALL_TOOLS.every((tool) => tool.name.startsWith("healthy__")));
+           text(ALL_TOOLS.unavailable.map((down) => down.server).sort().join(" "));
+           text(ALL_TOOLS.unavailable.find((down) => down.server === "crashing").reason);"#,
         &[],
     );
     assert_eq!(output.status.code(), Some(0), "{output:?}");
-    assert_eq!(texts(&output), ["2", "true"]);
+    let texts = texts(&output);
+    assert_eq!(
+        texts[..3],
+        ["2", "true", "crashing missing unauthorised unset"]
+    );
+    assert!(texts[3].contains("cannot open database"), "{texts:?}");
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
         stderr.contains("server \"unset\": \"headers.Authorization\": ${NO_SUCH_TOKEN} is not set"),

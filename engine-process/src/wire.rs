@@ -237,6 +237,8 @@ pub(crate) enum ToParent {
 pub(crate) struct WireStart {
     pub source: String,
     pub enabled_tools: Vec<ToolDefinition>,
+    #[serde(default)]
+    pub unavailable_servers: Vec<codemode_protocol::Unavailable>,
     pub stored_values: std::sync::Arc<codemode_protocol::StoredValues>,
     pub heap_limit_bytes: usize,
     pub cpu_time_limit_ns: Option<u64>,
@@ -249,6 +251,7 @@ impl WireStart {
         let wire = WireStart {
             source: cell.source,
             enabled_tools: cell.enabled_tools,
+            unavailable_servers: cell.unavailable_servers,
             stored_values: cell.stored_values,
             heap_limit_bytes: cell.limits.heap_limit_bytes,
             max_tool_calls: cell.limits.max_tool_calls,
@@ -267,6 +270,7 @@ impl WireStart {
             call_id,
             source: self.source,
             enabled_tools: self.enabled_tools,
+            unavailable_servers: self.unavailable_servers,
             stored_values: self.stored_values,
             limits: CellLimits::default()
                 .with_heap_limit_bytes(self.heap_limit_bytes)
@@ -517,6 +521,7 @@ mod tests {
             call_id: "call-1".into(),
             source: "text(1)".into(),
             enabled_tools: vec![],
+            unavailable_servers: Vec::new(),
             stored_values: std::sync::Arc::new(codemode_protocol::stored_values_from([(
                 "k",
                 serde_json::Value::from(1),

@@ -116,6 +116,7 @@ fn main() {
         call_id: "call-1".to_owned(),
         source: "text hello\ntool clock\ntext bye".to_owned(),
         enabled_tools: Vec::new(),
+        unavailable_servers: Vec::new(),
         stored_values: Default::default(),
         limits: Default::default(),
         pending_mode: PendingMode::Continue,

@@ -202,7 +202,8 @@
   }
 
   // The cell's tools: installed once, by the dispatcher, before the cell's module runs.
-  function installTools(listing) {
+  function installTools(installed) {
+    const listing = installed.tools;
     const tools = {};
     const allTools = [];
     listing.forEach((tool, index) => {
@@ -224,6 +225,13 @@
       }
       arrayPush(allTools, freeze(entry));
     });
+    // The servers whose tools are left out because they are down now, and why: not an entry of
+    // the list (code that maps over the tools sees tools only).
+    const unavailable = [];
+    installed.unavailable.forEach((down) => {
+      arrayPush(unavailable, freeze({ server: down.server, reason: down.reason }));
+    });
+    defineProperty(allTools, 'unavailable', { value: freeze(unavailable) });
     freeze(tools);
     freeze(allTools);
     defineGlobal('tools', tools);

@@ -22,6 +22,9 @@ pub struct CellStart {
     pub source: String,
     /// The tools the cell may call, in the order `ALL_TOOLS` lists them.
     pub enabled_tools: Vec<ToolDefinition>,
+    /// The servers whose tools are left out because they are down now, and why
+    /// (`ALL_TOOLS.unavailable` in the cell).
+    pub unavailable_servers: Vec<codemode_protocol::Unavailable>,
     /// The session's stored values when the cell starts, visible to `load`: shared with the
     /// session, which replaces rather than changes a map a cell holds.
     pub stored_values: Arc<StoredValues>,

@@ -115,6 +115,18 @@ async fn broken_servers_are_left_out_with_their_reasons_and_the_healthy_one_serv
     )
     .await;
     assert_eq!((items, error), (vec![OutputItem::text("5")], None));
+    let (items, _, _) = run(
+        &session,
+        "text(`${ALL_TOOLS.length} ${Object.isFrozen(ALL_TOOLS.unavailable)} ${JSON.stringify(ALL_TOOLS.unavailable.map((down) => down.server))}`)",
+    )
+    .await;
+    assert_eq!(
+        items,
+        [OutputItem::text(format!(
+            "{} true [\"missing\",\"crashing\"]",
+            names.len()
+        ))]
+    );
     let (_, error, hints) = run(&session, "await tools.crashing__anything({})").await;
     assert!(error.is_some());
     assert!(

@@ -21,6 +21,7 @@ mod stored;
 mod tenant;
 mod tool;
 mod typescript;
+mod unavailable;
 
 pub use annotations::ToolAnnotations;
 pub use cell_id::CellId;
@@ -36,3 +37,4 @@ pub use tool::{ResultType, ToolDefinition, ToolKind, ToolName, normalize_identif
 pub use typescript::{
     MCP_TYPES_DECLARATION, namespace_groups, tool_declaration, tools_declaration,
 };
+pub use unavailable::Unavailable;

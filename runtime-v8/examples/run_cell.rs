@@ -44,6 +44,7 @@ fn main() -> ExitCode {
         call_id: "example".into(),
         source,
         enabled_tools: vec![echo, sleep],
+        unavailable_servers: Vec::new(),
         stored_values: Default::default(),
         limits: CellLimits::default(),
         pending_mode: PendingMode::Continue,

@@ -75,6 +75,7 @@ fn run_once(engine: &V8Engine) -> Duration {
                 call_id: "startup".into(),
                 source: r#"text("hi")"#.into(),
                 enabled_tools: Vec::new(),
+                unavailable_servers: Vec::new(),
                 stored_values: Default::default(),
                 limits: CellLimits::default(),
                 pending_mode: PendingMode::Continue,

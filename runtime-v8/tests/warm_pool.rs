@@ -47,6 +47,7 @@ fn run_a_cell(engine: &V8Engine) {
                 call_id: "warm".into(),
                 source: "text('hi')".into(),
                 enabled_tools: Vec::new(),
+                unavailable_servers: Vec::new(),
                 stored_values: Default::default(),
                 limits: CellLimits::default(),
                 pending_mode: PendingMode::Continue,

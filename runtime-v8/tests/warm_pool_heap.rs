@@ -48,6 +48,7 @@ fn a_pool_warmed_for_a_heap_limit_serves_cells_of_that_limit_warm() {
                     // A cell that waits (on a timer) long enough to be seen running.
                     source: "await new Promise((resolve) => setTimeout(resolve, 300));".into(),
                     enabled_tools: Vec::new(),
+                    unavailable_servers: Vec::new(),
                     stored_values: Default::default(),
                     limits: CellLimits::default().with_heap_limit_bytes(heap_limit_bytes),
                     pending_mode: PendingMode::Continue,

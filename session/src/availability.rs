@@ -4,34 +4,7 @@
 //! operator asks for it (`codemode servers`); the tools of a part that is down are left out of
 //! the cell's view until it is back.
 
-/// A part of a provider that is down now.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Unavailable {
-    /// The part: a downstream server's name, which is the namespace of its tools
-    /// (`tools.<name>__<tool>`).
-    pub name: String,
-    /// Why, as the part gave it: an exit status and the last lines it wrote to stderr, an HTTP
-    /// status, a timeout, or that the user must log in first.
-    pub reason: String,
-}
-
-impl Unavailable {
-    /// Part `name` is down for `reason`.
-    pub fn new(name: impl Into<String>, reason: impl Into<String>) -> Self {
-        Unavailable {
-            name: name.into(),
-            reason: reason.into(),
-        }
-    }
-
-    /// Whether the tool a cell names (`tools.<global name>`) would be one of this part's.
-    pub fn owns(&self, global_name: &str) -> bool {
-        global_name
-            .strip_prefix(self.name.as_str())
-            .is_some_and(|rest| rest.starts_with("__"))
-    }
-}
+pub use codemode_protocol::Unavailable;
 
 /// For a cell's error that calls a tool of a part that is down (`tools.x__y is not a function`),
 /// the hint that says so and why; `None` otherwise.

@@ -223,7 +223,7 @@ Optionally start the source with a pragma line:
 
 Globals:
 - tools.<name>(args): call a tool; returns a Promise of the type its declaration names; an MCP tool declared `Promise<CallToolResult<T>>` resolves with the server's result {{ content: [MCP content blocks], structuredContent?: T, isError? }}, isError: true when the tool reported a failure. A call that cannot be made rejects with an Error whose message says why. Calls run in parallel with Promise.all.
-- ALL_TOOLS: [{{ name, description, declaration, annotations? }}] of every tool (annotations: what the tool says of its effects, such as readOnlyHint); search_tools("words") returns the tools whose name or description has every word.{approvals}
+- ALL_TOOLS: [{{ name, description, declaration, annotations? }}] of every tool (annotations: what the tool says of its effects, such as readOnlyHint); ALL_TOOLS.unavailable: [{{ server, reason }}] of the servers that are down now, whose tools are left out; search_tools("words") returns the tools whose name or description has every word.{approvals}
 - text(value): add text to the output; objects and arrays are JSON-encoded.
 - image(urlOrItem, detail?): add an image from a base64 data: URL, {{ image_url, detail }}, or an MCP image block {{ type: "image", data, mimeType }}. detail: "auto" | "low" | "high" (default) | "original". Remote URLs are not fetched.
 - generatedImage(result): add the image of an image-generation result ({{ image_url, detail?, output_hint? }} or an MCP image block), then its output_hint as text.

@@ -469,6 +469,7 @@ impl Session {
             call_id: request.call_id,
             source: runnable,
             enabled_tools: shared.tools.lock().tools.to_vec(),
+            unavailable_servers: shared.provider.unavailable(),
             stored_values: Arc::clone(&shared.values.lock().values),
             limits: CellLimits::default()
                 .with_heap_limit_bytes(shared.config.heap_limit_bytes)

@@ -202,6 +202,7 @@ pub fn cell_start(source: &str) -> CellStart {
         call_id: "call-1".into(),
         source: source.into(),
         enabled_tools: ["echo", "fail", "panic", "hang", "gate"].map(tool).to_vec(),
+        unavailable_servers: Vec::new(),
         stored_values: Default::default(),
         limits: CellLimits::default(),
         pending_mode: PendingMode::PauseUntilResumed,

@@ -40,6 +40,7 @@ pub(crate) fn cell(source: &str) -> CellStart {
         call_id: "bench".into(),
         source: source.into(),
         enabled_tools: Vec::new(),
+        unavailable_servers: Vec::new(),
         stored_values: Default::default(),
         limits: CellLimits::default(),
         pending_mode: PendingMode::Continue,

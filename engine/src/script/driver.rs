@@ -520,8 +520,11 @@ impl<R: ScriptRuntime> CellThread<R> {
         let call_id = cell.call_id.clone();
         let globals = CellGlobals::new(cell.call_id, cell.enabled_tools, cell.stored_values)
             .with_max_tool_calls(cell.limits.max_tool_calls);
-        let tools =
-            serde_json::to_string(&globals.tool_listing()).expect("the tool listing is plain data");
+        let tools = serde_json::to_string(&serde_json::json!({
+            "tools": globals.tool_listing(),
+            "unavailable": cell.unavailable_servers,
+        }))
+        .expect("the tool listing is plain data");
         *runtime.host() = CellHost::new(globals, events, test_hooks);
         terminate.attach(runtime.terminator());
         let cpu_watch = match cell.limits.cpu_time_limit {

@@ -145,6 +145,7 @@ pub fn start_with(source: &str, options: Options) -> Cell {
                 call_id: "call-1".into(),
                 source: source.into(),
                 enabled_tools: options.tools,
+                unavailable_servers: Vec::new(),
                 stored_values: std::sync::Arc::new(codemode_protocol::stored_values_from(
                     options.stored_values,
                 )),

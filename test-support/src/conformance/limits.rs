@@ -119,6 +119,7 @@ pub fn a_heap_limit_below_the_minimum_is_refused_before_a_thread_starts() {
                 call_id: "call-1".into(),
                 source: "text(1)".into(),
                 enabled_tools: Vec::new(),
+                unavailable_servers: Vec::new(),
                 stored_values: Default::default(),
                 limits: CellLimits::default().with_heap_limit_bytes(1024),
                 pending_mode: PendingMode::Continue,
