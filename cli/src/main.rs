@@ -44,6 +44,12 @@ enum Command {
     /// Start the configured servers, say which are up (with their tools) and which are down
     /// (and why), and stop them.
     Servers(servers::ServersArgs),
+    /// Authorize with a remote server over OAuth, once: opens the authorization URL with
+    /// $BROWSER (or prints it), receives the redirect on a loopback port, and keeps the tokens
+    /// for you (0600, under $XDG_STATE_HOME/codemode/oauth); they are refreshed as they expire.
+    Login(servers::LoginArgs),
+    /// Remove the OAuth tokens `codemode login` kept for a server.
+    Logout(servers::LoginArgs),
     /// Run cells for a parent codemode in an engine process (the parent starts it; not for
     /// people).
     #[command(hide = true)]
@@ -86,6 +92,8 @@ fn main() -> ExitCode {
             Command::Mcp(args) => serve::serve(args).await,
             Command::Config(command) => servers::config(command),
             Command::Servers(args) => servers::servers(args).await,
+            Command::Login(args) => servers::login(args).await,
+            Command::Logout(args) => servers::logout(args),
             Command::EngineHost { .. } => {
                 unreachable!("handled before the async runtime starts")
             }

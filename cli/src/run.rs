@@ -93,7 +93,7 @@ pub async fn run(args: RunArgs) -> ExitCode {
         } else {
             DemoTools::Offered
         };
-        let toolset = args.session.tools(demo)?;
+        let toolset = args.session.tools(demo, true)?;
         let tools = Arc::clone(&toolset.provider);
         config.permissions = toolset.permissions();
         config.user = Some(Arc::new(TerminalApprover::new(args.approve)));

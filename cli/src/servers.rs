@@ -1,11 +1,13 @@
 //! `codemode config check FILE` (what a configuration says, without starting anything) and
 //! `codemode servers` (each configured server started and listed, as a session would: which are
-//! up with how many tools, which are down and why).
+//! up with how many tools, which are down and why), `codemode login` and `codemode logout`
+//! (OAuth tokens for a remote server).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
+use codemode_host_adapters::{McpServerConfig, McpTransport, oauth};
 use codemode_session::ToolProvider;
 
 use crate::exit;
@@ -36,6 +38,108 @@ pub struct ServersArgs {
     pub mcp: Vec<String>,
 }
 
+/// `codemode login` and `codemode logout`.
+#[derive(Debug, Clone, Args)]
+pub struct LoginArgs {
+    /// The server's name in the configuration.
+    pub name: String,
+    /// The MCP configuration that names it.
+    #[arg(long = "config", value_name = "FILE")]
+    pub config: PathBuf,
+}
+
+/// The HTTP server `name` of the configuration, or the error to print.
+fn server_named(args: &LoginArgs) -> Result<McpServerConfig, String> {
+    let config = read_config(&args.config).map_err(|error| error.message)?;
+    let wanted = codemode_protocol::normalize_identifier(&args.name);
+    if let Some((_, why)) = config
+        .refused
+        .iter()
+        .find(|(name, _)| codemode_protocol::normalize_identifier(name) == wanted)
+    {
+        return Err(why.clone());
+    }
+    let server = config
+        .servers
+        .into_iter()
+        .find(|server| server.namespace == wanted)
+        .ok_or_else(|| {
+            format!(
+                "{} names no server \"{}\"",
+                args.config.display(),
+                args.name
+            )
+        })?;
+    match server.transport {
+        McpTransport::Http { .. } => Ok(server),
+        _ => Err(format!(
+            "the server \"{}\" is not reached over streamable HTTP: only remote servers log in",
+            args.name
+        )),
+    }
+}
+
+/// Runs `codemode login NAME --config FILE`: the OAuth flow, once; the tokens are saved for the
+/// user.
+pub async fn login(args: LoginArgs) -> ExitCode {
+    let server = match server_named(&args) {
+        Ok(server) => server,
+        Err(message) => {
+            eprintln!("error: {message}");
+            return ExitCode::from(exit::USAGE);
+        }
+    };
+    let browser = oauth::Browser::from_environment();
+    match oauth::login(&server, &browser, None).await {
+        Ok(tokens) => {
+            eprintln!(
+                "logged in to \"{}\"; the tokens are in {} (removed by `codemode logout {}`)",
+                args.name,
+                tokens
+                    .path()
+                    .map_or_else(String::new, |path| path.display().to_string()),
+                args.name
+            );
+            ExitCode::SUCCESS
+        }
+        Err(error) => {
+            eprintln!("error: {error}");
+            ExitCode::from(exit::FAILED)
+        }
+    }
+}
+
+/// Runs `codemode logout NAME --config FILE`: removes the saved tokens.
+pub fn logout(args: LoginArgs) -> ExitCode {
+    let server = match server_named(&args) {
+        Ok(server) => server,
+        Err(message) => {
+            eprintln!("error: {message}");
+            return ExitCode::from(exit::USAGE);
+        }
+    };
+    let McpTransport::Http { url, .. } = &server.transport else {
+        unreachable!("server_named returns HTTP servers")
+    };
+    match oauth::TokenFile::for_url(url).remove() {
+        Ok(true) => {
+            eprintln!("logged out of \"{}\": its tokens are removed", args.name);
+            ExitCode::SUCCESS
+        }
+        Ok(false) => {
+            eprintln!("there were no tokens for \"{}\"", args.name);
+            ExitCode::SUCCESS
+        }
+        Err(error) => {
+            eprintln!(
+                "error: cannot remove the tokens of \"{}\": {error}",
+                args.name
+            );
+            ExitCode::from(exit::FAILED)
+        }
+    }
+}
+
 /// Runs `codemode config check`.
 pub fn config(command: ConfigCommand) -> ExitCode {
     let ConfigCommand::Check { file } = command;
@@ -58,7 +162,7 @@ pub fn config(command: ConfigCommand) -> ExitCode {
 /// Runs `codemode servers`: starts every server at once (each within its startup timeout),
 /// prints one line each, and stops them. Exits 1 when one is down.
 pub async fn servers(args: ServersArgs) -> ExitCode {
-    let tools = match ToolSet::build(args.mcp, args.config, DemoTools::LeftOut) {
+    let tools = match ToolSet::build(args.mcp, args.config, DemoTools::LeftOut, false) {
         Ok(tools) => tools.provider,
         Err(error) => {
             eprintln!("error: {}", error.message);

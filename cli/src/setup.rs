@@ -185,8 +185,14 @@ impl SessionArgs {
     /// merged, and the permissions that rule their calls (the configuration file's; without
     /// one, read-only tools run and other calls ask). Warnings about the configuration file go
     /// to stderr.
-    pub fn tools(&self, demo: DemoTools) -> Result<crate::toolset::ToolSet, SetupError> {
-        crate::toolset::ToolSet::build(self.mcp.clone(), self.config.clone(), demo)
+    /// The tools these flags name; with `step_up`, a call a server refuses for want of OAuth
+    /// scope authorizes again (for a user at hand).
+    pub fn tools(
+        &self,
+        demo: DemoTools,
+        step_up: bool,
+    ) -> Result<crate::toolset::ToolSet, SetupError> {
+        crate::toolset::ToolSet::build(self.mcp.clone(), self.config.clone(), demo, step_up)
     }
 
     /// The process's one engine, shared by every session (and so its pool of pre-warmed

@@ -41,6 +41,9 @@ pub struct ToolSet {
     mcp: Vec<String>,
     config: Option<PathBuf>,
     demo: Option<Arc<dyn ToolProvider>>,
+    /// Whether a call a server refuses for want of OAuth scope authorizes again (a user is at
+    /// hand: `codemode run`).
+    step_up: bool,
     /// The servers running now, with the configuration each was started with.
     servers: tokio::sync::Mutex<Vec<(McpServerConfig, Arc<McpTools>)>>,
 }
@@ -53,6 +56,7 @@ impl ToolSet {
         mcp: Vec<String>,
         config: Option<PathBuf>,
         demo: DemoTools,
+        step_up: bool,
     ) -> Result<ToolSet, SetupError> {
         let demo: Option<Arc<dyn ToolProvider>> =
             (demo == DemoTools::Offered).then(|| Arc::new(demo_tools()) as Arc<dyn ToolProvider>);
@@ -62,6 +66,7 @@ impl ToolSet {
             mcp,
             config,
             demo,
+            step_up,
             servers: tokio::sync::Mutex::new(Vec::new()),
         };
         let layout = set.layout()?;
@@ -199,6 +204,9 @@ impl ToolSet {
             layout.refused = configured.refused;
             layout.permissions = configured.permissions;
             layout.warnings = configured.warnings;
+        }
+        for server in &mut layout.servers {
+            server.oauth = server.oauth.clone().with_step_up(self.step_up);
         }
         Ok(layout)
     }

@@ -252,6 +252,10 @@ fn broken_servers_are_reported_and_the_healthy_one_keeps_working() {
         unauthorised.contains("down: ") && unauthorised.contains("HTTP 401 Unauthorized"),
         "{unauthorised}"
     );
+    assert!(
+        unauthorised.contains("run `codemode login unauthorised`"),
+        "{unauthorised}"
+    );
     assert!(line("unset").contains("NO_SUCH_TOKEN"), "{lines}");
 }
 
@@ -540,4 +544,46 @@ async fn watch_config_reloads_when_the_file_changes() {
         "7"
     );
     client.cancel().await.unwrap();
+}
+
+#[test]
+fn login_and_logout_name_what_they_cannot_do() {
+    let folder = scratch("login");
+    let config = folder.join("mcp.json");
+    std::fs::write(
+        &config,
+        format!(
+            r#"{{"mcpServers": {{"local": {{"command": "{CODEMODE}", "args": ["demo-mcp-server"]}},
+                                    "remote": {{"url": "https://example.invalid/mcp"}}}}}}"#
+        ),
+    )
+    .unwrap();
+    let state = folder.join("state");
+    let codemode = |args: &[&str]| {
+        Command::new(CODEMODE)
+            .args(args)
+            .arg("--config")
+            .arg(&config)
+            .env("XDG_STATE_HOME", &state)
+            .output()
+            .unwrap()
+    };
+    let stdio = codemode(&["login", "local"]);
+    assert_eq!(stdio.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&stdio.stderr).contains("only remote servers log in"),
+        "{stdio:?}"
+    );
+    let unknown = codemode(&["login", "nope"]);
+    assert_eq!(unknown.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&unknown.stderr).contains("names no server \"nope\""),
+        "{unknown:?}"
+    );
+    let logout = codemode(&["logout", "remote"]);
+    assert_eq!(logout.status.code(), Some(0));
+    assert!(
+        String::from_utf8_lossy(&logout.stderr).contains("there were no tokens"),
+        "{logout:?}"
+    );
 }

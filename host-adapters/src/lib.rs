@@ -23,5 +23,5 @@ pub use store::{FORMAT_VERSION, FileStore, MemoryStore};
 pub use store::{PostgresStore, SCHEMA_VERSION, is_database_url};
 pub use tools::{
     CallResultError, CompositeTools, InProcessTools, McpServerConfig, McpTools, McpTransport,
-    RefusedServer, call_result_to_value, display_url,
+    RefusedServer, call_result_to_value, display_url, oauth,
 };

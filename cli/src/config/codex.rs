@@ -12,7 +12,7 @@ use super::entry::{Entry, Reach, codex_inherited};
 use super::json::Fields;
 
 /// The keys a codex server table may have.
-const KNOWN_KEYS: [&str; 15] = [
+const KNOWN_KEYS: [&str; 16] = [
     "command",
     "args",
     "env",
@@ -28,6 +28,7 @@ const KNOWN_KEYS: [&str; 15] = [
     "enabled",
     "enabled_tools",
     "disabled_tools",
+    "oauth",
 ];
 
 /// The `mcp_servers` tables of a codex configuration, as JSON (in the file's order), or `None`
@@ -100,6 +101,7 @@ pub fn entry(
     entry.env_headers = read.string_map("env_http_headers")?;
     entry.bearer_env = read.string("bearer_token_env_var")?;
     entry.inherit = Some(codex_inherited(read.strings("env_vars")?));
+    entry.oauth = super::entry::OAuthEntry::read(name, fields.get("oauth"))?;
     entry.enabled_tools = read.names("enabled_tools")?;
     entry.disabled_tools = read.names("disabled_tools")?.unwrap_or_default();
     let seconds = |key: &str, scale: f64| -> Result<Option<Duration>, String> {

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use codemode_host_adapters::oauth::OAuthSettings;
 use codemode_host_adapters::{McpServerConfig, McpTransport};
 use codemode_protocol::normalize_identifier;
 
@@ -63,6 +64,91 @@ pub struct Entry {
     pub disabled_tools: Vec<String>,
     /// Whether `${...}` in values is expanded (JSON formats; codex's TOML has no such syntax).
     pub expands: bool,
+    /// The `oauth` keys: how codemode identifies itself to the server's authorization server.
+    pub oauth: OAuthEntry,
+}
+
+/// An entry's `oauth` keys, before their variables are expanded.
+#[derive(Debug, Clone, Default)]
+pub struct OAuthEntry {
+    pub client_id: Option<String>,
+    pub client_secret: Option<String>,
+    pub client_metadata_url: Option<String>,
+    pub scopes: Vec<String>,
+    pub callback_port: Option<u16>,
+}
+
+impl OAuthEntry {
+    /// The `oauth` object of an entry: `clientId`, `clientSecret`, `clientMetadataUrl`,
+    /// `scopes` (an array, or one space-separated string) and `callbackPort` (each also in
+    /// snake case, as codex writes keys).
+    pub fn read(name: &str, value: Option<&serde_json::Value>) -> Result<Self, String> {
+        use serde_json::Value;
+        let Some(value) = value.filter(|value| !value.is_null()) else {
+            return Ok(OAuthEntry::default());
+        };
+        let wrong = |key: &str, expected: &str| {
+            format!("server \"{name}\": \"oauth.{key}\" must be {expected}")
+        };
+        let Value::Object(fields) = value else {
+            return Err(format!(
+                "server \"{name}\": \"oauth\" must be an object (clientId, clientSecret, \
+                 clientMetadataUrl, scopes, callbackPort)"
+            ));
+        };
+        let mut oauth = OAuthEntry::default();
+        for (key, value) in fields {
+            match (key.as_str(), value) {
+                ("clientId" | "client_id", Value::String(id)) => oauth.client_id = Some(id.clone()),
+                ("clientSecret" | "client_secret", Value::String(secret)) => {
+                    oauth.client_secret = Some(secret.clone());
+                }
+                ("clientMetadataUrl" | "client_metadata_url", Value::String(url)) => {
+                    oauth.client_metadata_url = Some(url.clone());
+                }
+                ("scopes" | "scope", Value::String(scopes)) => {
+                    oauth.scopes = scopes.split_whitespace().map(str::to_owned).collect();
+                }
+                ("scopes" | "scope", Value::Array(scopes)) => {
+                    oauth.scopes = scopes
+                        .iter()
+                        .map(|scope| scope.as_str().map(str::to_owned))
+                        .collect::<Option<_>>()
+                        .ok_or_else(|| wrong(key, "an array of scope names"))?;
+                }
+                ("callbackPort" | "callback_port", Value::Number(port)) => {
+                    oauth.callback_port = Some(
+                        port.as_u64()
+                            .and_then(|port| u16::try_from(port).ok())
+                            .ok_or_else(|| wrong(key, "a port number"))?,
+                    );
+                }
+                (
+                    "clientId"
+                    | "client_id"
+                    | "clientSecret"
+                    | "client_secret"
+                    | "clientMetadataUrl"
+                    | "client_metadata_url",
+                    _,
+                ) => return Err(wrong(key, "a string")),
+                ("scopes" | "scope", _) => return Err(wrong(key, "an array of scope names")),
+                ("callbackPort" | "callback_port", _) => return Err(wrong(key, "a port number")),
+                _ => {
+                    return Err(format!(
+                        "server \"{name}\": \"oauth\" has an unknown key \"{key}\" (known: \
+                         clientId, clientSecret, clientMetadataUrl, scopes, callbackPort)"
+                    ));
+                }
+            }
+        }
+        if oauth.client_secret.is_some() && oauth.client_id.is_none() {
+            return Err(format!(
+                "server \"{name}\": \"oauth.clientSecret\" needs the \"clientId\" it belongs to"
+            ));
+        }
+        Ok(oauth)
+    }
 }
 
 /// What became of an entry.
@@ -108,6 +194,7 @@ impl Entry {
             enabled_tools: None,
             disabled_tools: Vec::new(),
             expands,
+            oauth: OAuthEntry::default(),
         }
     }
 
@@ -137,6 +224,9 @@ impl Entry {
         secrets.extend(self.env.keys().map(|name| format!("env {name}")));
         if let Some(file) = &self.env_file {
             secrets.push(format!("envFile {file}"));
+        }
+        if self.oauth.client_secret.is_some() {
+            secrets.push("oauth clientSecret".to_owned());
         }
         EntryReport {
             name: self.name.clone(),
@@ -262,8 +352,30 @@ impl Entry {
                 }
             }
         };
+        let optional = |key: &str, value: &Option<String>, used: &mut Vec<Used>| {
+            value
+                .as_ref()
+                .map(|value| expand(key, value, used))
+                .transpose()
+        };
+        let mut oauth = OAuthSettings::default().with_scopes(self.oauth.scopes.clone());
+        if let Some(client_id) = optional("oauth.clientId", &self.oauth.client_id, used)? {
+            let secret = optional("oauth.clientSecret", &self.oauth.client_secret, used)?;
+            oauth = oauth.with_client(client_id, secret);
+        }
+        if let Some(url) = optional(
+            "oauth.clientMetadataUrl",
+            &self.oauth.client_metadata_url,
+            used,
+        )? {
+            oauth = oauth.with_client_metadata_url(url);
+        }
+        if let Some(port) = self.oauth.callback_port {
+            oauth = oauth.with_callback_port(port);
+        }
         let mut server = McpServerConfig::new(normalize_identifier(&self.name), transport)
-            .with_tool_filter(self.enabled_tools.clone(), self.disabled_tools.clone());
+            .with_tool_filter(self.enabled_tools.clone(), self.disabled_tools.clone())
+            .with_oauth(oauth);
         if let Some(timeout) = self.call_timeout {
             server = server.with_call_timeout(timeout);
         }

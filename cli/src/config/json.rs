@@ -27,7 +27,7 @@ const IGNORED_KEYS: [&str; 6] = [
 ];
 
 /// The keys an entry may have.
-const KNOWN_KEYS: [&str; 15] = [
+const KNOWN_KEYS: [&str; 16] = [
     "command",
     "args",
     "env",
@@ -43,6 +43,7 @@ const KNOWN_KEYS: [&str; 15] = [
     "disabledTools",
     "autoApprove",
     "alwaysAllow",
+    "oauth",
 ];
 
 /// One JSON entry: the entry (`None` when disabled, with the entry for its report), and the
@@ -125,6 +126,7 @@ pub fn entry(name: &str, value: &Value, warnings: &mut Vec<String>) -> Result<Js
     entry.env_file = read.string("envFile")?;
     entry.cwd = read.string("cwd")?;
     entry.headers = read.string_map("headers")?;
+    entry.oauth = super::entry::OAuthEntry::read(name, fields.get("oauth"))?;
     entry.enabled_tools = read.names("enabledTools")?;
     entry.disabled_tools = read.names("disabledTools")?.unwrap_or_default();
     entry.call_timeout = match fields.get("timeout") {

@@ -8,6 +8,7 @@ mod refused;
 
 pub use composite::CompositeTools;
 pub use in_process::InProcessTools;
+pub use mcp::oauth;
 pub use mcp::{
     CallResultError, McpServerConfig, McpTools, McpTransport, call_result_to_value, display_url,
 };

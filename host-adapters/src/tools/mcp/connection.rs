@@ -9,9 +9,11 @@ use serde_json::Value;
 use tokio::sync::Mutex;
 
 use super::notifications::{ListWatcher, ProgressRoutes};
+use super::oauth::TokenFile;
 use super::sse::SseTransport;
 use super::transport::{McpServerConfig, McpTransport, display_url, lifecycle};
 use super::user::UserRoutes;
+use rmcp::transport::auth::{AuthClient, AuthorizationManager};
 
 /// Why a connection could not be made; displays as its message.
 #[derive(Debug, thiserror::Error)]
@@ -23,6 +25,15 @@ pub(super) enum StartError {
     /// The handshake failed: another one, over a new connection, may succeed.
     #[error("{0}")]
     Handshake(String),
+    /// The server refused the credentials (401), or wants more scope (403), with this
+    /// `WWW-Authenticate` challenge: authorizing again may help.
+    #[error("{message}")]
+    Unauthorized {
+        /// What failed, said plainly.
+        message: String,
+        /// The server's challenge.
+        challenge: String,
+    },
 }
 
 impl StartError {
@@ -32,6 +43,7 @@ impl StartError {
         match self {
             StartError::Final(message) => StartError::Final(format!("{message}; {detail}")),
             StartError::Handshake(message) => StartError::Handshake(format!("{message}; {detail}")),
+            unauthorized @ StartError::Unauthorized { .. } => unauthorized,
         }
     }
 
@@ -126,15 +138,19 @@ impl McpTools {
             tracing::warn!(server = %self.config.namespace, "the MCP server is gone; starting it again");
             connection.take();
         }
-        let (client, pid) = tokio::time::timeout(self.config.connect_timeout, self.connect())
-            .await
-            .map_err(|_| {
-                StartError::Final(format!(
-                    "the MCP server \"{}\" did not start within {:.0} s",
-                    self.config.namespace,
-                    self.config.connect_timeout.as_secs_f64()
-                ))
-            })??;
+        let (client, pid) = match self.connect_in_time().await {
+            // A user at hand authorizes again (the saved tokens were refused, or the server
+            // wants more scope), and the server is reached once more.
+            Err(StartError::Unauthorized { message, challenge })
+                if self.may_reauthorize(&challenge) =>
+            {
+                self.reauthorize(&challenge)
+                    .await
+                    .map_err(|why| StartError::Final(format!("{message}; {why}")))?;
+                self.connect_in_time().await?
+            }
+            started => started?,
+        };
         let generation = self
             .generations
             .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
@@ -152,6 +168,39 @@ impl McpTools {
         Ok((peer, generation))
     }
 
+    /// [`Self::connect`] within the startup timeout.
+    async fn connect_in_time(&self) -> Result<(Client, Option<u32>), StartError> {
+        tokio::time::timeout(self.config.connect_timeout, self.connect())
+            .await
+            .map_err(|_| {
+                StartError::Final(format!(
+                    "the MCP server \"{}\" did not start within {:.0} s",
+                    self.config.namespace,
+                    self.config.connect_timeout.as_secs_f64()
+                ))
+            })?
+    }
+
+    /// Whether a refusal with `challenge` is worth authorizing again for: with a user at hand
+    /// (`oauth.step_up`), when the server wants more scope, or refused tokens the user saved
+    /// (expired past refreshing, or minted by an authorization server it no longer uses).
+    pub(super) fn may_reauthorize(&self, challenge: &str) -> bool {
+        let saved = match &self.config.transport {
+            McpTransport::Http { url, .. } => TokenFile::for_url(url).exists(),
+            _ => false,
+        };
+        self.config.oauth.step_up && (saved || super::oauth::wants_scope(challenge))
+    }
+
+    /// Runs the authorization flow again for `challenge`, with the user's browser.
+    pub(super) async fn reauthorize(&self, challenge: &str) -> Result<(), String> {
+        let browser = super::oauth::Browser::from_environment();
+        super::oauth::login(&self.config, &browser, Some(challenge))
+            .await
+            .map(|_| ())
+            .map_err(|error| format!("authorizing again failed: {error}"))
+    }
+
     /// Starts or reaches the server; for a stdio server, also its process id.
     ///
     /// First as [`lifecycle`] says (`server/discover`, falling back to `initialize` when the
@@ -162,7 +211,7 @@ impl McpTools {
     pub(super) async fn connect(&self) -> Result<(Client, Option<u32>), StartError> {
         match self.start(lifecycle()).await {
             Ok(started) => Ok(started),
-            Err(error @ StartError::Final(_)) => Err(error),
+            Err(error @ (StartError::Final(_) | StartError::Unauthorized { .. })) => Err(error),
             Err(StartError::Handshake(discover)) => {
                 tracing::info!(
                     server = %self.config.namespace,
@@ -172,6 +221,7 @@ impl McpTools {
                 self.start(rmcp::service::ClientLifecycleMode::Initialize)
                     .await
                     .map_err(|error| match error {
+                        unauthorized @ StartError::Unauthorized { .. } => unauthorized,
                         StartError::Final(message) | StartError::Handshake(message) => {
                             // What server/discover met is in the log above; this is the
                             // server's own answer to a plain start.
@@ -240,16 +290,49 @@ impl McpTools {
                     .into_iter()
                     .filter_map(|(name, value)| Some((name?, value)))
                     .collect();
-                let transport = StreamableHttpClientTransport::from_config(config);
                 let failed = format!(
                     "cannot connect to the MCP server \"{namespace}\" at {}",
                     display_url(url)
                 );
-                let client = self
-                    .handshake(transport, lifecycle, failed.clone())
-                    .await
-                    .map_err(|error| explain_http_refusal(error, &failed))?;
-                Ok((client, None))
+                // The user's OAuth tokens, when they logged in and the configuration gives no
+                // credentials of its own.
+                let configured = headers
+                    .keys()
+                    .any(|name| name.eq_ignore_ascii_case("authorization"));
+                let tokens = TokenFile::for_url(url);
+                let started = if !configured && tokens.exists() {
+                    let client = self.authorized_client(url, tokens).await.map_err(|why| {
+                        StartError::Final(format!("{failed}: the saved OAuth tokens cannot be used ({why}); run `codemode login {namespace}` again"))
+                    })?;
+                    let transport = StreamableHttpClientTransport::with_client(client, config);
+                    self.watcher()
+                        .serve_with_lifecycle(transport, lifecycle)
+                        .await
+                } else {
+                    let transport = StreamableHttpClientTransport::from_config(config);
+                    self.watcher()
+                        .serve_with_lifecycle(transport, lifecycle)
+                        .await
+                };
+                match started {
+                    Ok(client) => Ok((client, None)),
+                    Err(error) => {
+                        let challenge = error.auth_challenge().map(str::to_owned);
+                        let refused = explain_http_refusal(
+                            StartError::of(error, failed.clone()),
+                            &failed,
+                            namespace,
+                            configured,
+                        );
+                        Err(match challenge {
+                            Some(challenge) if !configured => StartError::Unauthorized {
+                                message: refused.to_string(),
+                                challenge,
+                            },
+                            _ => refused,
+                        })
+                    }
+                }
             }
             McpTransport::Sse { url, headers } => {
                 let failed = format!(
@@ -262,6 +345,31 @@ impl McpTools {
                 Ok((self.handshake(transport, lifecycle, failed).await?, None))
             }
         }
+    }
+
+    /// An HTTP client that sends the user's saved OAuth tokens for the server at `url`,
+    /// refreshing them as they expire (and saving the new ones).
+    async fn authorized_client(
+        &self,
+        url: &str,
+        tokens: TokenFile,
+    ) -> Result<AuthClient<reqwest::Client>, rmcp::transport::auth::AuthError> {
+        let mut manager = AuthorizationManager::new(url).await?;
+        manager.set_credential_store(tokens);
+        if manager.initialize_from_store().await?
+            && let Some(client_id) = &self.config.oauth.client_id
+            && let Some(secret) = &self.config.oauth.client_secret
+        {
+            // A confidential client refreshes with its secret, which the token file does not keep.
+            manager.configure_client(
+                rmcp::transport::auth::OAuthClientConfig::new(
+                    client_id.clone(),
+                    "http://127.0.0.1/callback",
+                )
+                .with_client_secret(secret.clone()),
+            )?;
+        }
+        Ok(AuthClient::new(reqwest::Client::new(), manager))
     }
 
     /// Starts the MCP lifecycle over `transport`; `failed` says what failed, for the error.
@@ -308,15 +416,27 @@ impl McpTools {
 }
 
 /// A start refused for want of credentials, said plainly: rmcp's "Auth required" is the
-/// server's 401, "Insufficient scope" its 403.
-fn explain_http_refusal(error: StartError, failed: &str) -> StartError {
+/// server's 401, "Insufficient scope" its 403. Without configured credentials, the way out is
+/// `codemode login`.
+fn explain_http_refusal(
+    error: StartError,
+    failed: &str,
+    namespace: &str,
+    configured: bool,
+) -> StartError {
     let message = error.to_string();
-    let explained = if message.contains("Auth required") {
-        "the server answered HTTP 401 Unauthorized: it needs credentials (an \"Authorization\" \
-         header in the server's \"headers\", such as \"Bearer ${TOKEN}\" with the token in the \
-         environment)"
+    let explained = if message.contains("Auth required") && configured {
+        "the server answered HTTP 401 Unauthorized: it refused the credentials in the server's \
+         \"headers\""
+            .to_owned()
+    } else if message.contains("Auth required") {
+        format!(
+            "the server answered HTTP 401 Unauthorized: it needs authorization; run `codemode \
+             login {namespace}` (OAuth), or give a token in the server's \"headers\" \
+             (\"Authorization\": \"Bearer ${{TOKEN}}\", the token in the environment)"
+        )
     } else if message.contains("Insufficient scope") {
-        "the server answered HTTP 403 Forbidden: the credentials lack the scope it needs"
+        "the server answered HTTP 403 Forbidden: the credentials lack the scope it needs".to_owned()
     } else {
         return error;
     };

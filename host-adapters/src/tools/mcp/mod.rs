@@ -38,11 +38,13 @@
 //! The parts: [`transport`] (how a server is reached, and how a connection starts),
 //! [`connection`] (the kept connection), [`notifications`] (tool-list changes and progress),
 //! [`tasks`] (following and cancelling tasks), [`results`] (what a cell receives), and
-//! [`provider`] (listing and calling, the `ToolProvider` face), and [`user`] (the server's
-//! requests of the user).
+//! [`provider`] (listing and calling, the `ToolProvider` face), [`user`] (the server's
+//! requests of the user), [`sse`] (the legacy transport) and [`oauth`] (authorizing with a
+//! remote server).
 
 mod connection;
 mod notifications;
+pub mod oauth;
 mod provider;
 mod results;
 mod sse;

@@ -223,7 +223,28 @@ impl ToolProvider for McpTools {
             .peer_info()
             .and_then(|info| info.instructions.clone())
             .filter(|instructions| !instructions.trim().is_empty());
-        let tools = match peer.list_all_tools().await {
+        let listed = match peer.list_all_tools().await {
+            // The listing wants more authorization: with a user at hand, authorize again and
+            // list once more, over a new connection.
+            Err(error)
+                if error
+                    .auth_challenge()
+                    .is_some_and(|challenge| self.may_reauthorize(challenge)) =>
+            {
+                let challenge = error.auth_challenge().unwrap_or_default().to_owned();
+                self.forget(generation).await;
+                self.reauthorize(&challenge)
+                    .await
+                    .map_err(ToolListError::unavailable)?;
+                let (peer, _) = self
+                    .client()
+                    .await
+                    .map_err(|error| ToolListError::unavailable(error.to_string()))?;
+                peer.list_all_tools().await
+            }
+            listed => listed,
+        };
+        let tools = match listed {
             Ok(tools) => tools,
             Err(error) => {
                 self.forget(generation).await;
@@ -318,6 +339,7 @@ impl ToolProvider for McpTools {
         // A request that could not be sent never reached the server: reconnect and send it once
         // more. A connection that closed after sending is not retried (the call may have run).
         let mut attempts_left = 2;
+        let mut stepped_up = false;
         let answer = loop {
             attempts_left -= 1;
             let (peer, generation) = self
@@ -329,6 +351,23 @@ impl ToolProvider for McpTools {
                 answer = tokio::time::timeout(self.config.call_timeout, self.call_once(&peer, &params, &progress)) => answer,
                 _ = cancellation.cancelled() => return Err(ToolError::cancelled(format!("tools.{global_name} was cancelled"))),
             };
+            // A server that wants more scope for this call (403 insufficient_scope), or refuses
+            // the saved tokens: with a user at hand, authorize again and call once more.
+            if let Ok(Err(CallFailure::Service(error))) = &answer
+                && !stepped_up
+                && let Some(challenge) = error.auth_challenge().map(str::to_owned)
+                && self.may_reauthorize(&challenge)
+            {
+                stepped_up = true;
+                if let Err(why) = self.reauthorize(&challenge).await {
+                    return Err(ToolError::unavailable(format!(
+                        "tools.{global_name} needs more authorization: {why}"
+                    )));
+                }
+                self.forget(generation).await;
+                attempts_left += 1;
+                continue;
+            }
             match answer {
                 Ok(Err(CallFailure::Service(ServiceError::TransportSend(_))))
                     if attempts_left > 0 =>

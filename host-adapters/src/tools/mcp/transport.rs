@@ -151,6 +151,8 @@ pub struct McpServerConfig {
     pub enabled_tools: Option<Vec<String>>,
     /// Tools of the server cells never see (by the server's own names), even when enabled.
     pub disabled_tools: Vec<String>,
+    /// How codemode authorizes with an HTTP server that wants OAuth (see `oauth`).
+    pub oauth: super::oauth::OAuthSettings,
 }
 
 /// Everything but the environment's values, which may hold secrets.
@@ -170,6 +172,7 @@ impl std::fmt::Debug for McpServerConfig {
             )
             .field("enabled_tools", &self.enabled_tools)
             .field("disabled_tools", &self.disabled_tools)
+            .field("oauth_client", &self.oauth.client_id)
             .finish()
     }
 }
@@ -186,7 +189,14 @@ impl McpServerConfig {
             environment: None,
             enabled_tools: None,
             disabled_tools: Vec::new(),
+            oauth: super::oauth::OAuthSettings::default(),
         }
+    }
+
+    /// This configuration with how codemode authorizes with the server over OAuth.
+    pub fn with_oauth(mut self, oauth: super::oauth::OAuthSettings) -> Self {
+        self.oauth = oauth;
+        self
     }
 
     /// This configuration offering cells only the tools `enabled` names (all when `None`),
