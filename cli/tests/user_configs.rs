@@ -93,6 +93,10 @@ const BOTH_CALLS: &str = r#"
 "#;
 
 fn run_format(file: &Path, environment: &[(&str, &str)]) {
+    // Every log on, so that a secret written to any of them would show.
+    let mut environment = environment.to_vec();
+    environment.push(("CODEMODE_LOG", "trace"));
+    let environment = environment.as_slice();
     let output = codemode(
         &["run", "--json", "--no-demo-tools"],
         file,
