@@ -93,7 +93,7 @@ pub async fn run(args: RunArgs) -> ExitCode {
         } else {
             DemoTools::Offered
         };
-        let toolset = args.session.tools(demo, true)?;
+        let toolset = crate::toolset::ToolSet::for_args(&args.session, demo, true)?;
         let tools = Arc::clone(&toolset.provider);
         config.permissions = toolset.permissions();
         config.user = Some(Arc::new(TerminalApprover::new(args.approve)));

@@ -181,20 +181,6 @@ impl SessionArgs {
         })
     }
 
-    /// The demo tools (if offered) and the downstream MCP servers (`--mcp`, then `--config`),
-    /// merged, and the permissions that rule their calls (the configuration file's; without
-    /// one, read-only tools run and other calls ask). Warnings about the configuration file go
-    /// to stderr.
-    /// The tools these flags name; with `step_up`, a call a server refuses for want of OAuth
-    /// scope authorizes again (for a user at hand).
-    pub fn tools(
-        &self,
-        demo: DemoTools,
-        step_up: bool,
-    ) -> Result<crate::toolset::ToolSet, SetupError> {
-        crate::toolset::ToolSet::build(self.mcp.clone(), self.config.clone(), demo, step_up)
-    }
-
     /// The process's one engine, shared by every session (and so its pool of pre-warmed
     /// runtimes, or of engine processes), warmed for the heap limit its cells have.
     fn engine(

@@ -14,7 +14,7 @@ use codemode_protocol::normalize_identifier;
 use codemode_session::{Permissions, ToolProvider};
 use parking_lot::Mutex;
 
-use crate::setup::{DemoTools, SetupError, demo_tools, mcp_server, user_environment};
+use crate::setup::{DemoTools, SessionArgs, SetupError, demo_tools, mcp_server, user_environment};
 
 /// What the configuration asks for, before anything starts.
 struct Layout {
@@ -91,6 +91,16 @@ impl ToolSet {
             .expect("nothing else holds a set being built") = servers;
         *set.permissions.lock() = Arc::new(layout.permissions);
         Ok(set)
+    }
+
+    /// The tools the flags of `args` name (`--mcp`, `--config`); with `step_up`, a call a server
+    /// refuses for want of OAuth scope authorizes again (for a user at hand).
+    pub fn for_args(
+        args: &SessionArgs,
+        demo: DemoTools,
+        step_up: bool,
+    ) -> Result<ToolSet, SetupError> {
+        ToolSet::build(args.mcp.clone(), args.config.clone(), demo, step_up)
     }
 
     /// The user's rules for the calls cells make, as last read.

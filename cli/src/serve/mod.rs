@@ -73,7 +73,7 @@ pub async fn serve(args: McpArgs) -> ExitCode {
     } else {
         DemoTools::LeftOut
     };
-    let toolset = match args.session.tools(demo, false) {
+    let toolset = match crate::toolset::ToolSet::for_args(&args.session, demo, false) {
         Ok(tools) => tools,
         Err(SetupError { message, usage }) => {
             eprintln!("error: {message}");

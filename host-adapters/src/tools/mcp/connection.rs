@@ -144,9 +144,9 @@ impl McpTools {
             Err(StartError::Unauthorized { message, challenge })
                 if self.may_reauthorize(&challenge) =>
             {
-                self.reauthorize(&challenge)
-                    .await
-                    .map_err(|why| StartError::Final(format!("{message}; {why}")))?;
+                self.reauthorize(&challenge).await.map_err(|why| {
+                    StartError::Final(format!("{message}; authorizing again failed: {why}"))
+                })?;
                 self.connect_in_time().await?
             }
             started => started?,
@@ -193,12 +193,14 @@ impl McpTools {
     }
 
     /// Runs the authorization flow again for `challenge`, with the user's browser.
-    pub(super) async fn reauthorize(&self, challenge: &str) -> Result<(), String> {
+    pub(super) async fn reauthorize(
+        &self,
+        challenge: &str,
+    ) -> Result<(), super::oauth::LoginError> {
         let browser = super::oauth::Browser::from_environment();
         super::oauth::login(&self.config, &browser, Some(challenge))
             .await
             .map(|_| ())
-            .map_err(|error| format!("authorizing again failed: {error}"))
     }
 
     /// Starts or reaches the server; for a stdio server, also its process id.

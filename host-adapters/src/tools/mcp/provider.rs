@@ -233,9 +233,9 @@ impl ToolProvider for McpTools {
             {
                 let challenge = error.auth_challenge().unwrap_or_default().to_owned();
                 self.forget(generation).await;
-                self.reauthorize(&challenge)
-                    .await
-                    .map_err(ToolListError::unavailable)?;
+                self.reauthorize(&challenge).await.map_err(|why| {
+                    ToolListError::unavailable(format!("authorizing again failed: {why}"))
+                })?;
                 let (peer, _) = self
                     .client()
                     .await
@@ -361,7 +361,7 @@ impl ToolProvider for McpTools {
                 stepped_up = true;
                 if let Err(why) = self.reauthorize(&challenge).await {
                     return Err(ToolError::unavailable(format!(
-                        "tools.{global_name} needs more authorization: {why}"
+                        "tools.{global_name} needs more authorization, which failed: {why}"
                     )));
                 }
                 self.forget(generation).await;

@@ -128,8 +128,8 @@ impl Transport<RoleClient> for SseTransport {
         }
     }
 
-    fn receive(&mut self) -> impl Future<Output = Option<RxJsonRpcMessage<RoleClient>>> + Send {
-        async move {
+    async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleClient>> {
+        {
             loop {
                 match self.events.next().await? {
                     Ok(event) if matches!(event.event.as_deref(), None | Some("message")) => {

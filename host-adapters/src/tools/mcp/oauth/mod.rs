@@ -6,7 +6,7 @@
 //!
 //! [`login`] runs the authorization-code flow once, as `codemode login` does: the authorization
 //! URL is opened with the user's browser (or printed), the redirect comes back to a loopback port
-//! ([`callback`]), and the tokens go to the user's [`TokenFile`] for the server. A connection to
+//! (`callback`), and the tokens go to the user's [`TokenFile`] for the server. A connection to
 //! a server with saved tokens sends them, refreshes them as they expire, and saves the new ones
 //! (see `connection`). A server that answers 401 to a connection without tokens is down with
 //! "run `codemode login NAME`".
