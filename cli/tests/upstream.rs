@@ -68,7 +68,7 @@ text("DECLARATIONS " + JSON.stringify(fx.map((tool) => tool.declaration)));
         "{output}"
     );
     assert!(output.contains("foo_bar first"), "{output}");
-    wait_for_line(stderr.unwrap(), "\"foo_bar\" of \"fx\" from provider").await;
+    wait_for_line(stderr.unwrap(), "\"foo_bar\" of \"fx\" from fx is left out").await;
 
     // 4a: the CallToolResult as the server sent it; a reported failure resolves.
     assert!(

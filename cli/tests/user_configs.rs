@@ -248,7 +248,7 @@ fn broken_servers_are_reported_and_the_healthy_one_keeps_working() {
     );
     let crashing = line("crashing");
     assert!(
-        crashing.contains("it exited") && crashing.contains("cannot open database"),
+        crashing.contains("it exited with status 4") && crashing.contains("cannot open database"),
         "{crashing}"
     );
     let unauthorised = line("unauthorised");

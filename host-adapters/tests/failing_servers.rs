@@ -99,7 +99,7 @@ async fn broken_servers_are_left_out_with_their_reasons_and_the_healthy_one_serv
         "{missing}"
     );
     let crashing = reason("crashing");
-    assert!(crashing.contains("it exited"), "{crashing}");
+    assert!(crashing.contains("it exited with status 3"), "{crashing}");
     assert!(
         crashing.contains("its stderr ended: config error: no database URL"),
         "{crashing}"

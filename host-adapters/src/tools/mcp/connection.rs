@@ -8,6 +8,7 @@ use rmcp::transport::{ConfigureCommandExt, StreamableHttpClientTransport, TokioC
 use serde_json::Value;
 use tokio::sync::Mutex;
 
+use super::exit::ExitWatch;
 use super::notifications::{ListWatcher, ProgressRoutes};
 use super::oauth::TokenFile;
 use super::sse::SseTransport;
@@ -270,6 +271,7 @@ impl McpTools {
                     tokio::spawn(log_stderr(namespace.clone(), stderr, tail.clone()))
                 });
                 let pid = transport.id();
+                let exit = pid.map(ExitWatch::start);
                 let failed =
                     format!("the MCP server \"{namespace}\" ({program}) failed to initialise");
                 match self.handshake(transport, lifecycle, failed).await {
@@ -279,7 +281,7 @@ impl McpTools {
                         if let Some(ended) = stderr_ended.as_mut() {
                             let _ = tokio::time::timeout(STDERR_GRACE, ended).await;
                         }
-                        Err(error.with_detail(exit_detail(pid, &tail).await))
+                        Err(error.with_detail(exit_detail(exit.as_ref(), &tail).await))
                     }
                 }
             }
@@ -499,17 +501,13 @@ impl StderrTail {
 
 /// How a stdio server that failed to start ended, and its last stderr lines: "exited with
 /// status 1; its stderr ended: …". `None` when there is nothing to say.
-async fn exit_detail(pid: Option<u32>, tail: &StderrTail) -> Option<String> {
+async fn exit_detail(exit: Option<&ExitWatch>, tail: &StderrTail) -> Option<String> {
     let mut exited = None;
-    if let Some(pid) = pid {
+    if let Some(exit) = exit {
         // The process may still be on its way out: watch it briefly.
-        for _ in 0..20 {
-            if let Some(status) = exit_status(pid) {
-                exited = Some(format!("it exited {status}"));
-                break;
-            }
-            if !process_alive(pid) {
-                exited = Some("it exited".to_owned());
+        for _ in 0..50 {
+            if let Some(ended) = exit.ended() {
+                exited = Some(format!("it exited {ended}"));
                 break;
             }
             tokio::time::sleep(std::time::Duration::from_millis(10)).await;
@@ -523,23 +521,6 @@ async fn exit_detail(pid: Option<u32>, tail: &StderrTail) -> Option<String> {
         (None, Some(said)) => Some(said),
         (Some(exited), Some(said)) => Some(format!("{exited}; {said}")),
     }
-}
-
-/// How process `pid` (a child not yet reaped) exited, from its `/proc` entry: "with status N"
-/// or "on signal N"; `None` once it is reaped.
-fn exit_status(pid: u32) -> Option<String> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let (_, rest) = stat.rsplit_once(')')?;
-    if !rest.trim_start().starts_with('Z') {
-        return None;
-    }
-    // Field 52 of the stat line (the state is field 3, the first after the name) is the status
-    // as `waitpid` reports it.
-    let status: i32 = rest.split_whitespace().nth(52 - 3)?.parse().ok()?;
-    Some(match status & 0x7f {
-        0 => format!("with status {}", (status >> 8) & 0xff),
-        signal => format!("on signal {signal}"),
-    })
 }
 
 /// Logs what a stdio server writes to its standard error, a line at a time, each naming the

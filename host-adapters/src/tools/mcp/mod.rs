@@ -43,6 +43,7 @@
 //! remote server).
 
 mod connection;
+mod exit;
 mod notifications;
 pub mod oauth;
 mod provider;
