@@ -60,7 +60,7 @@ impl ToolSet {
     ) -> Result<ToolSet, SetupError> {
         let demo: Option<Arc<dyn ToolProvider>> =
             (demo == DemoTools::Offered).then(|| Arc::new(demo_tools()) as Arc<dyn ToolProvider>);
-        let set = ToolSet {
+        let mut set = ToolSet {
             provider: Arc::new(CompositeTools::new()),
             permissions: Mutex::new(Arc::new(Permissions::ask_by_default())),
             mcp,
@@ -86,9 +86,7 @@ impl ToolSet {
             .collect();
         set.provider
             .reconfigure(set.members(&layout.refused, &servers));
-        *set.servers
-            .try_lock()
-            .expect("nothing else holds a set being built") = servers;
+        *set.servers.get_mut() = servers;
         *set.permissions.lock() = Arc::new(layout.permissions);
         Ok(set)
     }

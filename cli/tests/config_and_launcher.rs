@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 
 mod common;
 
-use common::{CODEMODE, codemode_with_input};
+use common::{CODEMODE, codemode_with_input, output_texts as texts};
 
 fn scratch(name: &str) -> PathBuf {
     codemode_test_support::scratch_folder(&format!("config-{name}"))
@@ -37,22 +37,6 @@ fn run_with_config(config: &Path, source: &str) -> Output {
         "-".as_ref(),
     ];
     codemode_with_input(args, source)
-}
-
-fn texts(output: &Output) -> Vec<String> {
-    let json: Value = serde_json::from_slice(&output.stdout).unwrap_or_else(|error| {
-        panic!(
-            "not one JSON object ({error}): {}\nstderr: {}",
-            String::from_utf8_lossy(&output.stdout),
-            String::from_utf8_lossy(&output.stderr)
-        )
-    });
-    json["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|item| item["text"].as_str().map(str::to_owned))
-        .collect()
 }
 
 #[test]

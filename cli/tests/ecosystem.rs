@@ -459,7 +459,30 @@ fn client_not_applicable(scenario: &str) -> Option<&'static str> {
         .map(|(_, why)| *why)
 }
 
-/// The client scenarios each release offers that codemode must pass.
+/// The authorization scenarios both releases offer: `codemode login`, then `codemode run`.
+const AUTH_SCENARIOS: [&str; 18] = [
+    "auth/metadata-default",
+    "auth/metadata-var1",
+    "auth/metadata-var2",
+    "auth/metadata-var3",
+    "auth/basic-cimd",
+    "auth/scope-from-www-authenticate",
+    "auth/scope-from-scopes-supported",
+    "auth/scope-omitted-when-undefined",
+    "auth/scope-step-up",
+    "auth/scope-retry-limit",
+    "auth/token-endpoint-auth-basic",
+    "auth/token-endpoint-auth-post",
+    "auth/token-endpoint-auth-none",
+    "auth/pre-registration",
+    "auth/2025-03-26-oauth-endpoint-fallback",
+    "auth/resource-mismatch",
+    "auth/offline-access-scope",
+    "auth/offline-access-not-supported",
+];
+
+/// The client scenarios each release offers that codemode must pass, besides
+/// [`AUTH_SCENARIOS`].
 const CLIENT_SCENARIOS: [(&str, &[&str]); 2] = [
     (
         "conformance-0.1",
@@ -468,24 +491,6 @@ const CLIENT_SCENARIOS: [(&str, &[&str]); 2] = [
             "tools_call",
             "sse-retry",
             "elicitation-sep1034-client-defaults",
-            "auth/metadata-default",
-            "auth/metadata-var1",
-            "auth/metadata-var2",
-            "auth/metadata-var3",
-            "auth/basic-cimd",
-            "auth/scope-from-www-authenticate",
-            "auth/scope-from-scopes-supported",
-            "auth/scope-omitted-when-undefined",
-            "auth/scope-step-up",
-            "auth/scope-retry-limit",
-            "auth/token-endpoint-auth-basic",
-            "auth/token-endpoint-auth-post",
-            "auth/token-endpoint-auth-none",
-            "auth/pre-registration",
-            "auth/2025-03-26-oauth-endpoint-fallback",
-            "auth/resource-mismatch",
-            "auth/offline-access-scope",
-            "auth/offline-access-not-supported",
         ],
     ),
     (
@@ -501,25 +506,7 @@ const CLIENT_SCENARIOS: [(&str, &[&str]); 2] = [
             "json-schema-ref-no-deref",
             "elicitation-sep1034-client-defaults",
             "sep-2322-client-request-state",
-            "auth/metadata-default",
-            "auth/metadata-var1",
-            "auth/metadata-var2",
-            "auth/metadata-var3",
-            "auth/basic-cimd",
-            "auth/scope-from-www-authenticate",
-            "auth/scope-from-scopes-supported",
-            "auth/scope-omitted-when-undefined",
-            "auth/scope-step-up",
-            "auth/scope-retry-limit",
-            "auth/token-endpoint-auth-basic",
-            "auth/token-endpoint-auth-post",
-            "auth/token-endpoint-auth-none",
-            "auth/pre-registration",
             "auth/2025-03-26-oauth-metadata-backcompat",
-            "auth/2025-03-26-oauth-endpoint-fallback",
-            "auth/resource-mismatch",
-            "auth/offline-access-scope",
-            "auth/offline-access-not-supported",
             "auth/authorization-server-migration",
             "auth/iss-supported",
             "auth/iss-not-advertised",
@@ -538,7 +525,13 @@ fn codemode_as_a_client_passes_the_conformance_suites() {
     let driver =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/ecosystem/conformance_client.sh");
     let mut failures = Vec::new();
-    for (tool, applicable) in CLIENT_SCENARIOS {
+    for (tool, own) in CLIENT_SCENARIOS {
+        let applicable: &'static [&'static str] = own
+            .iter()
+            .chain(&AUTH_SCENARIOS)
+            .copied()
+            .collect::<Vec<_>>()
+            .leak();
         let release = Release {
             tool,
             applicable,

@@ -14,7 +14,7 @@ use serde_json::Value;
 
 mod common;
 
-use common::CODEMODE;
+use common::{CODEMODE, output_texts as texts};
 
 const TOKEN: &str = "tok_5ecret_for_tests";
 const STDIO_KEY: &str = "stdio-key-value";
@@ -45,45 +45,12 @@ fn guarded_stdio() -> String {
 
 /// `codemode COMMAND... --config CONFIG -` with `source` on stdin and `environment` added.
 fn codemode(args: &[&str], config: &Path, source: &str, environment: &[(&str, &str)]) -> Output {
-    let mut child = Command::new(CODEMODE)
-        .args(args)
-        .arg("--config")
-        .arg(config)
-        .args(if args[0] == "run" {
-            vec!["-"]
-        } else {
-            Vec::new()
-        })
-        .envs(environment.iter().copied())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start codemode");
-    use std::io::Write;
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(source.as_bytes())
-        .unwrap();
-    child.wait_with_output().unwrap()
-}
-
-fn texts(output: &Output) -> Vec<String> {
-    let json: Value = serde_json::from_slice(&output.stdout).unwrap_or_else(|error| {
-        panic!(
-            "not one JSON object ({error}): {}\nstderr: {}",
-            String::from_utf8_lossy(&output.stdout),
-            String::from_utf8_lossy(&output.stderr)
-        )
-    });
-    json["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|item| item["text"].as_str().map(str::to_owned))
-        .collect()
+    let mut all: Vec<&std::ffi::OsStr> = args.iter().map(std::ffi::OsStr::new).collect();
+    all.extend([std::ffi::OsStr::new("--config"), config.as_os_str()]);
+    if args[0] == "run" {
+        all.push(std::ffi::OsStr::new("-"));
+    }
+    common::codemode_with_env(all, source, environment)
 }
 
 /// The cell every format runs: one call to the stdio server, one to the HTTP server.
@@ -400,34 +367,41 @@ async fn line_with(
     .await
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sighup_reloads_the_configuration_while_a_cell_runs_and_a_bad_file_is_refused() {
+/// A configuration of demo servers named `names`, whose calls all run.
+fn demo_servers(config: &Path, names: &[&str]) {
+    let entries: serde_json::Map<String, Value> = names
+        .iter()
+        .map(|name| {
+            (
+                (*name).to_owned(),
+                serde_json::json!({"command": CODEMODE, "args": ["demo-mcp-server"]}),
+            )
+        })
+        .collect();
+    std::fs::write(
+        config,
+        serde_json::json!({"mcpServers": entries, "permissions": {"default": "allow"}}).to_string(),
+    )
+    .unwrap();
+}
+
+/// `codemode mcp --config CONFIG FLAGS…` over stdio: a client, its process id, and its log lines
+/// (`codemode::config` at info).
+async fn serve_config(
+    config: &Path,
+    flags: &[&str],
+) -> (
+    common::Client,
+    nix::unistd::Pid,
+    tokio::sync::mpsc::UnboundedReceiver<String>,
+) {
     use rmcp::ServiceExt;
     use rmcp::transport::{ConfigureCommandExt, TokioChildProcess};
-    let folder = scratch("reload");
-    let config = folder.join("mcp.json");
-    let write = |servers: &[&str]| {
-        let entries: serde_json::Map<String, Value> = servers
-            .iter()
-            .map(|name| {
-                (
-                    (*name).to_owned(),
-                    serde_json::json!({"command": CODEMODE, "args": ["demo-mcp-server"]}),
-                )
-            })
-            .collect();
-        std::fs::write(
-            &config,
-            serde_json::json!({"mcpServers": entries, "permissions": {"default": "allow"}})
-                .to_string(),
-        )
-        .unwrap();
-    };
-    write(&["a"]);
     let command = tokio::process::Command::new(CODEMODE).configure(|command| {
         command
             .args(["mcp", "--config"])
-            .arg(&config)
+            .arg(config)
+            .args(flags)
             .env("CODEMODE_LOG", "codemode::config=info");
     });
     let (transport, stderr) = TokioChildProcess::builder(command)
@@ -435,10 +409,20 @@ async fn sighup_reloads_the_configuration_while_a_cell_runs_and_a_bad_file_is_re
         .spawn()
         .unwrap();
     let pid = nix::unistd::Pid::from_raw(transport.id().unwrap() as i32);
-    let mut lines = stderr_lines(stderr.unwrap());
+    let lines = stderr_lines(stderr.unwrap());
     let client = codemode_test_support::within("connect", ().serve(transport))
         .await
         .unwrap();
+    (client, pid, lines)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_reloads_the_configuration_while_a_cell_runs_and_a_bad_file_is_refused() {
+    let folder = scratch("reload");
+    let config = folder.join("mcp.json");
+    let write = |names: &[&str]| demo_servers(&config, names);
+    write(&["a"]);
+    let (client, pid, mut lines) = serve_config(&config, &[]).await;
     let hangup = || nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGHUP).unwrap();
 
     // A cell on server "a" runs across the reload.
@@ -505,38 +489,11 @@ async fn sighup_reloads_the_configuration_while_a_cell_runs_and_a_bad_file_is_re
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn watch_config_reloads_when_the_file_changes() {
-    use rmcp::ServiceExt;
-    use rmcp::transport::{ConfigureCommandExt, TokioChildProcess};
     let folder = scratch("watch");
     let config = folder.join("mcp.json");
-    let servers = |names: &[&str]| {
-        let entries: serde_json::Map<String, Value> = names
-            .iter()
-            .map(|name| {
-                (
-                    (*name).to_owned(),
-                    serde_json::json!({"command": CODEMODE, "args": ["demo-mcp-server"]}),
-                )
-            })
-            .collect();
-        serde_json::json!({"mcpServers": entries}).to_string()
-    };
-    std::fs::write(&config, servers(&["a"])).unwrap();
-    let command = tokio::process::Command::new(CODEMODE).configure(|command| {
-        command
-            .args(["mcp", "--watch-config", "--config"])
-            .arg(&config)
-            .env("CODEMODE_LOG", "codemode::config=info");
-    });
-    let (transport, stderr) = TokioChildProcess::builder(command)
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = stderr_lines(stderr.unwrap());
-    let client = codemode_test_support::within("connect", ().serve(transport))
-        .await
-        .unwrap();
-    std::fs::write(&config, servers(&["a", "c"])).unwrap();
+    demo_servers(&config, &["a"]);
+    let (client, _, mut lines) = serve_config(&config, &["--watch-config"]).await;
+    demo_servers(&config, &["a", "c"]);
     let reloaded = line_with(&mut lines, "reloaded").await;
     assert!(reloaded.contains("added=[\"c\"]"), "{reloaded}");
     assert_eq!(

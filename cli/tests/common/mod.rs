@@ -24,8 +24,18 @@ pub fn codemode_with_input(
     args: impl IntoIterator<Item = impl AsRef<OsStr>>,
     stdin: &str,
 ) -> Output {
+    codemode_with_env(args, stdin, &[])
+}
+
+/// [`codemode_with_input`], with `environment` added to codemode's.
+pub fn codemode_with_env(
+    args: impl IntoIterator<Item = impl AsRef<OsStr>>,
+    stdin: &str,
+    environment: &[(&str, &str)],
+) -> Output {
     let mut child = Command::new(CODEMODE)
         .args(args)
+        .envs(environment.iter().copied())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -38,6 +48,23 @@ pub fn codemode_with_input(
         .write_all(stdin.as_bytes())
         .unwrap();
     child.wait_with_output().unwrap()
+}
+
+/// The texts of `codemode run --json`'s output items.
+pub fn output_texts(output: &Output) -> Vec<String> {
+    let json: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap_or_else(|error| {
+        panic!(
+            "not one JSON object ({error}): {}\nstderr: {}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        )
+    });
+    json["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|item| item["text"].as_str().map(str::to_owned))
+        .collect()
 }
 
 /// The text blocks of a tool result, one per line.
