@@ -75,11 +75,13 @@ mod tests {
             .unwrap();
         let watch = ExitWatch::start(killed.id());
         killed.kill().unwrap();
-        killed.wait().unwrap();
+        // Reaped only once the watch has read it (as the runtime reaps a server later): a
+        // child reaped first has no status left to read.
         let started = std::time::Instant::now();
         while watch.ended().is_none() && started.elapsed() < std::time::Duration::from_secs(10) {
             std::thread::sleep(std::time::Duration::from_millis(5));
         }
         assert_eq!(watch.ended().as_deref(), Some("on signal SIGKILL"));
+        killed.wait().unwrap();
     }
 }
