@@ -12,6 +12,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
+use tracing::Instrument;
 
 use codemode_engine::{
     CellStart, Engine, EngineError, EngineHandles, EventReceiver, PendingMode, RuntimeCommand,
@@ -523,21 +524,26 @@ impl<H: CellHost> CellActor<H> {
             kind,
             input,
         };
-        let task = self.tool_tasks.spawn(async move {
-            let result = tokio::select! {
-                biased;
-                _ = cancellation.cancelled() => return ToolTaskEnd::Cancelled,
-                result = host.invoke_tool(invocation, cancellation.clone()) => result,
-            };
-            // The token can be cancelled between the two polls above, and a tool that watches it
-            // then returns (typically an error saying so). A result that arrives once cancellation
-            // was asked for never reaches the cell: the call was cancelled.
-            if cancellation.is_cancelled() {
-                ToolTaskEnd::Cancelled
-            } else {
-                ToolTaskEnd::Finished(result)
+        let task = self.tool_tasks.spawn(
+            async move {
+                let result = tokio::select! {
+                    biased;
+                    _ = cancellation.cancelled() => return ToolTaskEnd::Cancelled,
+                    result = host.invoke_tool(invocation, cancellation.clone()) => result,
+                };
+                // The token can be cancelled between the two polls above, and a tool that watches it
+                // then returns (typically an error saying so). A result that arrives once cancellation
+                // was asked for never reaches the cell: the call was cancelled.
+                if cancellation.is_cancelled() {
+                    ToolTaskEnd::Cancelled
+                } else {
+                    ToolTaskEnd::Finished(result)
+                }
             }
-        });
+            // In the actor's span (the cell's, for a session): a tool call's logs and spans are
+            // the cell's.
+            .in_current_span(),
+        );
         self.tool_task_calls.insert(task.id(), id);
     }
 
@@ -592,13 +598,16 @@ impl<H: CellHost> CellActor<H> {
     fn spawn_notification(&mut self, call_id: String, text: String) {
         let host = Arc::clone(&self.host);
         let cancellation = self.notifications_cancel.child_token();
-        self.notification_tasks.spawn(async move {
-            tokio::select! {
-                biased;
-                _ = cancellation.cancelled() => {}
-                () = host.notify(call_id, text, cancellation.clone()) => {}
+        self.notification_tasks.spawn(
+            async move {
+                tokio::select! {
+                    biased;
+                    _ = cancellation.cancelled() => {}
+                    () = host.notify(call_id, text, cancellation.clone()) => {}
+                }
             }
-        });
+            .in_current_span(),
+        );
     }
 
     // ---- completion ----

@@ -51,6 +51,12 @@ impl CellHandle {
         }
     }
 
+    /// Whether the cell is still running (or committing, or being terminated): `false` once it
+    /// has ended, whether or not its outcome has been observed.
+    pub fn is_running(&self) -> bool {
+        self.state.is_running()
+    }
+
     /// Terminates the cell; the future resolves with `Terminated` (every item produced before the
     /// kill, and the kill ledger), or with the completion if one was already committed and
     /// buffered. The request takes effect now, even if the future is never polled.

@@ -194,6 +194,15 @@ impl CellState {
         Arc::new(CellState::default())
     }
 
+    /// Whether the cell has not ended yet: running, committing its completion, or being
+    /// terminated (a completion waiting for its observer has ended).
+    pub(crate) fn is_running(&self) -> bool {
+        matches!(
+            *self.phase(),
+            Phase::Running | Phase::Committing { .. } | Phase::Terminating { .. }
+        )
+    }
+
     fn phase(&self) -> MutexGuard<'_, Phase> {
         // The critical sections never panic while holding the lock, so poison is never expected;
         // recover the state anyway rather than spreading a panic.

@@ -114,6 +114,10 @@ impl ProcessEngine {
 }
 
 impl Engine for ProcessEngine {
+    fn stats(&self) -> codemode_engine::EngineStats {
+        self.pool.stats()
+    }
+
     fn describe(&self) -> String {
         match self.pool.describe() {
             Some(engine) => format!("{engine} in engine processes"),

@@ -5,6 +5,7 @@ use crate::error::EngineError;
 use crate::handles::EngineHandles;
 use crate::lane;
 use crate::start::CellStart;
+use crate::stats::EngineStats;
 
 /// A JavaScript engine that can run cells. Implemented by `runtime-v8`; a scripted engine can
 /// implement it in tests that need exact control of event order.
@@ -35,5 +36,11 @@ pub trait Engine: Send + Sync + 'static {
             "{} cannot serve lanes",
             self.describe()
         )))
+    }
+
+    /// What the engine counts for an operator's metrics (engine processes, cells waiting for
+    /// one). The default, for an engine without processes, counts nothing.
+    fn stats(&self) -> EngineStats {
+        EngineStats::default()
     }
 }

@@ -27,6 +27,7 @@ mod hard_stop;
 pub mod lane;
 pub mod script;
 mod start;
+mod stats;
 pub mod timers;
 pub mod watchdog;
 
@@ -36,6 +37,7 @@ pub use handles::{EngineHandles, Terminate, TerminateHandle};
 pub use start::{
     CellLimits, CellStart, PendingMode, check_heap_limit, cpu_time_limit_error, heap_limit_error,
 };
+pub use stats::EngineStats;
 
 pub use channel::{
     CommandSender, EventReceiver, EventSendError, EventSender, ForwardEventFn, RuntimeCommand,

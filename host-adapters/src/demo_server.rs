@@ -4,7 +4,8 @@
 //! `fail` (an error result with a message), `sleep` (waits `ms` milliseconds), `pid` (its process
 //! id, so a test can kill it), `note` (appends a line to the file `CODEMODE_DEMO_NOTES` names;
 //! no annotations), `forget` (the same with `forgot: `, annotated destructive), `log` (sends a
-//! log message to the client during the call). The others are
+//! log message to the client during the call), `traceparent` (the W3C trace context the call's
+//! request carried in `_meta`). The others are
 //! annotated read-only, so a test of the gate has each kind. Served by the
 //! `codemode-test-mcp-server` binary and by `codemode demo-mcp-server`.
 
@@ -174,6 +175,21 @@ impl DemoServer {
     }
 
     #[tool(
+        description = "The W3C traceparent this call's request carried in _meta (empty text \
+                       without one).",
+        annotations(read_only_hint = true)
+    )]
+    fn traceparent(
+        &self,
+        meta: rmcp::model::RequestMetaObject,
+    ) -> Result<CallToolResult, ErrorData> {
+        let traceparent = meta.0.get_traceparent().unwrap_or_default().to_owned();
+        Ok(CallToolResult::success(vec![ContentBlock::text(
+            traceparent,
+        )]))
+    }
+
+    #[tool(
         description = "The server's process id.",
         annotations(read_only_hint = true)
     )]
@@ -187,8 +203,9 @@ impl DemoServer {
 #[tool_handler(router = self.tool_router)]
 impl ServerHandler for DemoServer {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
-            .with_instructions("A test server: add, image, fail, sleep, note, forget, log, pid.")
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build()).with_instructions(
+            "A test server: add, image, fail, sleep, note, forget, log, traceparent, pid.",
+        )
     }
 }
 

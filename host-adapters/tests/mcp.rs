@@ -74,7 +74,8 @@ async fn server_tools_are_listed_under_its_namespace_with_their_schemas() {
             "test__log",
             "test__note",
             "test__pid",
-            "test__sleep"
+            "test__sleep",
+            "test__traceparent"
         ]
     );
     let add = &listed[0];
@@ -332,7 +333,7 @@ async fn a_composite_merges_providers_and_the_first_of_two_alike_names_wins() {
         },
     );
     let session = session(CompositeTools::new().with(local).with(stdio_server("test"))).await;
-    assert_eq!(session.tools().len(), 9);
+    assert_eq!(session.tools().len(), 10);
     let (items, error) = run(
         &session,
         r#"

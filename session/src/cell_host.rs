@@ -53,6 +53,35 @@ pub(crate) struct SessionCellHost {
     pub(crate) error_text: Mutex<Option<Option<String>>>,
     /// Who the gate asks about this cell's calls, and the writes it made.
     pub(crate) gate: CellGate,
+    /// When the cell started.
+    pub(crate) started: Instant,
+    /// The tool calls it made.
+    pub(crate) tool_calls: std::sync::atomic::AtomicU64,
+    /// How it ended (`completed` or `failed`), once its completion is claimed; a cell closed
+    /// without one was terminated.
+    pub(crate) ended_as: Mutex<Option<&'static str>>,
+}
+
+impl SessionCellHost {
+    /// Records how the cell ended on its span (the actor runs in it) and tells the embedder.
+    fn ended(&self, outcome: &'static str) {
+        let tool_calls = self.tool_calls.load(std::sync::atomic::Ordering::Relaxed);
+        let duration = self.started.elapsed();
+        let span = tracing::Span::current();
+        span.record("codemode.cell.outcome", outcome);
+        span.record("codemode.cell.tool_calls", tool_calls);
+        span.record("codemode.cell.wall_ms", duration.as_millis() as u64);
+        if let Some(hook) = &self.shared.config.on_cell_activity {
+            hook(crate::CellActivity::CellEnded {
+                session: self.shared.id.clone(),
+                cell_id: self.cell_id.clone(),
+                tenant: self.shared.config.tenant.clone(),
+                outcome,
+                duration,
+                tool_calls,
+            });
+        }
+    }
 }
 
 impl CellHost for SessionCellHost {
@@ -70,14 +99,46 @@ impl CellHost for SessionCellHost {
                 tool: tool.to_string(),
             });
         }
+        self.tool_calls
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        // A client span in OpenTelemetry's MCP conventions: a tracing layer that exports traces
+        // reads its `otel.*` fields; the rest is what the logs have always shown.
         let span = tracing::info_span!(
             "tool_call",
+            otel.name = %format_args!("tools/call {tool}"),
+            otel.kind = "client",
+            mcp.method.name = "tools/call",
+            gen_ai.tool.name = %tool,
+            gen_ai.operation.name = "execute_tool",
+            codemode.server = invocation.name.namespace.as_deref(),
+            codemode.gate.decision = tracing::field::Empty,
+            error.type = tracing::field::Empty,
             session = %self.shared.id,
             cell_id = %self.cell_id,
             tool = %tool,
             call_id = %invocation.id,
         );
         let log_content = self.shared.config.log_content;
+        let call_id = invocation.id.clone();
+        let server = invocation.name.namespace.clone();
+        let tool_name = tool.to_string();
+        let ended = |decision: crate::GateDecision, outcome: &'static str, duration| {
+            if outcome != "ok" {
+                tracing::Span::current().record("error.type", outcome);
+            }
+            if let Some(hook) = &self.shared.config.on_cell_activity {
+                hook(crate::CellActivity::ToolCallEnded {
+                    session: self.shared.id.clone(),
+                    cell_id: self.cell_id.clone(),
+                    call_id: call_id.clone(),
+                    tool: tool_name.clone(),
+                    server: server.clone(),
+                    decision,
+                    outcome,
+                    duration,
+                });
+            }
+        };
         async move {
             if log_content {
                 tracing::debug!(input = ?invocation.input, "tool call input");
@@ -101,18 +162,32 @@ impl CellHost for SessionCellHost {
                 annotations,
             );
             // A cell that ends while its call waits for the user stops waiting.
-            tokio::select! {
+            let (decision, admitted) = tokio::select! {
                 biased;
                 () = cancellation.cancelled() => {
+                    ended(crate::GateDecision::Unanswered, "cancelled", std::time::Duration::ZERO);
                     return Err(ToolError::new(ToolErrorKind::Cancelled, "the cell ended before the user answered"));
                 }
-                admitted = admitted => admitted?,
+                admitted = admitted => admitted,
+            };
+            tracing::Span::current().record("codemode.gate.decision", decision.as_str());
+            if let Err(refused) = admitted {
+                ended(decision, "denied", std::time::Duration::ZERO);
+                return Err(refused);
             }
             let _in_flight = self
                 .shared
                 .calls
                 .start(&self.cell_id, &invocation.id, &tool);
-            let began = Instant::now();
+            let called = Instant::now();
+            // The trace this call belongs to, for the tool's server.
+            let trace_context = self
+                .shared
+                .config
+                .trace_context
+                .as_ref()
+                .map(|hook| hook())
+                .unwrap_or_default();
             let result = self
                 .shared
                 .provider
@@ -120,10 +195,12 @@ impl CellHost for SessionCellHost {
                     invocation,
                     ToolCallContext::new(cancellation.clone())
                         .with_progress(self.tool_progress.clone())
-                        .with_user(self.gate.user.clone()),
+                        .with_user(self.gate.user.clone())
+                        .with_trace_context(trace_context),
                 )
                 .await;
-            let duration_ms = began.elapsed().as_millis() as u64;
+            let duration = called.elapsed();
+            let duration_ms = duration.as_millis() as u64;
             let outcome = match (&result, cancellation.is_cancelled()) {
                 (_, true) => "cancelled",
                 (Ok(_), false) => "ok",
@@ -137,6 +214,7 @@ impl CellHost for SessionCellHost {
                 },
             };
             tracing::info!(duration_ms, outcome, "tool call finished");
+            ended(decision, outcome, duration);
             if log_content {
                 tracing::debug!(result = ?result, "tool call result");
             }
@@ -161,6 +239,13 @@ impl CellHost for SessionCellHost {
     async fn commit_completion(&self, mut claim: CompletionClaim) -> CompletionCommit {
         let shared = &self.shared;
         *self.error_text.lock() = Some(claim.error_text().map(str::to_owned));
+        let outcome = if claim.error_text().is_some() {
+            "failed"
+        } else {
+            "completed"
+        };
+        *self.ended_as.lock() = Some(outcome);
+        self.ended(outcome);
         let writes = claim.take_stored_value_writes();
         if writes.is_empty() {
             return claim.publish();
@@ -215,6 +300,10 @@ impl CellHost for SessionCellHost {
 
     async fn closed(&self) {
         self.shared.registry.lock().cells.remove(&self.cell_id);
+        // A cell that closes without having claimed a completion was terminated.
+        if self.ended_as.lock().is_none() {
+            self.ended("terminated");
+        }
         if let Some(hook) = &self.shared.config.on_cell_activity {
             hook(crate::CellActivity::CellClosed {
                 session: self.shared.id.clone(),

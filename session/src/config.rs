@@ -64,6 +64,9 @@ pub struct SessionConfig {
     /// journal kept outside the process (a cluster's record of what a server's cells had started,
     /// should the server die). Called on the session's tasks; it must not block.
     pub on_cell_activity: Option<CellActivityHook>,
+    /// Where a tool call's trace context comes from (an embedder that exports traces knows its
+    /// spans); `None`: calls carry none.
+    pub trace_context: Option<TraceContextHook>,
     /// The user's rules for the tool calls cells make (the gate): which run, which ask the
     /// user first, which are refused. The default allows every call (an embedder's own tools).
     pub permissions: std::sync::Arc<crate::Permissions>,
@@ -105,6 +108,41 @@ pub enum CellActivity {
         /// The tool's global name, as cells call it after `tools.` (`demo__note`).
         tool: String,
     },
+    /// A cell's tool call ended, whether the tool ran or the gate refused it.
+    ToolCallEnded {
+        /// The session's id.
+        session: String,
+        /// The cell's id.
+        cell_id: CellId,
+        /// The call's id within the cell.
+        call_id: String,
+        /// The tool's global name.
+        tool: String,
+        /// The server the tool belongs to (its namespace), if any.
+        server: Option<String>,
+        /// How the gate ruled.
+        decision: crate::GateDecision,
+        /// How it ended: `ok`, or what went wrong (`denied`, `failed`, `cancelled`, ...).
+        outcome: &'static str,
+        /// How long the tool took (zero when the gate refused the call): the user's time to
+        /// answer an approval is not in it.
+        duration: Duration,
+    },
+    /// A cell ended: how, how long it ran and how many tool calls it made.
+    CellEnded {
+        /// The session's id.
+        session: String,
+        /// The cell's id.
+        cell_id: CellId,
+        /// The session's tenant.
+        tenant: Option<Tenant>,
+        /// `completed`, `failed` or `terminated`.
+        outcome: &'static str,
+        /// From its start to its end.
+        duration: Duration,
+        /// The tool calls it made.
+        tool_calls: u64,
+    },
     /// A cell closed: it ended and its owner has what it showed (or it was dropped).
     CellClosed {
         /// The session's id.
@@ -116,6 +154,10 @@ pub enum CellActivity {
 
 /// Receives [`CellActivity`].
 pub type CellActivityHook = std::sync::Arc<dyn Fn(CellActivity) + Send + Sync>;
+
+/// Gives the trace context of the code running now (the tool call's span) as W3C Trace Context
+/// fields, for a tool call to carry to its server (see [`SessionConfig::trace_context`]).
+pub type TraceContextHook = std::sync::Arc<dyn Fn() -> Vec<(String, String)> + Send + Sync>;
 
 impl std::fmt::Debug for SessionConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -136,6 +178,7 @@ impl std::fmt::Debug for SessionConfig {
             .field("stored_bytes_budgets", &self.stored_bytes_budgets)
             .field("cell_id_prefix", &self.cell_id_prefix)
             .field("on_cell_activity", &self.on_cell_activity.is_some())
+            .field("trace_context", &self.trace_context.is_some())
             .field("permissions", &self.permissions)
             .field("max_writes_per_cell", &self.max_writes_per_cell)
             .field("user", &self.user.is_some())
@@ -169,6 +212,7 @@ impl Default for SessionConfig {
             stored_bytes_budgets: Vec::new(),
             cell_id_prefix: None,
             on_cell_activity: None,
+            trace_context: None,
             permissions: std::sync::Arc::new(crate::Permissions::default()),
             max_writes_per_cell: None,
             user: None,

@@ -35,6 +35,36 @@ pub struct AwaitingApproval {
     pub waited: Duration,
 }
 
+/// How the gate ruled on a call, as metrics and traces record it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum GateDecision {
+    /// The user's rules (or the tool's annotations) let it run.
+    Allowed,
+    /// The user was asked and allowed it (once, or for the session).
+    AllowedByUser,
+    /// The user's rules, or a limit, refused it.
+    Denied,
+    /// The user was asked and refused it.
+    DeniedByUser,
+    /// It needed the user's approval and nobody could be asked.
+    Unanswered,
+}
+
+impl GateDecision {
+    /// Its name in metrics and traces: `allowed`, `allowed_by_user`, `denied`,
+    /// `denied_by_user`, `unanswered`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GateDecision::Allowed => "allowed",
+            GateDecision::AllowedByUser => "allowed_by_user",
+            GateDecision::Denied => "denied",
+            GateDecision::DeniedByUser => "denied_by_user",
+            GateDecision::Unanswered => "unanswered",
+        }
+    }
+}
+
 /// The gate of one session: its rules, what the user allowed for it, and the calls waiting for
 /// an answer.
 pub(crate) struct Gate {
@@ -134,7 +164,7 @@ impl Gate {
         invocation: &ToolInvocation,
         tool: &str,
         annotations: Option<ToolAnnotations>,
-    ) -> Result<(), ToolError> {
+    ) -> (GateDecision, Result<(), ToolError>) {
         // The digest is made only for a log that records the ruling.
         let digest = if tracing::enabled!(target: "codemode::gate", tracing::Level::INFO) {
             arguments_digest(invocation)
@@ -153,11 +183,14 @@ impl Gate {
         }
         if ruling.verdict == Verdict::Deny {
             ruled("deny", &ruling.reason.to_string());
-            return Err(ToolError::denied(format!(
-                "tools.{tool} was denied by {} in the permissions of the configuration; nothing \
+            return (
+                GateDecision::Denied,
+                Err(ToolError::denied(format!(
+                    "tools.{tool} was denied by {} in the permissions of the configuration; nothing \
                  was sent to the tool",
-                ruling.reason
-            )));
+                    ruling.reason
+                ))),
+            );
         }
         let writes = !annotations.is_some_and(|annotations| annotations.is_read_only());
         if writes && let Some(max) = self.max_writes_per_cell {
@@ -168,11 +201,14 @@ impl Gate {
                 cell.writes
                     .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
                 ruled("deny", "--max-writes-per-cell");
-                return Err(ToolError::denied(format!(
-                    "tools.{tool}: this cell has made {made} calls that are not read-only, its \
+                return (
+                    GateDecision::Denied,
+                    Err(ToolError::denied(format!(
+                        "tools.{tool}: this cell has made {made} calls that are not read-only, its \
                      limit (--max-writes-per-cell {max}); nothing was sent to the tool. Do the \
                      rest in another cell, or ask the user to raise the limit"
-                )));
+                    ))),
+                );
             }
         }
         let answer = match ruling.verdict {
@@ -191,47 +227,53 @@ impl Gate {
             }
             _ => None,
         };
-        let refusal = match answer {
+        let (decision, refusal) = match answer {
             None => {
                 // The common path: no string is made for a log that does not record it.
                 if tracing::enabled!(target: "codemode::gate", tracing::Level::INFO) {
                     ruled("allow", &ruling.reason.to_string());
                 }
-                None
+                (GateDecision::Allowed, None)
             }
             Some(Approval::AllowOnce) => {
                 ruled("allow", "the user, once");
-                None
+                (GateDecision::AllowedByUser, None)
             }
             Some(Approval::AllowForSession) => {
                 self.granted.lock().insert(tool.to_owned());
                 ruled("allow", "the user, for the session");
-                None
+                (GateDecision::AllowedByUser, None)
             }
             Some(Approval::Deny { by }) => {
                 ruled("deny", &by);
-                Some(format!(
-                    "tools.{tool} was denied by {by}; nothing was sent to the tool"
-                ))
+                (
+                    GateDecision::DeniedByUser,
+                    Some(format!(
+                        "tools.{tool} was denied by {by}; nothing was sent to the tool"
+                    )),
+                )
             }
             Some(Approval::Unavailable { why }) => {
                 ruled("deny", "nobody could be asked");
-                Some(format!(
-                    "tools.{tool} needs the user's approval ({} asks), and nobody could be asked: \
+                (
+                    GateDecision::Unanswered,
+                    Some(format!(
+                        "tools.{tool} needs the user's approval ({} asks), and nobody could be asked: \
                      {why}. Nothing was sent to the tool. To let it run without asking, add \
                      \"{tool}\" to \"permissions\": {{\"allow\": [...]}} in the configuration",
-                    ruling.reason
-                ))
+                        ruling.reason
+                    )),
+                )
             }
         };
         match refusal {
-            None => Ok(()),
+            None => (decision, Ok(())),
             Some(message) => {
                 if writes && self.max_writes_per_cell.is_some() {
                     cell.writes
                         .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
                 }
-                Err(ToolError::denied(message))
+                (decision, Err(ToolError::denied(message)))
             }
         }
     }

@@ -53,10 +53,10 @@ pub use codemode_cell_actor::{
     ToolErrorKind, ToolInvocation,
 };
 pub use codemode_protocol::{JsonText, Tenant, tools_declaration};
-pub use config::{CellActivity, CellActivityHook, SessionConfig};
+pub use config::{CellActivity, CellActivityHook, SessionConfig, TraceContextHook};
 pub use discovery::{ToolsShown, tools_section};
 pub use error::SessionError;
-pub use gate::AwaitingApproval;
+pub use gate::{AwaitingApproval, GateDecision};
 pub use hints::error_hints;
 pub use in_flight::CallInFlight;
 pub use model::{ExecOptions, ToolResult};

@@ -159,6 +159,12 @@ pub trait Store: Send + Sync + 'static {
     /// never gets here), and never concurrently for one session. On `Err`, the cell still
     /// completes, and its error text says that its stored values were not saved.
     async fn commit(&self, session: &SessionKey, writes: &StoredValues) -> Result<(), StoreError>;
+
+    /// Whether the store answers now, for a readiness probe: a database is asked a trivial
+    /// query, a directory is looked at. The default (a store in memory) always answers.
+    async fn check(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
 }
 
 /// Listing the tools failed: what kind of failure, and a message that says what to do.
@@ -254,6 +260,10 @@ pub struct ToolCallContext {
     /// The user of the cell that made the call, for what the tool's server asks of the user
     /// while the call runs (elicitation, sampling, roots, log messages); `None`: nobody.
     pub user: Option<std::sync::Arc<dyn crate::UserChannel>>,
+    /// The trace the call belongs to, as W3C Trace Context fields (`traceparent`, and
+    /// `tracestate` when there is one), for the provider to pass to the tool's server (in an MCP
+    /// request's `_meta`); empty when nothing is traced.
+    pub trace_context: Vec<(String, String)>,
 }
 
 impl ToolCallContext {
@@ -263,7 +273,14 @@ impl ToolCallContext {
             cancellation,
             progress: ToolProgress::ignored(),
             user: None,
+            trace_context: Vec::new(),
         }
+    }
+
+    /// This context, with the trace it belongs to (W3C Trace Context fields).
+    pub fn with_trace_context(mut self, fields: Vec<(String, String)>) -> Self {
+        self.trace_context = fields;
+        self
     }
 
     /// This context, with what the tool's server asks of the user going to `user`.

@@ -50,4 +50,6 @@ pub(crate) struct CellEntry {
     pub(crate) source: Arc<str>,
     /// What the embedder gave the cell to hold while it is registered.
     pub(crate) _ticket: Option<CellTicket>,
+    /// The cell's span, which the requests that observe it link to.
+    pub(crate) span: tracing::Span,
 }

@@ -174,6 +174,25 @@ impl Session {
         self.shared.registry.lock().cells.len()
     }
 
+    /// The tracing span of cell `cell_id` while it is registered: an embedder that exports
+    /// traces links the requests that observe the cell to it.
+    pub fn cell_span(&self, cell_id: &CellId) -> Option<tracing::Span> {
+        let registry = self.shared.registry.lock();
+        registry.cells.get(cell_id).map(|cell| cell.span.clone())
+    }
+
+    /// How many cells are running now (an ended cell waiting to be observed is not): what a
+    /// server draining for shutdown waits for.
+    pub fn running_cells(&self) -> usize {
+        let registry = self.shared.registry.lock();
+        registry.starting
+            + registry
+                .cells
+                .values()
+                .filter(|cell| cell.handle.is_running())
+                .count()
+    }
+
     /// Session events: cells that finished unobserved, and notifications.
     pub fn subscribe(&self) -> broadcast::Receiver<SessionEvent> {
         self.shared.events.subscribe()
@@ -505,6 +524,9 @@ impl Session {
             tool_progress: cell_tool_progress(shared, cell_id, call_id),
             error_text: Mutex::new(None),
             gate: CellGate::new(user.or_else(|| shared.config.user.clone())),
+            started: Instant::now(),
+            tool_calls: Default::default(),
+            ended_as: Mutex::new(None),
         });
         let config = CellConfig {
             output_mode: shared.config.output_mode,
@@ -518,8 +540,21 @@ impl Session {
             first_observation,
             task,
         } = started?;
-        let span = tracing::info_span!("cell", session = %shared.id, cell_id = %cell_id);
-        shared.tasks.spawn(task.instrument(span));
+        // The cell's span (an OpenTelemetry span where traces are exported): it outlives the
+        // request that started the cell, and holds how the cell ended. Never its source.
+        let span = tracing::info_span!(
+            "cell",
+            otel.name = "codemode.cell",
+            session = %shared.id,
+            cell_id = %cell_id,
+            codemode.cell.id = %cell_id,
+            codemode.engine = %shared.engine.describe(),
+            codemode.cell.source_bytes = source.len(),
+            codemode.cell.outcome = tracing::field::Empty,
+            codemode.cell.tool_calls = tracing::field::Empty,
+            codemode.cell.wall_ms = tracing::field::Empty,
+        );
+        shared.tasks.spawn(task.instrument(span.clone()));
         if registry.shut_down {
             // The session shut down while the cell started: it ends at once.
             drop(handle.terminate());
@@ -531,6 +566,7 @@ impl Session {
                 handle,
                 source: Arc::clone(source),
                 _ticket: ticket,
+                span,
             },
         );
         // Under the registry's lock, which the cell's close takes too: heard before it.

@@ -716,13 +716,13 @@ async fn the_activity_hook_hears_each_cell_started_its_tool_calls_and_its_close(
     };
     let heard = heard.lock().unwrap().clone();
     // The cell's start and its first call race (the cell runs while it is being registered);
-    // its calls come in order, and its close comes last.
+    // its calls start and end in order, it ends after its last call, and its close comes last.
     let cell_started = CellActivity::CellStarted {
         session: "journaled".into(),
         cell_id: CellId::on_server("a1b2c3d4e5f6", 1),
         tenant: Some("acme".into()),
     };
-    assert_eq!(heard.len(), 4, "{heard:?}");
+    assert_eq!(heard.len(), 7, "{heard:?}");
     assert!(heard[..3].contains(&cell_started), "{heard:?}");
     let calls: Vec<_> = heard
         .iter()
@@ -730,8 +730,48 @@ async fn the_activity_hook_hears_each_cell_started_its_tool_calls_and_its_close(
         .cloned()
         .collect();
     assert_eq!(calls, [started("tool-1"), started("tool-2")]);
+    let ended: Vec<_> = heard
+        .iter()
+        .filter_map(|activity| match activity {
+            CellActivity::ToolCallEnded {
+                call_id,
+                tool,
+                server,
+                decision,
+                outcome,
+                ..
+            } => Some((
+                call_id.clone(),
+                tool.clone(),
+                server.clone(),
+                *decision,
+                *outcome,
+            )),
+            _ => None,
+        })
+        .collect();
+    let allowed = codemode_session::GateDecision::Allowed;
     assert_eq!(
-        heard[3],
+        ended,
+        [
+            ("tool-1".into(), "echo".into(), None, allowed, "ok"),
+            ("tool-2".into(), "echo".into(), None, allowed, "ok"),
+        ]
+    );
+    match &heard[5] {
+        CellActivity::CellEnded {
+            outcome,
+            tool_calls,
+            tenant,
+            ..
+        } => assert_eq!(
+            (*outcome, *tool_calls, tenant.clone()),
+            ("completed", 2, Some("acme".into()))
+        ),
+        other => panic!("the cell's end is not sixth: {other:?} in {heard:?}"),
+    }
+    assert_eq!(
+        heard[6],
         CellActivity::CellClosed {
             session: "journaled".into(),
             cell_id: CellId::on_server("a1b2c3d4e5f6", 1),

@@ -44,6 +44,8 @@ pub(crate) struct Pool {
     #[cfg(feature = "test-hooks")]
     probe_answer: Mutex<Option<std::sync::mpsc::Sender<(bool, String)>>>,
     myself: Weak<Pool>,
+    /// Engine processes started, for metrics.
+    spawned: AtomicU64,
 }
 
 #[derive(Debug, Default)]
@@ -60,6 +62,8 @@ struct Processes {
     queued: VecDeque<QueuedStart>,
     /// Processes being started for queued cells, by tenant.
     starting_for: HashMap<Whose, usize>,
+    /// Cells that waited in `queued` and were placed, and how long they waited in all.
+    waited: (u64, Duration),
 }
 
 /// A cell that found no process with room: it waits for one being started for it.
@@ -72,6 +76,8 @@ struct QueuedStart {
     route: Arc<CellRoute>,
     /// The async runtime it was started from, which reads its lane.
     runtime: Option<tokio::runtime::Handle>,
+    /// When it began to wait.
+    since: Instant,
 }
 
 impl Pool {
@@ -99,9 +105,21 @@ impl Pool {
             #[cfg(feature = "test-hooks")]
             probe_answer: Mutex::new(None),
             myself: myself.clone(),
+            spawned: AtomicU64::new(0),
         });
         pool.refill();
         pool
+    }
+
+    /// The processes alive and started, and the cells waiting for one, for metrics.
+    pub(crate) fn stats(&self) -> codemode_engine::EngineStats {
+        let processes = self.processes.lock();
+        let mut stats = codemode_engine::EngineStats::default();
+        stats.processes_alive = processes.active.len() + processes.spares.len();
+        stats.processes_spawned = self.spawned.load(Ordering::Relaxed);
+        stats.cells_queued = processes.queued.len();
+        (stats.cells_that_waited, stats.queue_wait) = processes.waited;
+        stats
     }
 
     pub(crate) fn describe(&self) -> Option<String> {
@@ -262,6 +280,7 @@ impl Pool {
                         slot,
                         route: Arc::clone(route),
                         runtime: runtime.clone(),
+                        since: Instant::now(),
                     });
                     let spawners = self.spawners_needed(&mut processes, tenant);
                     drop(processes);
@@ -499,6 +518,8 @@ impl Pool {
                 continue;
             }
             *route = RouteState::Placed(Arc::downgrade(process));
+            processes.waited.0 += 1;
+            processes.waited.1 += queued.since.elapsed();
             // Under the route's lock, so that what the actor sends next follows the start on the
             // lane. A process that cannot take the cell has ended: the cell fails with it.
             if let Err((error, Some(slot))) =
@@ -658,6 +679,7 @@ impl Pool {
     /// Starts one engine process and waits until it is ready.
     fn spawn(&self) -> Result<Arc<EngineProcess>, EngineError> {
         let spawned = spawn(&self.config, &self.cgroups, &self.cgroup_prefix)?;
+        self.spawned.fetch_add(1, Ordering::Relaxed);
         let _ = self.engine.set(spawned.engine.clone());
         EngineProcess::start(spawned, &self.config, self.myself.clone())
     }

@@ -140,6 +140,22 @@ impl Store for FileStore {
         let writes = writes.clone();
         blocking(move || store.commit_blocking(&session, &writes)).await
     }
+
+    async fn check(&self) -> Result<(), StoreError> {
+        let directory = self.directory.clone();
+        blocking(move || {
+            std::fs::read_dir(&directory).map(drop).map_err(|error| {
+                StoreError::of(
+                    StoreErrorKind::Unavailable,
+                    format!(
+                        "cannot read the store's directory {}: {error}",
+                        directory.display()
+                    ),
+                )
+            })
+        })
+        .await
+    }
 }
 
 /// Runs `work` on the blocking pool; a panic there is an error of the store, not of the caller.

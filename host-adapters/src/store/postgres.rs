@@ -379,6 +379,15 @@ impl Store for PostgresStore {
         true
     }
 
+    async fn check(&self) -> Result<(), StoreError> {
+        let client = self.database.client().await?;
+        client
+            .simple_query("SELECT 1")
+            .await
+            .map(drop)
+            .map_err(|error| self.database.failed("query", error))
+    }
+
     async fn commit(&self, key: &SessionKey, writes: &StoredValues) -> Result<(), StoreError> {
         let session = key.to_string();
         let session = session.as_str();

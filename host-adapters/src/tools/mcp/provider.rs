@@ -301,6 +301,7 @@ impl ToolProvider for McpTools {
             cancellation,
             progress,
             user,
+            trace_context,
             ..
         } = context;
         // While the call runs, what the server asks of the user goes to the cell's user.
@@ -328,6 +329,15 @@ impl ToolProvider for McpTools {
         let mut params = CallToolRequestParams::new(call.name.name.clone());
         if let Some(arguments) = arguments {
             params = params.with_arguments(arguments);
+        }
+        // The trace the call belongs to goes to the server in `_meta` (W3C Trace Context, as
+        // SEP-414 reserves its keys), so that its spans join the cell's.
+        if !trace_context.is_empty() {
+            let mut meta = rmcp::model::MetaObject::new();
+            for (field, value) in trace_context {
+                meta.0.insert(field, Value::String(value));
+            }
+            params.meta = Some(rmcp::model::RequestMetaObject(meta));
         }
         // The server's progress notifications for this call reach the cell's watchers.
         let progress = CallProgress {
