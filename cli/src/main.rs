@@ -15,6 +15,7 @@ mod serve;
 mod servers;
 mod setup;
 mod stdio;
+mod telemetry;
 mod toolset;
 
 use std::process::ExitCode;
@@ -28,6 +29,11 @@ use clap::{Parser, Subcommand};
 #[derive(Debug, Parser)]
 #[command(name = "codemode", bin_name = "codemode", version, about)]
 struct Cli {
+    /// How log lines are written to stderr: text, or one JSON object a line (with the trace and
+    /// span ids of the span each was logged in, when traces are exported). Levels come from
+    /// CODEMODE_LOG (such as `info`, or `codemode_session=debug`); warnings and errors by default.
+    #[arg(long, value_enum, global = true, default_value_t = telemetry::LogFormat::Text)]
+    log_format: telemetry::LogFormat,
     #[command(subcommand)]
     command: Command,
 }
@@ -35,9 +41,9 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run one cell in a fresh session and print its output when it ends.
-    Run(run::RunArgs),
+    Run(Box<run::RunArgs>),
     /// Serve the exec and wait tools over MCP (stdio by default).
-    Mcp(serve::McpArgs),
+    Mcp(Box<serve::McpArgs>),
     /// Check an MCP configuration file without starting anything.
     #[command(subcommand)]
     Config(servers::ConfigCommand),
@@ -71,7 +77,14 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging();
+    // Traces and metrics leave the process only from the commands that run cells for someone;
+    // an engine process (sandboxed, no network) and the demo server only log.
+    let (exports, trace_content) = match &cli.command {
+        Command::Mcp(args) => (true, args.trace_content),
+        Command::Run(_) => (true, false),
+        _ => (false, false),
+    };
+    let telemetry = telemetry::init(cli.log_format, exports, trace_content);
     if let Command::EngineHost { engine } = cli.command {
         // A plain thread loop: no async runtime in an engine process.
         return engine_host::serve(engine);
@@ -86,10 +99,10 @@ fn main() -> ExitCode {
             return ExitCode::from(exit::FAILED);
         }
     };
-    runtime.block_on(async move {
+    let status = runtime.block_on(async move {
         match cli.command {
-            Command::Run(args) => run::run(args).await,
-            Command::Mcp(args) => serve::serve(args).await,
+            Command::Run(args) => run::run(*args).await,
+            Command::Mcp(args) => serve::serve(*args).await,
             Command::Config(command) => servers::config(command),
             Command::Servers(args) => servers::servers(args).await,
             Command::Login(args) => servers::login(args).await,
@@ -113,18 +126,9 @@ fn main() -> ExitCode {
                 }
             }
         }
-    })
-}
-
-/// Logs go to stderr, filtered by `CODEMODE_LOG` (such as `info` or `codemode_session=debug`);
-/// warnings and errors by default.
-fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("CODEMODE_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    let _ = tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        // Colours for a terminal only: a file or a pipe gets plain text.
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_env_filter(filter)
-        .try_init();
+    });
+    // The runtime first (its tasks may still log), then what is left of spans and metrics.
+    drop(runtime);
+    telemetry.shutdown();
+    status
 }

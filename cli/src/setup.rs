@@ -145,7 +145,18 @@ impl SessionArgs {
         config.max_stored_bytes = self.max_stored_bytes;
         config.max_tool_calls = self.max_tool_calls;
         config.max_writes_per_cell = self.max_writes_per_cell;
+        // Where traces are exported, a tool call carries its trace to the tool's server.
+        config.trace_context = crate::telemetry::trace_context_hook();
         config
+    }
+
+    /// What the process's engine counts (processes, cells waiting for one); nothing before a
+    /// session made it.
+    pub fn engine_stats(&self) -> codemode_engine::EngineStats {
+        ENGINE
+            .get()
+            .map(|engine| engine.stats())
+            .unwrap_or_default()
     }
 
     /// The database URL `--store` gives, when it names a database rather than a directory.
@@ -187,8 +198,6 @@ impl SessionArgs {
         &self,
         config: &SessionConfig,
     ) -> Result<Arc<dyn codemode_engine::Engine>, SetupError> {
-        static ENGINE: std::sync::OnceLock<Arc<dyn codemode_engine::Engine>> =
-            std::sync::OnceLock::new();
         if let Some(engine) = ENGINE.get() {
             return Ok(Arc::clone(engine));
         }
@@ -230,6 +239,51 @@ impl SessionArgs {
         Ok(Arc::clone(ENGINE.get_or_init(|| engine)))
     }
 
+    /// Whether the process's engine can start a cell now (a readiness probe): runs a trivial
+    /// cell in a session of its own, with no tools, no stored values and no tenant (so its
+    /// engine process is no tenant's), and says why not when it cannot.
+    pub async fn probe_engine(&self) -> Result<(), SetupError> {
+        let failed = |message: String| SetupError {
+            message,
+            usage: false,
+        };
+        let mut config = self.config();
+        config.tenant = None;
+        let engine = self.engine(&config)?;
+        let session = Session::open(
+            SessionKey::new("codemode-readiness"),
+            engine,
+            Arc::new(MemoryStore::new()),
+            Arc::new(InProcessTools::new()),
+            config,
+        )
+        .await
+        .map_err(|error| failed(format!("cannot open a session: {error}")))?;
+        let request = codemode_protocol::ExecuteRequest {
+            call_id: "readiness".into(),
+            source: "text('ready')".into(),
+            yield_time_ms: Some(PROBE_YIELD_MS),
+            max_output_tokens: None,
+        };
+        let report = session.execute(request).await;
+        session.shutdown().await;
+        match report {
+            Ok(report) => match report.event {
+                codemode_session::CellEvent::Completed {
+                    error_text: None, ..
+                } => Ok(()),
+                codemode_session::CellEvent::Completed {
+                    error_text: Some(error),
+                    ..
+                } => Err(failed(format!("a trivial cell failed: {error}"))),
+                _ => Err(failed(format!(
+                    "a trivial cell did not finish within {PROBE_YIELD_MS} ms"
+                ))),
+            },
+            Err(error) => Err(failed(format!("cannot start a cell: {error}"))),
+        }
+    }
+
     pub async fn open(
         &self,
         key: SessionKey,
@@ -246,6 +300,12 @@ impl SessionArgs {
             })
     }
 }
+
+/// The process's one engine, made by the first session that needs it.
+static ENGINE: std::sync::OnceLock<Arc<dyn codemode_engine::Engine>> = std::sync::OnceLock::new();
+
+/// How long the readiness probe's trivial cell may take.
+const PROBE_YIELD_MS: u64 = 5_000;
 
 /// Engine processes that run this program in its engine-host mode.
 fn process_engine(

@@ -268,7 +268,7 @@ fn mcp_servers_join_the_cells_tools() {
     assert_eq!(
         texts(&json),
         [
-            r#"["codemode__add","codemode__fail","codemode__forget","codemode__image","codemode__log","codemode__note","codemode__pid","codemode__sleep"]"#
+            r#"["codemode__add","codemode__fail","codemode__forget","codemode__image","codemode__log","codemode__note","codemode__pid","codemode__sleep","codemode__traceparent"]"#
         ]
     );
 }

@@ -208,7 +208,7 @@ fn broken_servers_are_reported_and_the_healthy_one_keeps_working() {
             .unwrap_or_else(|| panic!("no line for {name}:\n{lines}"))
             .to_owned()
     };
-    assert_eq!(line("healthy"), "healthy: up, 8 tools");
+    assert_eq!(line("healthy"), "healthy: up, 9 tools");
     assert!(
         line("missing").contains("down: cannot start the MCP server \"missing\""),
         "{lines}"

@@ -125,7 +125,7 @@ const SERVE_LAYERS: &[&[&str]] = &[
     &["live"],
     &["registry", "tasks", "retries"],
     &["sessions"],
-    &["handler"],
+    &["handler", "ops"],
     &["mod"],
 ];
 

@@ -30,6 +30,9 @@ pub(crate) enum Mode {
     Exec { isolation: String, runs: usize },
     /// `--engines-only`: the engines' table.
     Engines,
+    /// `--tracing-only`: `exec` back to back and a tool round trip, with traces off and
+    /// exported to a collector stand-in, alternately.
+    Tracing { runs: usize },
 }
 
 /// What every mode may be given.
@@ -57,6 +60,7 @@ const MODE_FLAGS: &[&str] = &[
     "--monty-only",
     "--exec-only",
     "--engines-only",
+    "--tracing-only",
 ];
 
 /// The value after `--name`, if given.
@@ -115,6 +119,9 @@ pub(crate) fn parse(args: &[String]) -> Result<(Mode, Options), String> {
             runs: count("--runs", 40)?,
         },
         ["--engines-only"] => Mode::Engines,
+        ["--tracing-only"] => Mode::Tracing {
+            runs: count("--runs", 40)?,
+        },
         several => {
             return Err(format!(
                 "give one mode at most, not {}",

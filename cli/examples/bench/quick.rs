@@ -223,3 +223,98 @@ pub(crate) fn engines(codemode: &str) {
     let runtime = runtime();
     print_engines(&engine_comparison(codemode, &runtime));
 }
+
+/// Traces off and on, alternately, seven rounds: `exec` back to back, and a tool round trip (a
+/// cell calling the demo server's `add` 200 times, per call). "On" exports every span to a
+/// collector stand-in in this process (an HTTP endpoint that answers 200), as a real collector
+/// would be told.
+pub(crate) fn tracing(codemode: &str, runs: usize) {
+    const CALLS: usize = 200;
+    let runtime = runtime();
+    let endpoint = runtime.block_on(collector_stand_in());
+    let folder =
+        std::env::temp_dir().join(format!("codemode-bench-tracing-{}", std::process::id()));
+    std::fs::create_dir_all(&folder).unwrap();
+    let config = folder.join("mcp.json");
+    std::fs::write(
+        &config,
+        json!({"mcpServers": {"demo": {"command": codemode, "args": ["demo-mcp-server"]}}})
+            .to_string(),
+    )
+    .unwrap();
+    let server = |traced: bool| {
+        tokio::process::Command::new(codemode).configure(|command| {
+            command.arg("mcp").arg("--config").arg(&config);
+            if traced {
+                command.env("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint);
+            } else {
+                command.env_remove("OTEL_EXPORTER_OTLP_ENDPOINT");
+            }
+        })
+    };
+    let calls = format!(
+        "for (let i = 0; i < {CALLS}; i++) await tools.demo__add({{a: 1, b: 2}}); text('ok')"
+    );
+    let (mut exec_off, mut exec_on, mut call_off, mut call_on) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..7 {
+        for traced in [false, true] {
+            let execs = runtime.block_on(mcp_calls(
+                server(traced),
+                "exec",
+                json!({"code": "text(\"hi\")"}),
+                runs,
+                Duration::ZERO,
+            ));
+            let round_trips: Vec<f64> = runtime
+                .block_on(mcp_calls(
+                    server(traced),
+                    "exec",
+                    json!({"code": calls}),
+                    5,
+                    Duration::ZERO,
+                ))
+                .into_iter()
+                .map(|ms| ms * 1000.0 / CALLS as f64)
+                .collect();
+            if traced {
+                exec_on.extend(execs);
+                call_on.extend(round_trips);
+            } else {
+                exec_off.extend(execs);
+                call_off.extend(round_trips);
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(&folder);
+    let (exec_off, exec_on) = (stats(exec_off), stats(exec_on));
+    let (call_off, call_on) = (stats(call_off), stats(call_on));
+    println!(
+        "exec back to back: traces off median {:.3} ms (p99 {:.3}); on {:.3} ms (p99 {:.3}); ratio {:.2}",
+        exec_off.median,
+        exec_off.p99,
+        exec_on.median,
+        exec_on.p99,
+        exec_on.median / exec_off.median
+    );
+    println!(
+        "tool round trip (a cell's call to a downstream MCP tool): traces off median {:.1} µs; on {:.1} µs; ratio {:.2}",
+        call_off.median,
+        call_on.median,
+        call_on.median / call_off.median
+    );
+}
+
+/// An OTLP/HTTP endpoint that takes every export and answers 200; its URL.
+async fn collector_stand_in() -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let router = axum::Router::new().fallback(|body: axum::body::Bytes| async move {
+        drop(body);
+        axum::http::StatusCode::OK
+    });
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, router).await;
+    });
+    format!("http://{address}")
+}

@@ -86,6 +86,22 @@ pub struct McpArgs {
     /// running configuration kept.
     #[arg(long)]
     pub watch_config: bool,
+    /// Serve /healthz, /readyz and /metrics on this address too, without a token (such as
+    /// 127.0.0.1:9090, or a private network's address that only the scraper and the load
+    /// balancer reach). Without it, /healthz and /readyz are on the --http address without a
+    /// token and /metrics with one.
+    #[arg(long, value_name = "ADDR")]
+    pub ops_listen: Option<String>,
+    /// On SIGTERM, how many seconds running cells get to finish (the server takes no new
+    /// session or cell meanwhile, and /readyz answers 503) before what is left is terminated. A
+    /// second SIGTERM, or SIGINT, ends the wait. In a cluster the server leaves at once: its
+    /// sessions go on on the others.
+    #[arg(long, value_name = "SECONDS", default_value_t = DEFAULT_DRAIN_TIMEOUT_SECS)]
+    pub drain_timeout: u64,
+    /// Put model-written content (sources, tool arguments and results) in exported traces, as
+    /// span events. Without it spans carry sizes and digests only.
+    #[arg(long)]
+    pub trace_content: bool,
     /// Print the description of `exec` the model would be given (with every tool declared), and
     /// exit: a way to check a configuration.
     #[arg(long)]
@@ -116,6 +132,9 @@ pub enum McpSessions {
     /// No MCP sessions: every request stands alone.
     Off,
 }
+
+/// Default of `--drain-timeout`.
+const DEFAULT_DRAIN_TIMEOUT_SECS: u64 = 30;
 
 /// Default of `--max-sessions`.
 const DEFAULT_MAX_SESSIONS: usize = 64;

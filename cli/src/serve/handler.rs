@@ -17,6 +17,7 @@ use rmcp::service::{NotificationContext, RequestContext};
 use rmcp::task_manager::{TaskManager, TaskOptions};
 use rmcp::{ErrorData, Peer, RoleServer, ServerHandler};
 use serde_json::{Map, Value, json};
+use tracing::Instrument;
 
 use super::cluster::{ProgressRelay, was_forwarded};
 use super::identity::Identity;
@@ -366,6 +367,12 @@ impl CodemodeServer {
         }
         let live = self.session(&context.extensions, &context.peer).await?;
         let session = &live.session;
+        // A trace shows each wait that observed a cell, beside the exec that started it.
+        if let Some(cell_id) = CellId::parse(&request.cell_id)
+            && let Some(cell_span) = session.cell_span(&cell_id)
+        {
+            crate::telemetry::link_spans(&tracing::Span::current(), &cell_span);
+        }
         let registration = live.start_wait(&request.cell_id, context.ct.clone()).await;
         let progress = Progress::start(
             &context,
@@ -572,6 +579,131 @@ impl ServerHandler for CodemodeServer {
         _request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
+        let span = request_span("tools/list", None, &context);
+        let began = std::time::Instant::now();
+        let answer = self.tools_list(context).instrument(span.clone()).await;
+        request_done(
+            &span,
+            "tools/list",
+            None,
+            error_type(&answer, |_| false),
+            began,
+        );
+        answer
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let tool = request.name.to_string();
+        let span = request_span("tools/call", Some(&tool), &context);
+        let began = std::time::Instant::now();
+        let _in_flight = InFlight::start(&self.shared);
+        let answer = self
+            .tools_call(request, context)
+            .instrument(span.clone())
+            .await;
+        let error = error_type(
+            &answer,
+            |response| matches!(response, CallToolResponse::Complete(result) if result.is_error == Some(true)),
+        );
+        request_done(&span, "tools/call", Some(&tool), error, began);
+        answer
+    }
+}
+
+/// Counts a `tools/call` in [`Shared::calls_in_flight`] while it is held.
+struct InFlight<'a>(&'a Shared);
+
+impl<'a> InFlight<'a> {
+    fn start(shared: &'a Shared) -> Self {
+        shared
+            .calls_in_flight
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        InFlight(shared)
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0
+            .calls_in_flight
+            .fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+    }
+}
+
+/// The server span of one MCP request, in OpenTelemetry's MCP conventions, continuing the trace
+/// the client sent in `_meta`.
+fn request_span(
+    method: &'static str,
+    tool: Option<&str>,
+    context: &RequestContext<RoleServer>,
+) -> tracing::Span {
+    let session_id = context
+        .extensions
+        .get::<axum::http::request::Parts>()
+        .and_then(|parts| parts.headers.get("mcp-session-id"))
+        .and_then(|value| value.to_str().ok())
+        .map(str::to_owned);
+    let protocol_version = context
+        .protocol_version()
+        .map(|version| version.to_string());
+    let span = tracing::info_span!(
+        target: "codemode::mcp",
+        "mcp_request",
+        otel.name = %match tool {
+            Some(tool) => format!("{method} {tool}"),
+            None => method.to_owned(),
+        },
+        otel.kind = "server",
+        mcp.method.name = method,
+        gen_ai.tool.name = tool,
+        gen_ai.operation.name = tool.map(|_| "execute_tool"),
+        jsonrpc.request.id = %context.id,
+        mcp.session.id = session_id.as_deref(),
+        mcp.protocol.version = protocol_version.as_deref(),
+        error.type = tracing::field::Empty,
+    );
+    crate::telemetry::continue_trace(&span, &context.meta.0.0);
+    span
+}
+
+/// How a request failed, as `error.type` says it: the JSON-RPC error's code, or `tool_error` for
+/// a result the tool marked as an error.
+fn error_type<T>(answer: &Result<T, ErrorData>, is_error: impl Fn(&T) -> bool) -> Option<String> {
+    match answer {
+        Err(error) => Some(error.code.0.to_string()),
+        Ok(result) if is_error(result) => Some("tool_error".to_owned()),
+        Ok(_) => None,
+    }
+}
+
+/// Ends a request: its `error.type`, and its duration in `mcp.server.operation.duration`.
+fn request_done(
+    span: &tracing::Span,
+    method: &'static str,
+    tool: Option<&str>,
+    error_type: Option<String>,
+    began: std::time::Instant,
+) {
+    if let Some(error_type) = &error_type {
+        span.record("error.type", error_type.as_str());
+    }
+    crate::telemetry::metrics::metrics().record_request(
+        method,
+        tool,
+        error_type.as_deref(),
+        began.elapsed(),
+    );
+}
+
+impl CodemodeServer {
+    async fn tools_list(
+        &self,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
         let live = self.session(&context.extensions, &context.peer).await?;
         let session = &live.session;
         let exec_schema = json!({
@@ -604,7 +736,7 @@ impl ServerHandler for CodemodeServer {
         Ok(ListToolsResult::with_all_items(vec![exec, wait]))
     }
 
-    async fn call_tool(
+    async fn tools_call(
         &self,
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,

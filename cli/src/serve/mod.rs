@@ -66,6 +66,7 @@ mod tasks;
 mod sessions;
 
 mod handler;
+mod ops;
 
 pub async fn serve(args: McpArgs) -> ExitCode {
     let demo = if args.demo_tools {
@@ -146,6 +147,9 @@ pub async fn serve(args: McpArgs) -> ExitCode {
         limits,
         sessions: SessionRegistry::new(&limits),
         cluster,
+        trace_content: args.trace_content,
+        calls_in_flight: Default::default(),
+        draining: CancellationToken::new(),
         shutting_down: CancellationToken::new(),
     });
     if let Some(cluster) = &shared.cluster {
@@ -154,10 +158,34 @@ pub async fn serve(args: McpArgs) -> ExitCode {
     if args.print_exec_description {
         return print_exec_description(&shared).await;
     }
-    tokio::spawn(cancel_on_signal(shared.shutting_down.clone()));
+    crate::telemetry::metrics::observe(Arc::new(Observed(Arc::downgrade(&shared))));
+    let ops = ops::Ops::new(Arc::clone(&shared));
+    let mut ops_bound = None;
+    if let Some(address) = &args.ops_listen {
+        match serve_ops(&ops, address, shared.shutting_down.clone()).await {
+            Ok(bound) => ops_bound = Some(bound),
+            Err(message) => {
+                eprintln!("error: {message}");
+                if let Some(cluster) = &shared.cluster {
+                    cluster.leave().await;
+                }
+                return ExitCode::from(exit::USAGE);
+            }
+        }
+    }
+    tokio::spawn(drain_on_signal(
+        Arc::clone(&shared),
+        Duration::from_secs(args.drain_timeout),
+    ));
     tokio::spawn(reload_on_change(Arc::clone(&shared), args.watch_config));
     let served = match gate {
-        None => serve_stdio(Arc::clone(&shared)).await,
+        None => {
+            // Standard output is the MCP channel here.
+            if let Some(bound) = ops_bound {
+                eprintln!("operations on http://{bound}/");
+            }
+            serve_stdio(Arc::clone(&shared)).await
+        }
         Some((listener, gate)) => {
             let connections = http::ConnectionLimits {
                 max_connections: args.max_connections,
@@ -172,6 +200,8 @@ pub async fn serve(args: McpArgs) -> ExitCode {
                     });
             serve_http(
                 Arc::clone(&shared),
+                &ops,
+                ops_bound,
                 listener,
                 gate,
                 connections,
@@ -196,8 +226,12 @@ pub async fn serve(args: McpArgs) -> ExitCode {
     }
 }
 
-/// Cancels `token` on SIGTERM or SIGINT.
-async fn cancel_on_signal(token: CancellationToken) {
+/// On SIGTERM, drains: takes no new session or cell, answers `/readyz` with 503, and lets the
+/// running cells finish for up to `drain_timeout` (their stored values are committed as they
+/// complete); then, or at once on SIGINT or a second SIGTERM, shuts down (what is left is
+/// terminated). A server of a cluster shuts down at once: its sessions go on on the others, as
+/// when a server dies.
+async fn drain_on_signal(shared: Arc<Shared>, drain_timeout: Duration) {
     use tokio::signal::unix::{SignalKind, signal};
     let (Ok(mut terminate), Ok(mut interrupt)) = (
         signal(SignalKind::terminate()),
@@ -206,12 +240,129 @@ async fn cancel_on_signal(token: CancellationToken) {
         tracing::warn!("cannot listen for SIGTERM and SIGINT; stop the server by killing it");
         return;
     };
-    tokio::select! {
-        _ = terminate.recv() => {}
-        _ = interrupt.recv() => {}
+    let drain = tokio::select! {
+        _ = terminate.recv() => shared.cluster.is_none(),
+        _ = interrupt.recv() => false,
+        () = shared.shutting_down.cancelled() => return,
+    };
+    shared.draining.cancel();
+    if drain {
+        let running = shared.running_cells();
+        tracing::info!(
+            running,
+            "draining: no new sessions or cells; letting running cells finish for up to {} s",
+            drain_timeout.as_secs()
+        );
+        let deadline = tokio::time::Instant::now() + drain_timeout;
+        let mut look = tokio::time::interval(DRAIN_LOOK_EVERY);
+        loop {
+            tokio::select! {
+                _ = look.tick() => {
+                    let calls = shared.calls_in_flight.load(std::sync::atomic::Ordering::Acquire);
+                    if shared.running_cells() == 0 && calls == 0 {
+                        tracing::info!("drained: every cell has ended");
+                        break;
+                    }
+                }
+                () = tokio::time::sleep_until(deadline) => {
+                    tracing::warn!(
+                        running = shared.running_cells(),
+                        "the drain timed out (--drain-timeout); terminating the cells left"
+                    );
+                    break;
+                }
+                _ = terminate.recv() => break,
+                _ = interrupt.recv() => break,
+            }
+        }
     }
-    tracing::info!("shutting down: no new requests; terminating running cells");
-    token.cancel();
+    tracing::info!("shutting down: terminating what is left");
+    shared.shutting_down.cancel();
+}
+
+/// How often a drain looks whether cells still run.
+const DRAIN_LOOK_EVERY: Duration = Duration::from_millis(100);
+
+/// The server's state as metrics read it (nothing once the server is gone).
+struct Observed(std::sync::Weak<Shared>);
+
+impl crate::telemetry::metrics::ServerState for Observed {
+    fn cells(&self) -> (u64, u64) {
+        let Some(shared) = self.0.upgrade() else {
+            return (0, 0);
+        };
+        let (mut running, mut registered) = (0, 0);
+        for live in shared.sessions.live_sessions() {
+            running += live.session.running_cells() as u64;
+            registered += live.session.active_cells() as u64;
+        }
+        (running, registered.saturating_sub(running))
+    }
+
+    fn engine(&self) -> codemode_engine::EngineStats {
+        self.0
+            .upgrade()
+            .map(|shared| shared.args.engine_stats())
+            .unwrap_or_default()
+    }
+
+    fn stored_bytes(&self) -> Vec<(String, u64)> {
+        let Some(shared) = self.0.upgrade() else {
+            return Vec::new();
+        };
+        let mut by_tenant = std::collections::BTreeMap::<String, u64>::new();
+        for live in shared.sessions.live_sessions() {
+            *by_tenant.entry(live.tenant.to_string()).or_default() +=
+                live.session.stored_bytes() as u64;
+        }
+        by_tenant.into_iter().collect()
+    }
+
+    fn servers(&self) -> Vec<(String, bool)> {
+        let Some(shared) = self.0.upgrade() else {
+            return Vec::new();
+        };
+        let down: std::collections::HashSet<String> =
+            codemode_session::ToolProvider::unavailable(shared.tools.as_ref())
+                .into_iter()
+                .map(|unavailable| unavailable.name)
+                .collect();
+        shared
+            .tools
+            .names()
+            .into_iter()
+            .map(|name| {
+                let up = !down.contains(&name);
+                (name, up)
+            })
+            .collect()
+    }
+}
+
+/// Serves `/healthz`, `/readyz` and `/metrics` without a token on `--ops-listen`, until
+/// `shutdown`; the address bound.
+async fn serve_ops(
+    ops: &Arc<ops::Ops>,
+    address: &str,
+    shutdown: CancellationToken,
+) -> Result<std::net::SocketAddr, String> {
+    let listener = tokio::net::TcpListener::bind(address)
+        .await
+        .map_err(|error| format!("--ops-listen: cannot listen on {address}: {error}"))?;
+    let bound = listener
+        .local_addr()
+        .map_err(|error| format!("--ops-listen: cannot tell the address bound: {error}"))?;
+    let router = ops.probes().merge(ops.metrics());
+    let limits = http::ConnectionLimits {
+        max_connections: 64,
+        header_read_timeout: http::DEFAULT_HEADER_READ_TIMEOUT,
+    };
+    tokio::spawn(async move {
+        if let Err(error) = http::serve(listener, router, limits, shutdown).await {
+            tracing::error!("--ops-listen stopped serving: {error}");
+        }
+    });
+    Ok(bound)
 }
 
 /// How often `--watch-config` looks at the file.
@@ -375,8 +526,11 @@ async fn serve_stdio(shared: Arc<Shared>) -> Result<(), Box<dyn std::error::Erro
     Ok(())
 }
 
+#[allow(clippy::too_many_arguments)] // Each is one part of what is served.
 async fn serve_http(
     shared: Arc<Shared>,
+    ops: &Arc<ops::Ops>,
+    ops_bound: Option<std::net::SocketAddr>,
     listener: tokio::net::TcpListener,
     gate: http::Gate,
     connections: http::ConnectionLimits,
@@ -405,15 +559,22 @@ async fn serve_http(
             config,
         );
     // The gate runs first (the outer layer), then the binding of MCP sessions to tenants.
+    // `/metrics` is behind the gate too; the probes are not (they say nothing but ready or not).
     let router = axum::Router::new()
         .nest_service("/mcp", service)
+        .merge(ops.metrics())
         .layer(axum::middleware::from_fn_with_state(
             http::SessionOwners::new(sessions),
             http::bind_sessions,
         ))
-        .layer(axum::middleware::from_fn_with_state(gate, http::guard));
+        .layer(axum::middleware::from_fn_with_state(gate, http::guard))
+        .merge(ops.probes());
     // A parent process (or a test) reads where the server listens from this line.
     println!("listening on http://{}/mcp", listener.local_addr()?);
+    // And, on the next line, where the operator's endpoints are without a token.
+    if let Some(bound) = ops_bound {
+        println!("operations on http://{bound}/");
+    }
     http::serve(listener, router, connections, shared.shutting_down.clone()).await?;
     Ok(())
 }

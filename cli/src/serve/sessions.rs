@@ -38,7 +38,16 @@ pub(super) struct Shared {
     pub(super) sessions: SessionRegistry,
     /// This server's place in a cluster (`--advertise`), if it is in one.
     pub(super) cluster: Option<Arc<Cluster>>,
-    /// Cancelled on SIGTERM or SIGINT.
+    /// `--trace-content`: model-written content goes into traces (and debug logs).
+    pub(super) trace_content: bool,
+    /// The `tools/call` requests being answered now: a drain waits for them too, so that the
+    /// `wait` that observes a cell's end gets its answer out.
+    pub(super) calls_in_flight: std::sync::atomic::AtomicUsize,
+    /// Cancelled on SIGTERM: the server drains (opens no session and starts no cell, answers
+    /// `/readyz` with 503, lets running cells finish) until `shutting_down`.
+    pub(super) draining: CancellationToken,
+    /// Cancelled when the drain ends, or at once on SIGINT or a second SIGTERM: every cell left
+    /// is terminated and the server stops.
     pub(super) shutting_down: CancellationToken,
 }
 
@@ -59,7 +68,17 @@ impl Shared {
         let mut config = self.args.config();
         config.permissions = self.toolset.permissions();
         config.max_wait = self.max_wait;
+        config.log_content = self.trace_content;
         config
+    }
+
+    /// How many cells run now, in every session.
+    pub(super) fn running_cells(&self) -> usize {
+        self.sessions
+            .live_sessions()
+            .iter()
+            .map(|live| live.session.running_cells())
+            .sum()
     }
 
     /// Terminates every cell of every session and waits for them (stores finish their commits).
@@ -159,6 +178,7 @@ impl Shared {
             live.touch();
             return Ok(Arc::clone(live));
         }
+        self.refuse_while_draining()?;
         let live = self.open(&identity, peer, threshold).await?;
         tokio::spawn(close_when_idle(
             Owner::McpSession(Arc::downgrade(state)),
@@ -187,6 +207,7 @@ impl Shared {
             live.touch();
             return Ok(live);
         }
+        self.refuse_while_draining()?;
         let live = self.open(identity, peer, threshold).await?;
         self.sessions.add_named(&identity.key, &live);
         tokio::spawn(close_when_idle(
@@ -195,6 +216,19 @@ impl Shared {
             self.limits.idle_timeout,
         ));
         Ok(live)
+    }
+
+    /// While the server drains for shutdown, it opens no session and starts no cell (the open
+    /// sessions still answer `wait`, so their running cells can be followed to their end).
+    fn refuse_while_draining(&self) -> Result<(), ErrorData> {
+        if self.draining.is_cancelled() {
+            return Err(ErrorData::internal_error(
+                "the server is shutting down: it lets running cells finish and starts nothing \
+                 new; send this to another server, or retry once it is back",
+                None,
+            ));
+        }
+        Ok(())
     }
 
     /// Who the MCP session whose state is `state` (or a request) is: fixed at its first request.
@@ -275,7 +309,11 @@ impl Shared {
         }
         // In a cluster, a cell's id names the server that runs it.
         config.cell_id_prefix = self.cluster.as_ref().map(|cluster| cluster.id.clone());
-        config.on_cell_activity = self.cluster.as_ref().map(|cluster| cluster.activity_hook());
+        // Metrics hear what the cells do; then, in a cluster, the journal.
+        config.on_cell_activity = Some(
+            crate::telemetry::metrics::metrics()
+                .activity_hook(self.cluster.as_ref().map(|cluster| cluster.activity_hook())),
+        );
         let session = self
             .args
             .open(
@@ -310,6 +348,7 @@ impl Shared {
     /// server count (as the other servers last journaled them); the --max-cells limit is each
     /// server's own. The new cell holds the slot while its session counts it.
     pub(super) async fn admit_cell(&self, tenant: &Tenant) -> Result<Slot, ErrorData> {
+        self.refuse_while_draining()?;
         let elsewhere = async {
             let cluster = self.cluster.as_ref()?;
             Some(

@@ -109,6 +109,11 @@ pub fn server(folder: &Path, extra: &[&str]) -> ListeningServer {
 
 /// [`server`], listening on `address`.
 pub fn server_at(folder: &Path, address: &str, extra: &[&str]) -> ListeningServer {
+    ListeningServer::spawn(server_command(folder, address, extra))
+}
+
+/// The command that starts [`server_at`], for a test that adds to it.
+pub fn server_command(folder: &Path, address: &str, extra: &[&str]) -> Command {
     let tokens = folder.join("tokens");
     std::fs::write(&tokens, format!("alpha {ALPHA}\nbeta {BETA}\n")).unwrap();
     {
@@ -132,7 +137,7 @@ pub fn server_at(folder: &Path, address: &str, extra: &[&str]) -> ListeningServe
         .arg("--config")
         .arg(&config)
         .args(extra);
-    ListeningServer::spawn(command)
+    command
 }
 
 /// How a client reaches the server at `url`: with `token`, naming `session` if given.
