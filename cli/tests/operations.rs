@@ -497,6 +497,8 @@ struct Span {
     name: String,
     kind: i32,
     attributes: HashMap<String, String>,
+    /// The span ids it links to.
+    links: Vec<String>,
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -554,6 +556,7 @@ fn decode_spans(received: &Received) -> (Vec<Span>, Vec<String>) {
                         name: span.name.clone(),
                         kind: span.kind,
                         attributes,
+                        links: span.links.iter().map(|link| hex(&link.span_id)).collect(),
                     });
                 }
             }
@@ -592,10 +595,29 @@ async fn spans_reach_the_collector(protocol: &str, trace_content: bool) {
     assert!(result.ends_with("done"), "{result}");
     // The downstream server received the same trace, from the call's span.
     let downstream = regex_traceparent(&result).expect("the demo server saw a traceparent");
+    // A cell that outlives its exec, observed by a wait.
+    let params = CallToolRequestParams::new("exec").with_arguments(
+        json!({"code": "await new Promise(r => setTimeout(r, 500)); text('later')", "yield_time_ms": 50})
+            .as_object()
+            .unwrap()
+            .clone(),
+    );
+    let running = text_of(&within("exec", client.call_tool(params)).await.unwrap());
+    let later = wait_on(&client, &running_cell_id(&running)).await;
+    assert!(later.contains("later"), "{later}");
     client.cancel().await.unwrap();
     served.terminate();
     assert!(served.wait_for_exit().success());
 
+    // The metrics went out over OTLP too, in the same encoding, the last of them at shutdown.
+    let exported = metric_names(&received);
+    for name in [
+        "mcp.server.operation.duration",
+        "mcp.client.operation.duration",
+        "codemode.tool.calls",
+    ] {
+        assert!(exported.contains(name), "{name} not among {exported:?}");
+    }
     let (spans, texts) = decode_spans(&received);
     let named = |name: &str| {
         spans
@@ -604,7 +626,18 @@ async fn spans_reach_the_collector(protocol: &str, trace_content: bool) {
             .unwrap_or_else(|| panic!("no span {name:?} among {spans:#?}"))
             .clone()
     };
-    let server = named("tools/call exec");
+    // The cell that outlived its exec and the wait that observed it are linked both ways.
+    let wait = named("tools/call wait");
+    let outlived = spans
+        .iter()
+        .find(|span| span.name == "codemode.cell" && span.links.contains(&wait.span_id))
+        .unwrap_or_else(|| panic!("no cell links to the wait: {spans:#?}"));
+    assert!(wait.links.contains(&outlived.span_id), "{wait:?}");
+    let server = spans
+        .iter()
+        .find(|span| span.name == "tools/call exec" && span.parent_span_id == client_span)
+        .unwrap_or_else(|| panic!("no exec continues the client's trace: {spans:#?}"))
+        .clone();
     assert_eq!(server.trace_id, trace_id);
     assert_eq!(
         server.parent_span_id, client_span,
@@ -613,7 +646,11 @@ async fn spans_reach_the_collector(protocol: &str, trace_content: bool) {
     assert_eq!(server.kind, 2, "SERVER");
     assert_eq!(server.attributes["mcp.method.name"], "tools/call");
     assert_eq!(server.attributes["gen_ai.tool.name"], "exec");
-    let cell = named("codemode.cell");
+    let cell = spans
+        .iter()
+        .find(|span| span.name == "codemode.cell" && span.parent_span_id == server.span_id)
+        .unwrap_or_else(|| panic!("no cell under the exec: {spans:#?}"))
+        .clone();
     assert_eq!(cell.trace_id, trace_id);
     assert_eq!(cell.parent_span_id, server.span_id);
     assert_eq!(cell.attributes["codemode.cell.outcome"], "completed");
@@ -643,6 +680,30 @@ async fn spans_reach_the_collector(protocol: &str, trace_content: bool) {
         .iter()
         .any(|text| text.contains("\"a\":1") || text.contains("a\\\":1"));
     assert_eq!(arguments_seen, trace_content, "{texts:?}");
+}
+
+/// The names of the metrics the collector received.
+fn metric_names(received: &Received) -> std::collections::BTreeSet<String> {
+    use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
+    use prost::Message;
+    let mut names = std::collections::BTreeSet::new();
+    for (path, content_type, body) in received.lock().unwrap().iter() {
+        if path != "/v1/metrics" {
+            continue;
+        }
+        let request = if content_type.contains("json") {
+            serde_json::from_slice::<ExportMetricsServiceRequest>(body)
+                .unwrap_or_else(|error| panic!("not OTLP JSON ({error})"))
+        } else {
+            ExportMetricsServiceRequest::decode(body.as_slice()).expect("OTLP protobuf")
+        };
+        for resource in request.resource_metrics {
+            for scope in resource.scope_metrics {
+                names.extend(scope.metrics.into_iter().map(|metric| metric.name));
+            }
+        }
+    }
+    names
 }
 
 /// The trace id and parent id of the `traceparent` a text shows.
