@@ -258,6 +258,9 @@ impl McpTools {
                         command.current_dir(cwd);
                     }
                 });
+                let exit = ExitWatch::default();
+                let mut command = process_wrap::tokio::CommandWrap::from(command);
+                command.wrap(exit.recorder());
                 let (transport, stderr) = TokioChildProcess::builder(command)
                     .stderr(std::process::Stdio::piped())
                     .spawn()
@@ -271,7 +274,9 @@ impl McpTools {
                     tokio::spawn(log_stderr(namespace.clone(), stderr, tail.clone()))
                 });
                 let pid = transport.id();
-                let exit = pid.map(ExitWatch::start);
+                if let Some(pid) = pid {
+                    exit.watch(pid);
+                }
                 let failed =
                     format!("the MCP server \"{namespace}\" ({program}) failed to initialise");
                 match self.handshake(transport, lifecycle, failed).await {
@@ -281,7 +286,7 @@ impl McpTools {
                         if let Some(ended) = stderr_ended.as_mut() {
                             let _ = tokio::time::timeout(STDERR_GRACE, ended).await;
                         }
-                        Err(error.with_detail(exit_detail(exit.as_ref(), &tail).await))
+                        Err(error.with_detail(exit_detail(&exit, &tail).await))
                     }
                 }
             }
@@ -501,17 +506,15 @@ impl StderrTail {
 
 /// How a stdio server that failed to start ended, and its last stderr lines: "exited with
 /// status 1; its stderr ended: …". `None` when there is nothing to say.
-async fn exit_detail(exit: Option<&ExitWatch>, tail: &StderrTail) -> Option<String> {
+async fn exit_detail(exit: &ExitWatch, tail: &StderrTail) -> Option<String> {
     let mut exited = None;
-    if let Some(exit) = exit {
-        // The process may still be on its way out: watch it briefly.
-        for _ in 0..50 {
-            if let Some(ended) = exit.ended() {
-                exited = Some(format!("it exited {ended}"));
-                break;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    // The process may still be on its way out: watch it briefly.
+    for _ in 0..50 {
+        if let Some(ended) = exit.ended() {
+            exited = Some(format!("it exited {ended}"));
+            break;
         }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
     let lines = tail.lines();
     let said = (!lines.is_empty()).then(|| format!("its stderr ended: {}", lines.join(" | ")));

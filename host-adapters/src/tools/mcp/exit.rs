@@ -1,13 +1,23 @@
-//! How a stdio server's process ended ([`ExitWatch`]): a thread waits for its exit with `waitid`
-//! and `WNOWAIT`, which reads the status without reaping the process (the runtime that spawned
-//! it still does), so that a server that dies at start can be reported "exited with status 3".
+//! How a stdio server's process ended ([`ExitWatch`]), so that a server that dies at start can be
+//! reported "exited with status 3". Two witnesses fill one slot, whichever comes first: a thread
+//! that waits for the exit with `waitid` and `WNOWAIT` (which reads the status without reaping
+//! the process), and a wrapper around the spawned child ([`ExitWatch::recorder`]) that keeps the
+//! status the runtime reads when it reaps the process. The wrapper closes the race the thread
+//! alone loses on a loaded machine: a transport dropped after a failed handshake reaps its child
+//! at once, and a reaped process has no status left for `waitid` to read.
 
+use std::future::Future;
+use std::os::unix::process::ExitStatusExt;
+use std::pin::Pin;
+use std::process::ExitStatus;
 use std::sync::Arc;
 
 use nix::errno::Errno;
+use nix::sys::signal::Signal;
 use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid};
 use nix::unistd::Pid;
 use parking_lot::Mutex;
+use process_wrap::tokio::{ChildWrapper, CommandWrap, CommandWrapper};
 
 /// How one child process ended, once it has.
 #[derive(Debug, Clone, Default)]
@@ -15,12 +25,25 @@ pub(super) struct ExitWatch(Arc<Mutex<Option<String>>>);
 
 impl ExitWatch {
     /// Watches child process `pid` until it ends.
-    pub(super) fn start(pid: u32) -> Self {
+    #[cfg(test)]
+    fn start(pid: u32) -> Self {
         let watch = ExitWatch::default();
+        watch.watch(pid);
+        watch
+    }
+
+    /// A wrapper for the command that spawns the process: it keeps the status whoever reaps
+    /// the process reads.
+    pub(super) fn recorder(&self) -> impl CommandWrapper + 'static {
+        RecordExit(self.clone())
+    }
+
+    /// Watches child process `pid` from a thread until it ends.
+    pub(super) fn watch(&self, pid: u32) {
         let Ok(pid) = i32::try_from(pid) else {
-            return watch;
+            return;
         };
-        let slot = Arc::clone(&watch.0);
+        let slot = Arc::clone(&self.0);
         let watching = std::thread::Builder::new()
             .name("codemode-exit-watch".to_owned())
             .spawn(move || {
@@ -35,19 +58,85 @@ impl ExitWatch {
                         // Reaped before it could be read, or not a child: nothing to say.
                         Err(_) => return,
                     };
-                    *slot.lock() = Some(ended);
+                    slot.lock().get_or_insert(ended);
                     return;
                 }
             });
         if let Err(error) = watching {
             tracing::debug!(%error, "cannot watch a server's exit; its status will not be reported");
         }
-        watch
+    }
+
+    /// Keeps `status`, read when the process was reaped, unless a witness already did.
+    fn record(&self, status: ExitStatus) {
+        let ended = match (status.code(), status.signal()) {
+            (Some(code), _) => format!("with status {code}"),
+            (None, Some(signal)) => match Signal::try_from(signal) {
+                Ok(signal) => format!("on signal {signal}"),
+                Err(_) => format!("on signal {signal}"),
+            },
+            (None, None) => return,
+        };
+        self.0.lock().get_or_insert(ended);
     }
 
     /// "with status N" or "on signal SIGKILL", once the process has ended.
     pub(super) fn ended(&self) -> Option<String> {
         self.0.lock().clone()
+    }
+}
+
+/// The command wrapper [`ExitWatch::recorder`] returns.
+#[derive(Debug)]
+struct RecordExit(ExitWatch);
+
+impl CommandWrapper for RecordExit {
+    fn wrap_child(
+        &mut self,
+        child: Box<dyn ChildWrapper>,
+        _core: &CommandWrap,
+    ) -> std::io::Result<Box<dyn ChildWrapper>> {
+        Ok(Box::new(RecordedChild {
+            child,
+            watch: self.0.clone(),
+        }))
+    }
+}
+
+/// A spawned child whose exit status, once read, is kept in its [`ExitWatch`].
+#[derive(Debug)]
+struct RecordedChild {
+    child: Box<dyn ChildWrapper>,
+    watch: ExitWatch,
+}
+
+impl ChildWrapper for RecordedChild {
+    fn inner(&self) -> &dyn ChildWrapper {
+        self.child.as_ref()
+    }
+
+    fn inner_mut(&mut self) -> &mut dyn ChildWrapper {
+        self.child.as_mut()
+    }
+
+    fn into_inner(self: Box<Self>) -> Box<dyn ChildWrapper> {
+        self.child
+    }
+
+    fn try_wait(&mut self) -> std::io::Result<Option<ExitStatus>> {
+        let status = self.child.try_wait()?;
+        if let Some(status) = status {
+            self.watch.record(status);
+        }
+        Ok(status)
+    }
+
+    fn wait(&mut self) -> Pin<Box<dyn Future<Output = std::io::Result<ExitStatus>> + Send + '_>> {
+        Box::pin(async move {
+            let status = self.child.wait().await?;
+            self.watch.record(status);
+            Ok(status)
+        })
     }
 }
 
@@ -83,5 +172,19 @@ mod tests {
         }
         assert_eq!(watch.ended().as_deref(), Some("on signal SIGKILL"));
         killed.wait().unwrap();
+    }
+
+    #[tokio::test]
+    async fn the_status_is_kept_when_the_runtime_reaps_the_child_first() {
+        // As a transport dropped after a failed handshake does: kill and reap at once, with no
+        // thread watching. A reaped process has no status left for `waitid`; the wrapper kept it.
+        let watch = ExitWatch::default();
+        let mut command = CommandWrap::from(tokio::process::Command::new("sh"));
+        command.command_mut().args(["-c", "exit 4"]);
+        command.wrap(watch.recorder());
+        let mut child = command.spawn().unwrap();
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        Box::into_pin(child.kill()).await.unwrap();
+        assert_eq!(watch.ended().as_deref(), Some("with status 4"));
     }
 }
