@@ -64,7 +64,7 @@ enum Command {
         #[arg(long, value_enum, default_value_t = setup::JsEngine::DEFAULT)]
         engine: setup::JsEngine,
     },
-    /// Serve a small demo MCP server (add, image, fail, sleep, note, pid), to try --mcp with.
+    /// Serve a small demo MCP server (add, image, fail, sleep, note, forget, log, traceparent, pid), to try --mcp with.
     DemoMcpServer {
         /// Serve over streamable HTTP at this address instead of stdio, such as 127.0.0.1:8081.
         #[arg(long, value_name = "ADDR")]

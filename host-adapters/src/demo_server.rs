@@ -5,7 +5,7 @@
 //! id, so a test can kill it), `note` (appends a line to the file `CODEMODE_DEMO_NOTES` names;
 //! no annotations), `forget` (the same with `forgot: `, annotated destructive), `log` (sends a
 //! log message to the client during the call), `traceparent` (the W3C trace context the call's
-//! request carried in `_meta`). The others are
+//! request carried in `_meta`, and over HTTP its `traceparent` header). The others are
 //! annotated read-only, so a test of the gate has each kind. Served by the
 //! `codemode-test-mcp-server` binary and by `codemode demo-mcp-server`.
 
@@ -176,17 +176,26 @@ impl DemoServer {
 
     #[tool(
         description = "The W3C traceparent this call's request carried in _meta (empty text \
-                       without one).",
+                       without one); over HTTP, a second text `header: ` with its traceparent \
+                       header.",
         annotations(read_only_hint = true)
     )]
     fn traceparent(
         &self,
         meta: rmcp::model::RequestMetaObject,
+        extensions: rmcp::model::Extensions,
     ) -> Result<CallToolResult, ErrorData> {
         let traceparent = meta.0.get_traceparent().unwrap_or_default().to_owned();
-        Ok(CallToolResult::success(vec![ContentBlock::text(
-            traceparent,
-        )]))
+        let mut content = vec![ContentBlock::text(traceparent)];
+        if let Some(request) = extensions.get::<http::request::Parts>() {
+            let header = request
+                .headers
+                .get("traceparent")
+                .and_then(|value| value.to_str().ok())
+                .unwrap_or_default();
+            content.push(ContentBlock::text(format!("header: {header}")));
+        }
+        Ok(CallToolResult::success(content))
     }
 
     #[tool(

@@ -83,7 +83,7 @@ async fn server_tools_are_listed_under_its_namespace_with_their_schemas() {
     assert_eq!(
         add.description,
         "Adds two numbers.\n\nFrom the server's instructions: A test server: add, image, fail, \
-         sleep, note, forget, log, pid."
+         sleep, note, forget, log, traceparent, pid."
     );
     // Each tool's annotations are kept: read-only, destructive, or none.
     let annotations = |name: &str| {
@@ -314,6 +314,46 @@ async fn a_server_over_streamable_http_serves_cells_too() {
     .await;
     assert_eq!(error, None);
     assert_eq!(items, [OutputItem::text("3.5")]);
+    drop(session);
+    drop(server);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_calls_trace_context_reaches_an_http_server_in_meta_and_as_its_header() {
+    let mut command = std::process::Command::new(SERVER);
+    command.args(["--http", "127.0.0.1:0"]);
+    let server = ListeningServer::spawn(command);
+    let tools = McpTools::new(McpServerConfig::new(
+        "remote",
+        McpTransport::http(server.url().to_owned()),
+    ));
+    let traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let mut config = SessionConfig::default();
+    config.trace_context = Some(Arc::new(move || {
+        vec![("traceparent".to_owned(), traceparent.to_owned())]
+    }));
+    let session = Session::open(
+        "mcp",
+        Arc::new(V8Engine::new()),
+        Arc::new(MemoryStore::new()),
+        Arc::new(tools),
+        config,
+    )
+    .await
+    .unwrap();
+    let (items, error) = run(
+        &session,
+        r#"for (const block of (await tools.remote__traceparent({})).content) text(block.text);"#,
+    )
+    .await;
+    assert_eq!(error, None);
+    assert_eq!(
+        items,
+        [
+            OutputItem::text(traceparent),
+            OutputItem::text(format!("header: {traceparent}"))
+        ]
+    );
     drop(session);
     drop(server);
 }

@@ -12,6 +12,7 @@ use super::exit::ExitWatch;
 use super::notifications::{ListWatcher, ProgressRoutes};
 use super::oauth::TokenFile;
 use super::sse::SseTransport;
+use super::trace_headers::{TraceHeaders, http_client};
 use super::transport::{McpServerConfig, McpTransport, display_url, lifecycle};
 use super::user::UserRoutes;
 use rmcp::transport::auth::{AuthClient, AuthorizationManager};
@@ -313,12 +314,16 @@ impl McpTools {
                     let client = self.authorized_client(url, tokens).await.map_err(|why| {
                         StartError::Final(format!("{failed}: the saved OAuth tokens cannot be used ({why}); run `codemode login {namespace}` again"))
                     })?;
-                    let transport = StreamableHttpClientTransport::with_client(client, config);
+                    let transport =
+                        StreamableHttpClientTransport::with_client(TraceHeaders(client), config);
                     self.watcher()
                         .serve_with_lifecycle(transport, lifecycle)
                         .await
                 } else {
-                    let transport = StreamableHttpClientTransport::from_config(config);
+                    let transport = StreamableHttpClientTransport::with_client(
+                        TraceHeaders(http_client()),
+                        config,
+                    );
                     self.watcher()
                         .serve_with_lifecycle(transport, lifecycle)
                         .await
@@ -378,7 +383,7 @@ impl McpTools {
                 .with_client_secret(secret.clone()),
             )?;
         }
-        Ok(AuthClient::new(reqwest::Client::new(), manager))
+        Ok(AuthClient::new(http_client(), manager))
     }
 
     /// Starts the MCP lifecycle over `transport`; `failed` says what failed, for the error.

@@ -50,6 +50,7 @@ mod provider;
 mod results;
 mod sse;
 mod tasks;
+mod trace_headers;
 mod transport;
 mod user;
 
