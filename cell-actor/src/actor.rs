@@ -112,6 +112,7 @@ pub fn start_cell<H: CellHost, E: Engine + ?Sized>(
         observer: Some(Observer::new(first_observation, respond, None)),
         runtime: RuntimeLink::Running,
         runtime_panicked: false,
+        cpu_time: None,
         frontier: Frontier::default(),
         ledger: ToolLedger::default(),
         tool_tasks: JoinSet::new(),
@@ -268,6 +269,8 @@ struct CellActor<H: CellHost> {
     observer: Option<Observer>,
     runtime: RuntimeLink,
     runtime_panicked: bool,
+    /// The CPU time the engine reported for the cell (before its result).
+    cpu_time: Option<Duration>,
     frontier: Frontier,
     ledger: ToolLedger,
     tool_tasks: JoinSet<ToolTaskEnd>,
@@ -482,6 +485,7 @@ impl<H: CellHost> CellActor<H> {
                 }
             }
             RuntimeEvent::ThreadPanicked => self.runtime_panicked = true,
+            RuntimeEvent::Usage { cpu_time } => self.cpu_time = Some(cpu_time),
             RuntimeEvent::Notify { .. } | RuntimeEvent::YieldRequested | RuntimeEvent::Pending => {}
             other => tracing::warn!(?other, "ignoring an engine event this actor does not know"),
         }
@@ -721,6 +725,12 @@ impl<H: CellHost> CellActor<H> {
         if let Some(observer) = self.observer.take() {
             let _ = observer.respond.send(Err(CellError::Closed));
         }
+        let (output_items, output_bytes) = self.output.emitted();
+        self.host.usage(crate::CellUsage {
+            output_items,
+            output_bytes,
+            cpu_time: self.cpu_time,
+        });
         self.host.closed().await;
     }
 }

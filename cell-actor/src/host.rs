@@ -123,6 +123,20 @@ impl From<&str> for ToolError {
     }
 }
 
+/// What a cell emitted and cost over its life, told to its host as it closes
+/// ([`CellHost::usage`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct CellUsage {
+    /// Output items the cell emitted, including any a budget left out of its output.
+    pub output_items: u64,
+    /// Their payload bytes (text bytes, image URL bytes).
+    pub output_bytes: u64,
+    /// CPU time the cell's engine thread spent on it, when the engine measured it (it does for
+    /// a cell that ran to its result, not for a terminated one).
+    pub cpu_time: Option<std::time::Duration>,
+}
+
 /// What the cell actor needs from its owner. Every method may be called concurrently.
 pub trait CellHost: Send + Sync + 'static {
     /// Runs a tool. `Ok` resolves the cell's promise with the value (JSON text, handed to the
@@ -160,6 +174,12 @@ pub trait CellHost: Send + Sync + 'static {
     /// Called when a completion was committed but no observer took it: the cell finished in the
     /// background and its result waits. A session uses this to push a notice (completion push).
     fn completed_unobserved(&self) {}
+
+    /// Called once as the cell closes, just before [`CellHost::closed`]: what it emitted and
+    /// what it cost, for the host's telemetry. Nothing depends on it; the default ignores it.
+    fn usage(&self, usage: CellUsage) {
+        let _ = usage;
+    }
 
     /// Called last, after the cell's outcome is settled; returns only when nothing can route
     /// requests to the cell any more (the owner has removed it from its registry).

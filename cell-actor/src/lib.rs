@@ -34,6 +34,6 @@ pub use actor::{
 };
 pub use event::{CellError, CellEvent, Observation, ObserveMode, ToolCallFate, ToolCallRecord};
 pub use handle::CellHandle;
-pub use host::{CellHost, ToolError, ToolErrorKind, ToolInvocation};
+pub use host::{CellHost, CellUsage, ToolError, ToolErrorKind, ToolInvocation};
 pub use output::{CollectedOutput, OutputEntry, OutputMode};
 pub use state::{CompletionClaim, CompletionCommit};

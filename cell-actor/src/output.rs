@@ -141,6 +141,8 @@ pub(crate) struct OutputCollector {
     /// Client mode: payload bytes already taken, which still count (its budget is for the
     /// whole cell).
     taken_bytes: usize,
+    /// Every item pushed over the cell's life and its payload bytes, budgets aside.
+    emitted: (u64, u64),
 }
 
 impl OutputCollector {
@@ -149,6 +151,7 @@ impl OutputCollector {
             mode,
             buffered: CollectedOutput::default(),
             taken_bytes: 0,
+            emitted: (0, 0),
         }
     }
 
@@ -163,6 +166,8 @@ impl OutputCollector {
         };
         let entries = &mut self.buffered.entries;
         let bytes = item.payload_len();
+        self.emitted.0 += 1;
+        self.emitted.1 = self.emitted.1.saturating_add(bytes as u64);
         let spent = self.buffered.bytes.saturating_add(self.taken_bytes);
         if spent.saturating_add(bytes) > output_budget {
             match entries.last_mut() {
@@ -190,6 +195,11 @@ impl OutputCollector {
         }
         self.buffered.bytes += bytes;
         entries.push(OutputEntry::Item(item));
+    }
+
+    /// Items pushed over the cell's life and their payload bytes, including any left out.
+    pub fn emitted(&self) -> (u64, u64) {
+        self.emitted
     }
 
     /// Takes everything buffered; in server mode the budgets start afresh, in client mode the

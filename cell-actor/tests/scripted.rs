@@ -719,6 +719,53 @@ async fn termination_drains_a_send_already_blocked_by_backpressure() {
     within("actor close", cell.actor).await.unwrap();
 }
 
+/// As it closes, the host hears what the cell emitted (every item, those a budget left out
+/// too) and the CPU time its engine reported; a terminated cell reports no CPU time.
+#[tokio::test]
+async fn the_host_hears_what_the_cell_emitted_and_what_it_cost() {
+    let host = Arc::new(TestHost::default());
+    let config = CellConfig {
+        output_mode: OutputMode::Server {
+            event_queue_capacity: 16,
+            image_budget_bytes: 1024,
+            output_budget_bytes: 5,
+        },
+        failure_handler: None,
+    };
+    let cell = scripted_cell(Arc::clone(&host), config, Observation::yield_after(LONG));
+    let cpu_time = Duration::from_micros(1234);
+    send(
+        &cell.runtime.events,
+        [
+            text("abc"),
+            text("defgh"),
+            RuntimeEvent::Usage { cpu_time },
+            result(None),
+        ],
+    )
+    .await;
+    assert!(within("completion", cell.first_observation).await.is_ok());
+    within("actor close", cell.actor).await.unwrap();
+    let usage = host.usage.lock().unwrap().expect("told as the cell closed");
+    assert_eq!(
+        (usage.output_items, usage.output_bytes, usage.cpu_time),
+        (2, 8, Some(cpu_time))
+    );
+
+    let (host, cell) = self::cell(Observation::yield_after(LONG));
+    send(&cell.runtime.events, [text("x")]).await;
+    barrier(&host, &cell.runtime.events).await;
+    let termination = cell.handle.terminate();
+    drop(cell.runtime.events);
+    assert!(within("termination", termination).await.is_ok());
+    within("actor close", cell.actor).await.unwrap();
+    let usage = host.usage.lock().unwrap().expect("told as the cell closed");
+    assert_eq!(
+        (usage.output_items, usage.output_bytes, usage.cpu_time),
+        (1, 1, None)
+    );
+}
+
 /// The seed's image restore, through the actor: a yield whose observer went away puts the output
 /// back exactly (the same image allocation, the omission where it stood, the budget still used).
 #[tokio::test]

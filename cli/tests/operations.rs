@@ -655,6 +655,29 @@ async fn spans_reach_the_collector(protocol: &str, trace_content: bool) {
     assert_eq!(cell.parent_span_id, server.span_id);
     assert_eq!(cell.attributes["codemode.cell.outcome"], "completed");
     assert_eq!(cell.attributes["codemode.cell.tool_calls"], "2");
+    // What the cell emitted and cost, and its source only as a digest.
+    assert_eq!(cell.attributes["codemode.cell.output_items"], "2");
+    // ("done" and the JSON of the second call's result.)
+    assert!(
+        cell.attributes["codemode.cell.output_bytes"]
+            .parse::<usize>()
+            .unwrap()
+            > "done".len(),
+        "{:?}",
+        cell.attributes
+    );
+    assert!(
+        cell.attributes["codemode.cell.cpu_us"]
+            .parse::<u64>()
+            .unwrap()
+            > 0,
+        "{:?}",
+        cell.attributes
+    );
+    assert_eq!(
+        cell.attributes["codemode.cell.source_sha256"],
+        sha256(TWO_CALLS)
+    );
     for tool in ["demo__add", "demo__traceparent"] {
         let call = named(&format!("tools/call {tool}"));
         assert_eq!(call.trace_id, trace_id);
@@ -663,7 +686,22 @@ async fn spans_reach_the_collector(protocol: &str, trace_content: bool) {
         assert_eq!(call.attributes["codemode.gate.decision"], "allowed");
         assert_eq!(call.attributes["gen_ai.tool.name"], tool);
         assert_eq!(call.attributes["codemode.server"], "demo");
+        assert!(
+            call.attributes["codemode.tool.output_bytes"]
+                .parse::<usize>()
+                .unwrap()
+                > 0,
+            "{:?}",
+            call.attributes
+        );
     }
+    // The argument, as the cell made it, only as its size and digest.
+    let add = named("tools/call demo__add");
+    assert_eq!(add.attributes["codemode.tool.input_bytes"], "13");
+    assert_eq!(
+        add.attributes["codemode.tool.input_sha256"],
+        sha256(r#"{"a":1,"b":2}"#)
+    );
     let traceparent_call = named("tools/call demo__traceparent");
     assert_eq!(
         downstream,
@@ -704,6 +742,15 @@ fn metric_names(received: &Received) -> std::collections::BTreeSet<String> {
         }
     }
     names
+}
+
+/// The SHA-256 of `text` in lower-case hex, as spans give digests.
+fn sha256(text: &str) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(text.as_bytes())
+        .iter()
+        .map(|byte| format!("{byte:02x}"))
+        .collect()
 }
 
 /// The trace id and parent id of the `traceparent` a text shows.

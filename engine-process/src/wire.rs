@@ -55,7 +55,7 @@ pub(crate) const MAX_CHILD_FRAME_BYTES: usize = {
 
 /// The version of this protocol. Parent and child say theirs first; a mismatch (a binary replaced
 /// under a running parent by another version) is a clear error, not a garbled frame.
-pub(crate) const WIRE_VERSION: u32 = 3;
+pub(crate) const WIRE_VERSION: u32 = 4;
 
 /// The largest frame a child may send for `event`, given what the limits allow it to carry:
 /// `None` when any frame within [`MAX_CHILD_FRAME_BYTES`] will do.

@@ -56,6 +56,12 @@ pub enum RuntimeEvent {
     },
     /// The runtime thread panicked; it ends without a result.
     ThreadPanicked,
+    /// What running the cell cost, sent just before its [`RuntimeEvent::Result`] by an engine
+    /// that measures it: telemetry only, nothing depends on it.
+    Usage {
+        /// CPU time the cell's thread spent on it, from `Started` to its result.
+        cpu_time: std::time::Duration,
+    },
 }
 
 /// What the cell actor tells a running cell.

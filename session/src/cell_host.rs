@@ -112,6 +112,10 @@ impl CellHost for SessionCellHost {
             gen_ai.operation.name = "execute_tool",
             codemode.server = invocation.name.namespace.as_deref(),
             codemode.gate.decision = tracing::field::Empty,
+            codemode.tool.input_bytes = invocation.input.as_ref().map_or(0, |input| input.len()),
+            codemode.tool.input_sha256 = tracing::field::Empty,
+            codemode.tool.output_bytes = tracing::field::Empty,
+            codemode.tool.output_sha256 = tracing::field::Empty,
             error.type = tracing::field::Empty,
             session = %self.shared.id,
             cell_id = %self.cell_id,
@@ -139,6 +143,14 @@ impl CellHost for SessionCellHost {
                 });
             }
         };
+        if let Some(input) = &invocation.input
+            && !span.is_disabled()
+        {
+            span.record(
+                "codemode.tool.input_sha256",
+                crate::digest::sha256_hex(input.as_str()),
+            );
+        }
         async move {
             if log_content {
                 tracing::debug!(input = ?invocation.input, "tool call input");
@@ -213,6 +225,13 @@ impl CellHost for SessionCellHost {
                     _ => "failed",
                 },
             };
+            if let Ok(output) = &result {
+                let span = tracing::Span::current();
+                span.record("codemode.tool.output_bytes", output.len());
+                if !span.is_disabled() {
+                    span.record("codemode.tool.output_sha256", crate::digest::sha256_hex(output.as_str()));
+                }
+            }
             tracing::info!(duration_ms, outcome, "tool call finished");
             ended(decision, outcome, duration);
             if log_content {
@@ -296,6 +315,16 @@ impl CellHost for SessionCellHost {
             cell_id: self.cell_id.clone(),
             error_text,
         });
+    }
+
+    fn usage(&self, usage: codemode_cell_actor::CellUsage) {
+        // The actor runs in the cell's span.
+        let span = tracing::Span::current();
+        span.record("codemode.cell.output_items", usage.output_items);
+        span.record("codemode.cell.output_bytes", usage.output_bytes);
+        if let Some(cpu_time) = usage.cpu_time {
+            span.record("codemode.cell.cpu_us", cpu_time.as_micros() as u64);
+        }
     }
 
     async fn closed(&self) {

@@ -16,7 +16,6 @@ use std::time::{Duration, Instant};
 use codemode_cell_actor::{ToolError, ToolInvocation};
 use codemode_protocol::{CellId, ToolAnnotations};
 use parking_lot::Mutex;
-use sha2::{Digest, Sha256};
 
 use crate::permissions::{Permissions, Reason, Verdict};
 use crate::user::{APPROVAL_ARGUMENTS_CHARS, Approval, ApprovalRequest, UserChannel};
@@ -324,11 +323,9 @@ fn record(session: &str, cell_id: &CellId, tool: &str, digest: &str, verdict: &s
 /// apart in a log, nothing of what they carried.
 fn arguments_digest(invocation: &ToolInvocation) -> String {
     let text = invocation.input.as_ref().map_or("", |input| input.as_str());
-    let digest = Sha256::digest(text.as_bytes());
-    digest[..8]
-        .iter()
-        .map(|byte| format!("{byte:02x}"))
-        .collect()
+    let mut digest = crate::digest::sha256_hex(text);
+    digest.truncate(16);
+    digest
 }
 
 /// The arguments as the user reads them: pretty JSON, cut at [`APPROVAL_ARGUMENTS_CHARS`].

@@ -27,6 +27,7 @@
 mod availability;
 mod cell_host;
 mod config;
+mod digest;
 mod discovery;
 mod error;
 mod gate;

@@ -553,7 +553,17 @@ impl Session {
             codemode.cell.outcome = tracing::field::Empty,
             codemode.cell.tool_calls = tracing::field::Empty,
             codemode.cell.wall_ms = tracing::field::Empty,
+            codemode.cell.cpu_us = tracing::field::Empty,
+            codemode.cell.output_items = tracing::field::Empty,
+            codemode.cell.output_bytes = tracing::field::Empty,
+            codemode.cell.source_sha256 = tracing::field::Empty,
         );
+        if !span.is_disabled() {
+            span.record(
+                "codemode.cell.source_sha256",
+                crate::digest::sha256_hex(source),
+            );
+        }
         shared.tasks.spawn(task.instrument(span.clone()));
         if registry.shut_down {
             // The session shut down while the cell started: it ends at once.

@@ -102,6 +102,8 @@ pub struct TestHost {
     pub tool_tokens: Mutex<Vec<CancellationToken>>,
     pub gates: CancellationToken,
     pub closed_calls: AtomicUsize,
+    /// What the actor said the cell emitted and cost, as it closed.
+    pub usage: Mutex<Option<codemode_cell_actor::CellUsage>>,
 }
 
 impl TestHost {
@@ -185,6 +187,10 @@ impl CellHost for TestHost {
             .unwrap()
             .extend(claim.stored_value_writes().clone());
         claim.publish()
+    }
+
+    fn usage(&self, usage: codemode_cell_actor::CellUsage) {
+        *self.usage.lock().unwrap() = Some(usage);
     }
 
     async fn closed(&self) {

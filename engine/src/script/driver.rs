@@ -325,9 +325,14 @@ fn report<R: ScriptRuntime>(
     events: EventSender,
     body: impl FnOnce() -> (Ending, Option<R>),
 ) -> Option<R> {
+    let cpu_before = thread_cpu_time();
     let outcome = catch_unwind(AssertUnwindSafe(body));
     let (ending, disposal) = outcome.unwrap_or((Ending::Panicked, None));
     let finished = matches!(ending, Ending::Finished { .. });
+    if finished && let (Some(before), Some(after)) = (cpu_before, thread_cpu_time()) {
+        let cpu_time = after.saturating_sub(before);
+        let _ = events.send_blocking(RuntimeEvent::Usage { cpu_time });
+    }
     let event = match ending {
         Ending::Finished {
             stored_value_writes,
@@ -351,6 +356,15 @@ fn report<R: ScriptRuntime>(
         std::thread::yield_now();
     }
     if finished { disposal } else { None }
+}
+
+/// The CPU time the calling thread has spent, if the system says.
+fn thread_cpu_time() -> Option<Duration> {
+    let now = nix::time::clock_gettime(nix::time::ClockId::CLOCK_THREAD_CPUTIME_ID).ok()?;
+    Some(Duration::new(
+        u64::try_from(now.tv_sec()).ok()?,
+        u32::try_from(now.tv_nsec()).ok()?,
+    ))
 }
 
 /// How a cell's thread ends.

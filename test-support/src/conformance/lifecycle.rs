@@ -247,6 +247,7 @@ pub fn a_paused_cell_runs_nothing_until_resumed() {
         cell.next(),
         Some(RuntimeEvent::ContentItem(OutputItem::text("got y")))
     );
+    assert!(matches!(cell.next(), Some(RuntimeEvent::Usage { .. })));
     assert!(matches!(
         cell.next(),
         Some(RuntimeEvent::Result {
@@ -490,4 +491,28 @@ pub fn a_burst_larger_than_the_pool_falls_back_to_cold_runtimes() {
     for (index, cell) in cells.into_iter().enumerate() {
         assert_eq!(cell.finish().texts(), [index.to_string()]);
     }
+}
+
+/// A conformance test.
+///
+/// A cell that runs to its result reports the CPU time its thread spent just before the result:
+/// more than nothing for a cell that computed, and never more than the wall time it took.
+pub fn a_cell_reports_its_cpu_time_just_before_its_result() {
+    let began = std::time::Instant::now();
+    let finished =
+        run("const end = Date.now() + 20; let n = 0; while (Date.now() < end) n++; text(n > 0);");
+    let wall = began.elapsed();
+    assert_eq!(finished.texts(), ["true"]);
+    let last_two = &finished.events[finished.events.len().saturating_sub(2)..];
+    let [
+        RuntimeEvent::Usage { cpu_time },
+        RuntimeEvent::Result {
+            error_text: None, ..
+        },
+    ] = last_two
+    else {
+        panic!("no usage just before the result: {last_two:?}");
+    };
+    assert!(*cpu_time > Duration::ZERO, "{cpu_time:?}");
+    assert!(*cpu_time <= wall, "{cpu_time:?} of CPU in {wall:?}");
 }

@@ -89,6 +89,7 @@ macro_rules! __conformance_tests {
         lifecycle::an_engine_without_warm_runtimes_creates_each_runtime_when_its_cell_starts,
         lifecycle::a_pool_of_one_warm_runtime_serves_cell_after_cell,
         lifecycle::a_burst_larger_than_the_pool_falls_back_to_cold_runtimes,
+        lifecycle::a_cell_reports_its_cpu_time_just_before_its_result,
         limits::an_array_allocation_bomb_ends_the_cell_with_heap_limit_exceeded,
         limits::an_object_allocation_bomb_ends_the_cell_with_heap_limit_exceeded,
         limits::a_string_building_bomb_ends_the_cell_with_heap_limit_exceeded,
