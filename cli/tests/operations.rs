@@ -251,6 +251,15 @@ async fn probes_need_no_token_and_metrics_move_by_exactly_what_a_run_did() {
     let before = samples(&page);
     let second = text_of(&exec(&client, TWO_CALLS).await.unwrap());
     assert!(second.ends_with("done"), "{second}");
+    within("tools/list", client.list_tools(None)).await.unwrap();
+    within(
+        "logging/setLevel",
+        client.set_level(rmcp::model::SetLevelRequestParams::new(
+            rmcp::model::LoggingLevel::Info,
+        )),
+    )
+    .await
+    .unwrap();
     let (_, page) = get(&format!("{base}/metrics"), Some(ALPHA)).await;
     let after = samples(&page);
     let delta = |name: &str, labels: &[(&str, &str)]| {
@@ -305,6 +314,22 @@ async fn probes_need_no_token_and_metrics_move_by_exactly_what_a_run_did() {
                 ("gen_ai_tool_name", "exec"),
                 ("mcp_method_name", "tools/call")
             ]
+        ),
+        1.0,
+        "{page}"
+    );
+    assert_eq!(
+        delta(
+            "mcp_server_operation_duration_seconds_count",
+            &[("mcp_method_name", "tools/list")]
+        ),
+        1.0,
+        "{page}"
+    );
+    assert_eq!(
+        delta(
+            "mcp_server_operation_duration_seconds_count",
+            &[("mcp_method_name", "logging/setLevel")]
         ),
         1.0,
         "{page}"
@@ -605,6 +630,7 @@ async fn spans_reach_the_collector(protocol: &str, trace_content: bool) {
     let running = text_of(&within("exec", client.call_tool(params)).await.unwrap());
     let later = wait_on(&client, &running_cell_id(&running)).await;
     assert!(later.contains("later"), "{later}");
+    within("tools/list", client.list_tools(None)).await.unwrap();
     client.cancel().await.unwrap();
     served.terminate();
     assert!(served.wait_for_exit().success());
@@ -646,6 +672,10 @@ async fn spans_reach_the_collector(protocol: &str, trace_content: bool) {
     assert_eq!(server.kind, 2, "SERVER");
     assert_eq!(server.attributes["mcp.method.name"], "tools/call");
     assert_eq!(server.attributes["gen_ai.tool.name"], "exec");
+    // Requests other than tool calls have their server spans too.
+    let listing = named("tools/list");
+    assert_eq!(listing.kind, 2, "SERVER");
+    assert_eq!(listing.attributes["mcp.method.name"], "tools/list");
     let cell = spans
         .iter()
         .find(|span| span.name == "codemode.cell" && span.parent_span_id == server.span_id)

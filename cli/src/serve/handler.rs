@@ -438,10 +438,13 @@ impl ServerHandler for CodemodeServer {
     async fn set_level(
         &self,
         request: rmcp::model::SetLevelRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        self.log_threshold.set(request.level);
-        Ok(())
+        observed("logging/setLevel", &context, async {
+            self.log_threshold.set(request.level);
+            Ok(())
+        })
+        .await
     }
 
     // `subscriptions/listen` (MCP 2026-07-28, where no session carries notifications): the one
@@ -490,19 +493,23 @@ impl ServerHandler for CodemodeServer {
         request: GetTaskParams,
         context: RequestContext<RoleServer>,
     ) -> Result<GetTaskResult, ErrorData> {
-        let task_id = request.task_id.clone();
-        let forward = |peer: Peer<rmcp::RoleClient>| async move { peer.get_task(request).await };
-        if let Some(answer) = self
-            .task_request_elsewhere(&task_id, &context, forward)
-            .await
-        {
-            return answer;
-        }
-        let mut task = self
-            .local_task(&task_id, &context, |tasks, local| tasks.get_task(local))
-            .await?;
-        task.task.task_id = task_id;
-        Ok(GetTaskResult::new(task))
+        observed("tasks/get", &context, async {
+            let task_id = request.task_id.clone();
+            let forward =
+                |peer: Peer<rmcp::RoleClient>| async move { peer.get_task(request).await };
+            if let Some(answer) = self
+                .task_request_elsewhere(&task_id, &context, forward)
+                .await
+            {
+                return answer;
+            }
+            let mut task = self
+                .local_task(&task_id, &context, |tasks, local| tasks.get_task(local))
+                .await?;
+            task.task.task_id = task_id;
+            Ok(GetTaskResult::new(task))
+        })
+        .await
     }
 
     async fn update_task(
@@ -510,18 +517,23 @@ impl ServerHandler for CodemodeServer {
         request: UpdateTaskParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        let task_id = request.task_id.clone();
-        let responses = request.input_responses.clone();
-        let forward = |peer: Peer<rmcp::RoleClient>| async move { peer.update_task(request).await };
-        if let Some(answer) = self
-            .task_request_elsewhere(&task_id, &context, forward)
+        observed("tasks/update", &context, async {
+            let task_id = request.task_id.clone();
+            let responses = request.input_responses.clone();
+            let forward =
+                |peer: Peer<rmcp::RoleClient>| async move { peer.update_task(request).await };
+            if let Some(answer) = self
+                .task_request_elsewhere(&task_id, &context, forward)
+                .await
+            {
+                return answer;
+            }
+            // An exec task never asks for input; this answers unknown ids and stray responses
+            // alike.
+            self.local_task(&task_id, &context, |tasks, local| {
+                tasks.update_task(local, responses)
+            })
             .await
-        {
-            return answer;
-        }
-        // An exec task never asks for input; this answers unknown ids and stray responses alike.
-        self.local_task(&task_id, &context, |tasks, local| {
-            tasks.update_task(local, responses)
         })
         .await
     }
@@ -531,16 +543,20 @@ impl ServerHandler for CodemodeServer {
         request: CancelTaskParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        let task_id = request.task_id.clone();
-        let forward = |peer: Peer<rmcp::RoleClient>| async move { peer.cancel_task(request).await };
-        if let Some(answer) = self
-            .task_request_elsewhere(&task_id, &context, forward)
-            .await
-        {
-            return answer;
-        }
-        self.local_task(&task_id, &context, |tasks, local| tasks.cancel_task(local))
-            .await
+        observed("tasks/cancel", &context, async {
+            let task_id = request.task_id.clone();
+            let forward =
+                |peer: Peer<rmcp::RoleClient>| async move { peer.cancel_task(request).await };
+            if let Some(answer) = self
+                .task_request_elsewhere(&task_id, &context, forward)
+                .await
+            {
+                return answer;
+            }
+            self.local_task(&task_id, &context, |tasks, local| tasks.cancel_task(local))
+                .await
+        })
+        .await
     }
 
     async fn on_roots_list_changed(&self, _context: NotificationContext<RoleServer>) {
@@ -579,17 +595,7 @@ impl ServerHandler for CodemodeServer {
         _request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        let span = request_span("tools/list", None, &context);
-        let began = std::time::Instant::now();
-        let answer = self.tools_list(context).instrument(span.clone()).await;
-        request_done(
-            &span,
-            "tools/list",
-            None,
-            error_type(&answer, |_| false),
-            began,
-        );
-        answer
+        observed("tools/list", &context, self.tools_list(&context)).await
     }
 
     async fn call_tool(
@@ -670,6 +676,19 @@ fn request_span(
     span
 }
 
+/// Answers a request other than `tools/call` in its server span, and counts its duration.
+async fn observed<T>(
+    method: &'static str,
+    context: &RequestContext<RoleServer>,
+    answer: impl Future<Output = Result<T, ErrorData>>,
+) -> Result<T, ErrorData> {
+    let span = request_span(method, None, context);
+    let began = std::time::Instant::now();
+    let answer = answer.instrument(span.clone()).await;
+    request_done(&span, method, None, error_type(&answer, |_| false), began);
+    answer
+}
+
 /// How a request failed, as `error.type` says it: the JSON-RPC error's code, or `tool_error` for
 /// a result the tool marked as an error.
 fn error_type<T>(answer: &Result<T, ErrorData>, is_error: impl Fn(&T) -> bool) -> Option<String> {
@@ -702,7 +721,7 @@ fn request_done(
 impl CodemodeServer {
     async fn tools_list(
         &self,
-        context: RequestContext<RoleServer>,
+        context: &RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
         let live = self.session(&context.extensions, &context.peer).await?;
         let session = &live.session;
