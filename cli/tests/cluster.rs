@@ -204,8 +204,14 @@ async fn a_server_stopped_with_sigterm_leaves_the_cluster_at_once() {
         return;
     };
     let url = database.url();
-    // A long lease: only leaving can end it in time.
-    let mut leaving = replica(&scratch("sigterm-0"), &url, 600);
+    // A long lease: only leaving can end it in time. A long drain too: a replica hands its
+    // sessions over as a dead one would, without letting its cells finish first.
+    let mut leaving = replica_with(
+        &scratch("sigterm-0"),
+        &url,
+        600,
+        &["--drain-timeout", "600"],
+    );
     let staying = replica(&scratch("sigterm-1"), &url, 600);
     let on_leaving = client(leaving.url(), ALPHA, Some("work")).await;
     let on_staying = client(staying.url(), ALPHA, Some("work")).await;
