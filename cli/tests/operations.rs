@@ -252,14 +252,12 @@ async fn probes_need_no_token_and_metrics_move_by_exactly_what_a_run_did() {
     let second = text_of(&exec(&client, TWO_CALLS).await.unwrap());
     assert!(second.ends_with("done"), "{second}");
     within("tools/list", client.list_tools(None)).await.unwrap();
-    within(
-        "logging/setLevel",
-        client.set_level(rmcp::model::SetLevelRequestParams::new(
-            rmcp::model::LoggingLevel::Info,
-        )),
-    )
-    .await
-    .unwrap();
+    // Logging is deprecated by SEP-2577, and still what clients send.
+    #[allow(deprecated)]
+    let set_level = client.set_level(rmcp::model::SetLevelRequestParams::new(
+        rmcp::model::LoggingLevel::Info,
+    ));
+    within("logging/setLevel", set_level).await.unwrap();
     let (_, page) = get(&format!("{base}/metrics"), Some(ALPHA)).await;
     let after = samples(&page);
     let delta = |name: &str, labels: &[(&str, &str)]| {
