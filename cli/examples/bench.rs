@@ -65,6 +65,6 @@ fn main() {
         Mode::Monty { python } => quick::monty(codemode, &python),
         Mode::Exec { isolation, runs } => quick::exec(codemode, &isolation, runs),
         Mode::Engines => quick::engines(codemode),
-        Mode::Tracing { runs } => quick::tracing(codemode, runs),
+        Mode::Tracing { runs, baseline } => quick::tracing(codemode, runs, baseline.as_deref()),
     }
 }

@@ -31,8 +31,12 @@ pub(crate) enum Mode {
     /// `--engines-only`: the engines' table.
     Engines,
     /// `--tracing-only`: `exec` back to back and a tool round trip, with traces off and
-    /// exported to a collector stand-in, alternately.
-    Tracing { runs: usize },
+    /// exported to a collector stand-in, alternately; with `--baseline BINARY`, beside that
+    /// binary too (a build without the telemetry, say), to show what "off" costs.
+    Tracing {
+        runs: usize,
+        baseline: Option<String>,
+    },
 }
 
 /// What every mode may be given.
@@ -121,6 +125,7 @@ pub(crate) fn parse(args: &[String]) -> Result<(Mode, Options), String> {
         ["--engines-only"] => Mode::Engines,
         ["--tracing-only"] => Mode::Tracing {
             runs: count("--runs", 40)?,
+            baseline: flag(args, "--baseline"),
         },
         several => {
             return Err(format!(

@@ -227,8 +227,9 @@ pub(crate) fn engines(codemode: &str) {
 /// Traces off and on, alternately, seven rounds: `exec` back to back, and a tool round trip (a
 /// cell calling the demo server's `add` 200 times, per call). "On" exports every span to a
 /// collector stand-in in this process (an HTTP endpoint that answers 200), as a real collector
-/// would be told.
-pub(crate) fn tracing(codemode: &str, runs: usize) {
+/// would be told. With `baseline`, that binary runs a third arm in each round (serving the same
+/// demo server), and "off" is also given as a ratio to it.
+pub(crate) fn tracing(codemode: &str, runs: usize, baseline: Option<&str>) {
     const CALLS: usize = 200;
     let runtime = runtime();
     let endpoint = runtime.block_on(collector_stand_in());
@@ -242,8 +243,13 @@ pub(crate) fn tracing(codemode: &str, runs: usize) {
             .to_string(),
     )
     .unwrap();
-    let server = |traced: bool| {
-        tokio::process::Command::new(codemode).configure(|command| {
+    // The arms: the binary under test with traces off and on, and the baseline (off).
+    let mut arms = vec![(codemode, false), (codemode, true)];
+    if let Some(baseline) = baseline {
+        arms.push((baseline, false));
+    }
+    let server = |binary: &str, traced: bool| {
+        tokio::process::Command::new(binary).configure(|command| {
             command.arg("mcp").arg("--config").arg(&config);
             if traced {
                 command.env("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint);
@@ -255,54 +261,61 @@ pub(crate) fn tracing(codemode: &str, runs: usize) {
     let calls = format!(
         "for (let i = 0; i < {CALLS}; i++) await tools.demo__add({{a: 1, b: 2}}); text('ok')"
     );
-    let (mut exec_off, mut exec_on, mut call_off, mut call_on) =
-        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let mut execs = vec![Vec::new(); arms.len()];
+    let mut round_trips = vec![Vec::new(); arms.len()];
     for _ in 0..7 {
-        for traced in [false, true] {
-            let execs = runtime.block_on(mcp_calls(
-                server(traced),
+        for (arm, &(binary, traced)) in arms.iter().enumerate() {
+            execs[arm].extend(runtime.block_on(mcp_calls(
+                server(binary, traced),
                 "exec",
                 json!({"code": "text(\"hi\")"}),
                 runs,
                 Duration::ZERO,
-            ));
-            let round_trips: Vec<f64> = runtime
-                .block_on(mcp_calls(
-                    server(traced),
-                    "exec",
-                    json!({"code": calls}),
-                    5,
-                    Duration::ZERO,
-                ))
-                .into_iter()
-                .map(|ms| ms * 1000.0 / CALLS as f64)
-                .collect();
-            if traced {
-                exec_on.extend(execs);
-                call_on.extend(round_trips);
-            } else {
-                exec_off.extend(execs);
-                call_off.extend(round_trips);
-            }
+            )));
+            round_trips[arm].extend(
+                runtime
+                    .block_on(mcp_calls(
+                        server(binary, traced),
+                        "exec",
+                        json!({"code": calls}),
+                        5,
+                        Duration::ZERO,
+                    ))
+                    .into_iter()
+                    .map(|ms| ms * 1000.0 / CALLS as f64),
+            );
         }
     }
     let _ = std::fs::remove_dir_all(&folder);
-    let (exec_off, exec_on) = (stats(exec_off), stats(exec_on));
-    let (call_off, call_on) = (stats(call_off), stats(call_on));
+    let execs: Vec<_> = execs.into_iter().map(stats).collect();
+    let round_trips: Vec<_> = round_trips.into_iter().map(stats).collect();
     println!(
         "exec back to back: traces off median {:.3} ms (p99 {:.3}); on {:.3} ms (p99 {:.3}); ratio {:.2}",
-        exec_off.median,
-        exec_off.p99,
-        exec_on.median,
-        exec_on.p99,
-        exec_on.median / exec_off.median
+        execs[0].median,
+        execs[0].p99,
+        execs[1].median,
+        execs[1].p99,
+        execs[1].median / execs[0].median
     );
     println!(
         "tool round trip (a cell's call to a downstream MCP tool): traces off median {:.1} µs; on {:.1} µs; ratio {:.2}",
-        call_off.median,
-        call_on.median,
-        call_on.median / call_off.median
+        round_trips[0].median,
+        round_trips[1].median,
+        round_trips[1].median / round_trips[0].median
     );
+    if let (Some(baseline), Some(exec), Some(round_trip)) =
+        (baseline, execs.get(2), round_trips.get(2))
+    {
+        println!(
+            "traces off beside {baseline}: exec {:.3} ms against {:.3} ms (ratio {:.2}); tool round trip {:.1} µs against {:.1} µs (ratio {:.2})",
+            execs[0].median,
+            exec.median,
+            execs[0].median / exec.median,
+            round_trips[0].median,
+            round_trip.median,
+            round_trips[0].median / round_trip.median
+        );
+    }
 }
 
 /// An OTLP/HTTP endpoint that takes every export and answers 200; its URL.
