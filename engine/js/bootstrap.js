@@ -397,6 +397,564 @@
     return result;
   });
 
+  // ---- prelude of ES2024–ES2025 library built-ins that V8 10.2 lacks ----
+  // Only library functions: the syntax of those years (the `v` flag, `using`, RegExp modifiers,
+  // duplicate named groups) and Float16Array cannot be supplied from JavaScript, and the
+  // conformance suite's section on today's built-ins lists them as what V8 10.2 lacks.
+
+  const isObject = (value) =>
+    value !== null && (typeof value === 'object' || typeof value === 'function');
+  const $Set = Set;
+  const $RegExp = RegExp;
+  const $WeakMap = WeakMap;
+  const objectCreate = Object.create;
+  const getPrototypeOf = Object.getPrototypeOf;
+  const setHas = uncurry(Set.prototype.has);
+  const setAdd = uncurry(Set.prototype.add);
+  const setDelete = uncurry(Set.prototype.delete);
+  const setSize = uncurry(Object.getOwnPropertyDescriptor(Set.prototype, 'size').get);
+  const setValues = uncurry(Set.prototype.values);
+  const setIteratorNext = uncurry(getPrototypeOf(new Set().values()).next);
+  const weakMapGet = uncurry(WeakMap.prototype.get);
+  const weakMapSet = uncurry(WeakMap.prototype.set);
+  const charCodeAt = uncurry(String.prototype.charCodeAt);
+  const codePointAt = uncurry(String.prototype.codePointAt);
+  const numberToString = uncurry(Number.prototype.toString);
+  const stringPadStart = uncurry(String.prototype.padStart);
+  const fromCharCode = String.fromCharCode;
+
+  // The elements of a Set, as a list taken now (the methods below may change the set they read).
+  function elementsOf(set) {
+    const elements = [];
+    const iterator = setValues(set);
+    for (let step = setIteratorNext(iterator); !step.done; step = setIteratorNext(iterator)) {
+      arrayPush(elements, step.value);
+    }
+    return elements;
+  }
+
+  // GetSetRecord: what a Set method reads of its argument (size, has, keys).
+  function setRecord(other) {
+    if (!isObject(other)) throw new $TypeError('The argument must be set-like (an object)');
+    const size = $Number(other.size);
+    if (size !== size) throw new $TypeError("The argument's size is not a number");
+    const integerSize = toIntegerOrInfinity(size);
+    if (integerSize < 0) throw new $RangeError("The argument's size must not be negative");
+    const has = other.has;
+    if (typeof has !== 'function') throw new $TypeError("The argument's has is not a function");
+    const keys = other.keys;
+    if (typeof keys !== 'function') throw new $TypeError("The argument's keys is not a function");
+    return { set: other, size: integerSize, has, keys };
+  }
+
+  function recordHas(record, value) {
+    return !!reflectApply(record.has, record.set, [value]);
+  }
+
+  // Calls `visit` with each key of the set-like `record` until it returns true; then closes the
+  // keys' iterator and returns true.
+  function someKey(record, visit) {
+    const iterator = reflectApply(record.keys, record.set, []);
+    if (!isObject(iterator)) throw new $TypeError("The argument's keys() is not an iterator");
+    const next = iterator.next;
+    for (;;) {
+      const step = reflectApply(next, iterator, []);
+      if (!isObject(step)) throw new $TypeError('An iterator result is not an object');
+      if (step.done) return false;
+      if (visit(step.value)) {
+        closeIterator(iterator);
+        return true;
+      }
+    }
+  }
+
+  function copySet(set) {
+    const copy = new $Set();
+    const elements = elementsOf(set);
+    for (let index = 0; index < elements.length; index++) setAdd(copy, elements[index]);
+    return copy;
+  }
+
+  const setMethods = {
+    union(other) {
+      setSize(this);
+      const record = setRecord(other);
+      const result = copySet(this);
+      someKey(record, (key) => void setAdd(result, key === 0 ? 0 : key));
+      return result;
+    },
+    intersection(other) {
+      const size = setSize(this);
+      const record = setRecord(other);
+      const result = new $Set();
+      if (size <= record.size) {
+        const elements = elementsOf(this);
+        for (let index = 0; index < elements.length; index++) {
+          if (recordHas(record, elements[index])) setAdd(result, elements[index]);
+        }
+      } else {
+        someKey(record, (key) => void (setHas(this, key) && setAdd(result, key === 0 ? 0 : key)));
+      }
+      return result;
+    },
+    difference(other) {
+      const size = setSize(this);
+      const record = setRecord(other);
+      const result = copySet(this);
+      if (size <= record.size) {
+        const elements = elementsOf(this);
+        for (let index = 0; index < elements.length; index++) {
+          if (recordHas(record, elements[index])) setDelete(result, elements[index]);
+        }
+      } else {
+        someKey(record, (key) => void setDelete(result, key));
+      }
+      return result;
+    },
+    symmetricDifference(other) {
+      setSize(this);
+      const record = setRecord(other);
+      const result = copySet(this);
+      someKey(record, (key) => {
+        if (setHas(this, key)) setDelete(result, key);
+        else setAdd(result, key === 0 ? 0 : key);
+      });
+      return result;
+    },
+    isSubsetOf(other) {
+      const size = setSize(this);
+      const record = setRecord(other);
+      if (size > record.size) return false;
+      const elements = elementsOf(this);
+      for (let index = 0; index < elements.length; index++) {
+        if (!recordHas(record, elements[index])) return false;
+      }
+      return true;
+    },
+    isSupersetOf(other) {
+      const size = setSize(this);
+      const record = setRecord(other);
+      if (size < record.size) return false;
+      return !someKey(record, (key) => !setHas(this, key));
+    },
+    isDisjointFrom(other) {
+      const size = setSize(this);
+      const record = setRecord(other);
+      if (size <= record.size) {
+        const elements = elementsOf(this);
+        for (let index = 0; index < elements.length; index++) {
+          if (recordHas(record, elements[index])) return false;
+        }
+        return true;
+      }
+      return !someKey(record, (key) => setHas(this, key));
+    },
+  };
+  for (const name of ['union', 'intersection', 'difference', 'symmetricDifference', 'isSubsetOf',
+    'isSupersetOf', 'isDisjointFrom']) {
+    definePolyfill($Set.prototype, name, setMethods[name]);
+  }
+
+  const promiseMethods = {
+    try(callback, ...args) {
+      if (!isObject(this)) throw new $TypeError('Promise.try called on a non-object');
+      return new this((resolve, reject) => {
+        try {
+          resolve(reflectApply(callback, undefined, args));
+        } catch (error) {
+          reject(error);
+        }
+      });
+    },
+  };
+  definePolyfill($Promise, 'try', promiseMethods.try);
+
+  // RegExp.escape: as EncodeForRegExpEscape says, with lowercase hexadecimal escapes.
+  const regExpSyntax = '^$\\.*+?()[]{}|/';
+  const regExpControls = { 9: 't', 10: 'n', 11: 'v', 12: 'f', 13: 'r' };
+  const regExpOtherPunctuators = ',-=<>#&!%:;@~\'`"';
+  function isWhiteSpaceOrLineTerminator(code) {
+    return code === 0x20 || code === 0xa0 || code === 0x1680 || (code >= 0x2000 && code <= 0x200a)
+      || code === 0x2028 || code === 0x2029 || code === 0x202f || code === 0x205f
+      || code === 0x3000 || code === 0xfeff || (code >= 0x09 && code <= 0x0d);
+  }
+  const hex = (code, width) => stringPadStart(numberToString(code, 16), width, '0');
+  definePolyfill($RegExp, 'escape', function escape(string) {
+    if (typeof string !== 'string') throw new $TypeError('RegExp.escape requires a string');
+    let escaped = '';
+    for (let index = 0; index < string.length; index++) {
+      const code = codePointAt(string, index);
+      const character = code > 0xffff ? string[index] + string[index + 1] : string[index];
+      if (code > 0xffff) index++;
+      if (escaped === '' && ((code >= 0x30 && code <= 0x39) || ((code | 0x20) >= 0x61 && (code | 0x20) <= 0x7a))) {
+        escaped += '\\x' + hex(code, 2);
+      } else if (stringIncludes(regExpSyntax, character)) {
+        escaped += '\\' + character;
+      } else if (regExpControls[code] !== undefined) {
+        escaped += '\\' + regExpControls[code];
+      } else if (stringIncludes(regExpOtherPunctuators, character) || isWhiteSpaceOrLineTerminator(code)
+        || (code >= 0xd800 && code <= 0xdfff)) {
+        escaped += code <= 0xff ? '\\x' + hex(code, 2) : '\\u' + hex(code, 4);
+      } else {
+        escaped += character;
+      }
+    }
+    return escaped;
+  });
+
+  function thisString(value, method) {
+    if (value === null || value === undefined) {
+      throw new $TypeError('String.prototype.' + method + ' called on null or undefined');
+    }
+    return $String(value);
+  }
+  // The index of the first lone surrogate in `string`, or -1.
+  function loneSurrogate(string, from) {
+    for (let index = from; index < string.length; index++) {
+      const unit = charCodeAt(string, index);
+      if (unit >= 0xd800 && unit <= 0xdbff) {
+        const next = charCodeAt(string, index + 1);
+        if (next >= 0xdc00 && next <= 0xdfff) index++;
+        else return index;
+      } else if (unit >= 0xdc00 && unit <= 0xdfff) {
+        return index;
+      }
+    }
+    return -1;
+  }
+  definePolyfill($String.prototype, 'isWellFormed', function isWellFormed() {
+    return loneSurrogate(thisString(this, 'isWellFormed'), 0) === -1;
+  });
+  definePolyfill($String.prototype, 'toWellFormed', function toWellFormed() {
+    const string = thisString(this, 'toWellFormed');
+    let result = '';
+    let from = 0;
+    for (let lone = loneSurrogate(string, 0); lone !== -1; lone = loneSurrogate(string, from)) {
+      result += string.slice(from, lone) + fromCharCode(0xfffd);
+      from = lone + 1;
+    }
+    return from === 0 ? string : result + string.slice(from);
+  });
+
+  // ---- iterator helpers: Iterator, Iterator.from and the methods of %IteratorPrototype% ----
+
+  const IteratorPrototype = getPrototypeOf(getPrototypeOf([][$Symbol.iterator]()));
+  const DONE = $Symbol('done');
+
+  function closeIterator(iterator) {
+    const method = iterator.return;
+    if (method === undefined || method === null) return;
+    const result = reflectApply(method, iterator, []);
+    if (!isObject(result)) throw new $TypeError('An iterator result is not an object');
+  }
+
+  // Closes `iterator` because of `error`, then throws `error` (whatever closing did).
+  function closeAndThrow(iterator, error) {
+    try {
+      const method = iterator.return;
+      if (method !== undefined && method !== null) reflectApply(method, iterator, []);
+    } catch {
+      // The first error is the one that counts.
+    }
+    throw error;
+  }
+
+  function directRecord(iterator, method) {
+    if (!isObject(iterator)) throw new $TypeError('Iterator.prototype.' + method + ' called on a non-object');
+    return { iterator, next: iterator.next };
+  }
+
+  // The next value of `record`, or DONE.
+  function stepValue(record) {
+    const result = reflectApply(record.next, record.iterator, []);
+    if (!isObject(result)) throw new $TypeError('An iterator result is not an object');
+    return result.done ? DONE : result.value;
+  }
+
+  function callableOrClose(record, fn, method) {
+    if (typeof fn !== 'function') {
+      closeAndThrow(record.iterator, new $TypeError('Iterator.prototype.' + method + ': the argument is not a function'));
+    }
+    return fn;
+  }
+
+  function limitOf(record, limit, method) {
+    const number = $Number(limit);
+    if (number !== number) {
+      closeAndThrow(record.iterator, new $RangeError('Iterator.prototype.' + method + ': the limit is not a number'));
+    }
+    const integer = toIntegerOrInfinity(number);
+    if (integer < 0) {
+      closeAndThrow(record.iterator, new $RangeError('Iterator.prototype.' + method + ': the limit is negative'));
+    }
+    return integer;
+  }
+
+  // The state behind each helper object; helpers are plain objects of %IteratorHelperPrototype%.
+  const helperStates = new $WeakMap();
+  const IteratorHelperPrototype = objectCreate(IteratorPrototype);
+  function helperState(helper) {
+    const state = isObject(helper) ? weakMapGet(helperStates, helper) : undefined;
+    if (state === undefined) throw new $TypeError('Not an iterator helper');
+    if (state.running) throw new $TypeError('Generator is already running');
+    return state;
+  }
+  const helperMethods = {
+    next() {
+      const state = helperState(this);
+      if (state.done) return { value: undefined, done: true };
+      state.running = true;
+      try {
+        const value = state.step();
+        if (value === DONE) {
+          state.done = true;
+          return { value: undefined, done: true };
+        }
+        return { value, done: false };
+      } catch (error) {
+        state.done = true;
+        throw error;
+      } finally {
+        state.running = false;
+      }
+    },
+    return() {
+      const state = helperState(this);
+      if (state.done) return { value: undefined, done: true };
+      state.done = true;
+      if (state.inner !== undefined) {
+        try {
+          closeIterator(state.inner.iterator);
+        } catch (error) {
+          closeAndThrow(state.record.iterator, error);
+        }
+      }
+      closeIterator(state.record.iterator);
+      return { value: undefined, done: true };
+    },
+  };
+  defineProperty(IteratorHelperPrototype, 'next', { value: helperMethods.next, writable: true, configurable: true });
+  defineProperty(IteratorHelperPrototype, 'return', { value: helperMethods.return, writable: true, configurable: true });
+  defineProperty(IteratorHelperPrototype, $Symbol.toStringTag, { value: 'Iterator Helper', configurable: true });
+
+  function helper(record, step) {
+    const object = objectCreate(IteratorHelperPrototype);
+    const state = { record, step: undefined, done: false, running: false, inner: undefined };
+    state.step = () => step(state);
+    weakMapSet(helperStates, object, state);
+    return object;
+  }
+
+  // Calls `fn` for a value of `record`, closing the iterator when it throws.
+  function guarded(record, fn, args) {
+    try {
+      return reflectApply(fn, undefined, args);
+    } catch (error) {
+      return closeAndThrow(record.iterator, error);
+    }
+  }
+
+  // GetIteratorFlattenable: an iterator from what flatMap's mapper or Iterator.from received.
+  function flattenable(value, strings) {
+    if (!isObject(value) && !(strings && typeof value === 'string')) {
+      throw new $TypeError('The value is not an iterator or an iterable');
+    }
+    const method = value[$Symbol.iterator];
+    const iterator = method === undefined || method === null ? value : reflectApply(method, value, []);
+    if (!isObject(iterator)) throw new $TypeError('The value is not an iterator or an iterable');
+    return { iterator, next: iterator.next };
+  }
+
+  const iteratorMethods = {
+    map(mapper) {
+      const record = directRecord(this, 'map');
+      callableOrClose(record, mapper, 'map');
+      let counter = 0;
+      return helper(record, () => {
+        const value = stepValue(record);
+        return value === DONE ? DONE : guarded(record, mapper, [value, counter++]);
+      });
+    },
+    filter(predicate) {
+      const record = directRecord(this, 'filter');
+      callableOrClose(record, predicate, 'filter');
+      let counter = 0;
+      return helper(record, () => {
+        for (;;) {
+          const value = stepValue(record);
+          if (value === DONE) return DONE;
+          if (guarded(record, predicate, [value, counter++])) return value;
+        }
+      });
+    },
+    take(limit) {
+      const record = directRecord(this, 'take');
+      let remaining = limitOf(record, limit, 'take');
+      return helper(record, () => {
+        if (remaining === 0) {
+          closeIterator(record.iterator);
+          return DONE;
+        }
+        if (remaining !== Infinity) remaining--;
+        return stepValue(record);
+      });
+    },
+    drop(limit) {
+      const record = directRecord(this, 'drop');
+      let remaining = limitOf(record, limit, 'drop');
+      return helper(record, () => {
+        for (; remaining > 0; remaining--) {
+          if (stepValue(record) === DONE) return DONE;
+        }
+        return stepValue(record);
+      });
+    },
+    flatMap(mapper) {
+      const record = directRecord(this, 'flatMap');
+      callableOrClose(record, mapper, 'flatMap');
+      let counter = 0;
+      return helper(record, (state) => {
+        for (;;) {
+          if (state.inner !== undefined) {
+            let value;
+            try {
+              value = stepValue(state.inner);
+            } catch (error) {
+              closeAndThrow(record.iterator, error);
+            }
+            if (value !== DONE) return value;
+            state.inner = undefined;
+          }
+          const value = stepValue(record);
+          if (value === DONE) return DONE;
+          const mapped = guarded(record, mapper, [value, counter++]);
+          try {
+            state.inner = flattenable(mapped, false);
+          } catch (error) {
+            closeAndThrow(record.iterator, error);
+          }
+        }
+      });
+    },
+    reduce(reducer, ...initial) {
+      const record = directRecord(this, 'reduce');
+      callableOrClose(record, reducer, 'reduce');
+      let accumulator;
+      let counter = 0;
+      if (initial.length === 0) {
+        accumulator = stepValue(record);
+        if (accumulator === DONE) throw new $TypeError('Reduce of empty iterator with no initial value');
+        counter = 1;
+      } else {
+        accumulator = initial[0];
+      }
+      for (;;) {
+        const value = stepValue(record);
+        if (value === DONE) return accumulator;
+        accumulator = guarded(record, reducer, [accumulator, value, counter++]);
+      }
+    },
+    toArray() {
+      const record = directRecord(this, 'toArray');
+      const values = [];
+      for (let value = stepValue(record); value !== DONE; value = stepValue(record)) arrayPush(values, value);
+      return values;
+    },
+    forEach(fn) {
+      const record = directRecord(this, 'forEach');
+      callableOrClose(record, fn, 'forEach');
+      let counter = 0;
+      for (let value = stepValue(record); value !== DONE; value = stepValue(record)) {
+        guarded(record, fn, [value, counter++]);
+      }
+    },
+    some(predicate) {
+      const record = directRecord(this, 'some');
+      callableOrClose(record, predicate, 'some');
+      let counter = 0;
+      for (let value = stepValue(record); value !== DONE; value = stepValue(record)) {
+        if (guarded(record, predicate, [value, counter++])) {
+          closeIterator(record.iterator);
+          return true;
+        }
+      }
+      return false;
+    },
+    every(predicate) {
+      const record = directRecord(this, 'every');
+      callableOrClose(record, predicate, 'every');
+      let counter = 0;
+      for (let value = stepValue(record); value !== DONE; value = stepValue(record)) {
+        if (!guarded(record, predicate, [value, counter++])) {
+          closeIterator(record.iterator);
+          return false;
+        }
+      }
+      return true;
+    },
+    find(predicate) {
+      const record = directRecord(this, 'find');
+      callableOrClose(record, predicate, 'find');
+      let counter = 0;
+      for (let value = stepValue(record); value !== DONE; value = stepValue(record)) {
+        if (guarded(record, predicate, [value, counter++])) {
+          closeIterator(record.iterator);
+          return value;
+        }
+      }
+      return undefined;
+    },
+  };
+  for (const name of ['map', 'filter', 'take', 'drop', 'flatMap', 'reduce', 'toArray', 'forEach',
+    'some', 'every', 'find']) {
+    definePolyfill(IteratorPrototype, name, iteratorMethods[name]);
+  }
+
+  if (!('Iterator' in global)) {
+    const Iterator = function Iterator() {
+      if (new.target === undefined || new.target === Iterator) {
+        throw new $TypeError('Abstract class Iterator not directly constructable');
+      }
+    };
+    defineProperty(Iterator, 'prototype', { value: IteratorPrototype, writable: false, enumerable: false, configurable: false });
+    definePolyfill(IteratorPrototype, 'constructor', Iterator);
+    definePolyfill(IteratorPrototype, $Symbol.toStringTag, 'Iterator');
+    // Iterator.from's wrapper for an iterator that does not inherit from Iterator.prototype.
+    const wrapped = new $WeakMap();
+    const WrapPrototype = objectCreate(IteratorPrototype);
+    defineProperty(WrapPrototype, 'next', {
+      value: function next() {
+        const record = isObject(this) ? weakMapGet(wrapped, this) : undefined;
+        if (record === undefined) throw new $TypeError('Not an iterator made by Iterator.from');
+        return reflectApply(record.next, record.iterator, []);
+      },
+      writable: true,
+      configurable: true,
+    });
+    defineProperty(WrapPrototype, 'return', {
+      value: function () {
+        const record = isObject(this) ? weakMapGet(wrapped, this) : undefined;
+        if (record === undefined) throw new $TypeError('Not an iterator made by Iterator.from');
+        const method = record.iterator.return;
+        if (method === undefined || method === null) return { value: undefined, done: true };
+        return reflectApply(method, record.iterator, []);
+      },
+      writable: true,
+      configurable: true,
+    });
+    definePolyfill(Iterator, 'from', function from(value) {
+      const record = flattenable(value, true);
+      let prototype = getPrototypeOf(record.iterator);
+      for (; prototype !== null; prototype = getPrototypeOf(prototype)) {
+        if (prototype === IteratorPrototype) return record.iterator;
+      }
+      const wrapper = objectCreate(WrapPrototype);
+      weakMapSet(wrapped, wrapper, record);
+      return wrapper;
+    });
+    defineGlobal('Iterator', Iterator);
+  }
+
   // ---- the dispatcher the runtime thread calls ----
 
   return function dispatch(kind, id, payload) {

@@ -234,7 +234,7 @@ Globals:
 - exit(): end the script successfully, at once.
 - setTimeout(callback, ms) / clearTimeout(id): timers; pending timers do not keep a finished script alive.
 
-Modern built-ins are available, including Array.prototype.toSorted/toReversed/with, Object.groupBy, Map.groupBy, Promise.withResolvers and Array.fromAsync.
+Modern built-ins are available, including Array.prototype.toSorted/toReversed/with, Object.groupBy, Map.groupBy, Promise.withResolvers, Promise.try, Array.fromAsync, RegExp.escape, the Set methods (union, intersection, difference, isSubsetOf, ...) and iterator helpers (Iterator.from, values().map/filter/take/drop/flatMap/toArray).
 
 Tools:
 {tools}{down}"#,

@@ -13,9 +13,10 @@
 //! runs, and must still fail: when it passes, the suite says to remove it from the list. Nothing
 //! is skipped silently.
 //!
-//! The tests are plain functions of the modules [`globals`], [`lifecycle`] and [`limits`]; the
-//! macro lists every one of them (a unit test checks that the list is complete).
+//! The tests are plain functions of the modules [`builtins`], [`globals`], [`lifecycle`] and
+//! [`limits`]; the macro lists every one of them (a unit test checks that the list is complete).
 
+pub mod builtins;
 pub mod globals;
 pub mod harness;
 pub mod lifecycle;
@@ -104,6 +105,18 @@ macro_rules! __conformance_tests {
         limits::large_strings_end_the_cell_with_heap_limit_exceeded,
         limits::running_out_of_heap_while_a_tool_call_is_unanswered_ends_the_cell,
         limits::a_promise_job_that_throws_rejects_only_its_own_promise,
+        builtins::array_find_last_and_the_copying_methods_leave_the_array_alone,
+        builtins::symbols_are_weak_map_keys,
+        builtins::strings_say_whether_they_are_well_formed_and_repair_lone_surrogates,
+        builtins::set_methods_combine_and_compare_sets_and_set_likes,
+        builtins::iterator_helpers_are_lazy_and_close_what_they_leave,
+        builtins::the_iterator_global_wraps_iterators_and_can_be_extended,
+        builtins::promise_try_turns_a_throw_or_a_value_into_a_promise,
+        builtins::regexp_escape_makes_any_string_a_literal_pattern,
+        builtins::array_buffers_resize_and_transfer,
+        builtins::regexps_take_the_v_flag_duplicate_group_names_and_modifiers,
+        builtins::float16_arrays_round_to_half_precision,
+        builtins::using_declarations_dispose_at_the_end_of_their_block,
         );
     };
 }
@@ -141,6 +154,7 @@ mod tests {
     fn the_suite_lists_every_conformance_test() {
         let listed = include_str!("mod.rs");
         for (module, source) in [
+            ("builtins", include_str!("builtins.rs")),
             ("globals", include_str!("globals.rs")),
             ("lifecycle", include_str!("lifecycle.rs")),
             ("limits", include_str!("limits.rs")),
