@@ -558,12 +558,33 @@ impl LaneReader {
             if self.closed {
                 return Received::Closed;
             }
+            if wait != Wait::No && self.spin() {
+                continue;
+            }
             if !self.fill(wait) && wait != Wait::Forever && !self.closed {
                 return Received::Nothing;
             }
         }
     }
+
+    /// Reads without sleeping for up to [`SPIN`]; whether anything came (or the lane closed).
+    /// A cell that waits on its lane mostly waits for a tool's answer, which the parent, on the
+    /// other core, sends within tens of microseconds: reading for that long before sleeping
+    /// spares the wake-up of a sleeping thread, itself tens of microseconds on a virtual machine.
+    fn spin(&mut self) -> bool {
+        let began = Instant::now();
+        while began.elapsed() < SPIN {
+            if self.fill(Wait::No) || self.closed {
+                return true;
+            }
+            std::hint::spin_loop();
+        }
+        false
+    }
 }
+
+/// How long a runtime thread reads its lane without sleeping before it waits on it.
+const SPIN: std::time::Duration = std::time::Duration::from_micros(50);
 
 impl CellLane for SocketLane {
     fn open(&mut self) -> bool {
