@@ -480,7 +480,7 @@
       setSize(this);
       const record = setRecord(other);
       const result = copySet(this);
-      someKey(record, (key) => void setAdd(result, key === 0 ? 0 : key));
+      someKey(record, (key) => void setAdd(result, key));
       return result;
     },
     intersection(other) {
@@ -493,7 +493,7 @@
           if (recordHas(record, elements[index])) setAdd(result, elements[index]);
         }
       } else {
-        someKey(record, (key) => void (setHas(this, key) && setAdd(result, key === 0 ? 0 : key)));
+        someKey(record, (key) => void (setHas(this, key) && setAdd(result, key)));
       }
       return result;
     },
@@ -517,7 +517,7 @@
       const result = copySet(this);
       someKey(record, (key) => {
         if (setHas(this, key)) setDelete(result, key);
-        else setAdd(result, key === 0 ? 0 : key);
+        else setAdd(result, key);
       });
       return result;
     },
@@ -675,7 +675,6 @@
     if (typeof fn !== 'function') {
       closeAndThrow(record.iterator, new $TypeError('Iterator.prototype.' + method + ': the argument is not a function'));
     }
-    return fn;
   }
 
   function limitOf(record, limit, method) {
@@ -763,6 +762,21 @@
     const iterator = method === undefined || method === null ? value : reflectApply(method, value, []);
     if (!isObject(iterator)) throw new $TypeError('The value is not an iterator or an iterable');
     return { iterator, next: iterator.next };
+  }
+
+  // The first value of `iterator` whose predicate's truth is `wanted` (the iterator is closed
+  // there), or DONE: what some, every and find share.
+  function firstWhere(iterator, predicate, method, wanted) {
+    const record = directRecord(iterator, method);
+    callableOrClose(record, predicate, method);
+    let counter = 0;
+    for (let value = stepValue(record); value !== DONE; value = stepValue(record)) {
+      if (!guarded(record, predicate, [value, counter++]) === !wanted) {
+        closeIterator(record.iterator);
+        return value;
+      }
+    }
+    return DONE;
   }
 
   const iteratorMethods = {
@@ -869,40 +883,14 @@
       }
     },
     some(predicate) {
-      const record = directRecord(this, 'some');
-      callableOrClose(record, predicate, 'some');
-      let counter = 0;
-      for (let value = stepValue(record); value !== DONE; value = stepValue(record)) {
-        if (guarded(record, predicate, [value, counter++])) {
-          closeIterator(record.iterator);
-          return true;
-        }
-      }
-      return false;
+      return firstWhere(this, predicate, 'some', true) !== DONE;
     },
     every(predicate) {
-      const record = directRecord(this, 'every');
-      callableOrClose(record, predicate, 'every');
-      let counter = 0;
-      for (let value = stepValue(record); value !== DONE; value = stepValue(record)) {
-        if (!guarded(record, predicate, [value, counter++])) {
-          closeIterator(record.iterator);
-          return false;
-        }
-      }
-      return true;
+      return firstWhere(this, predicate, 'every', false) === DONE;
     },
     find(predicate) {
-      const record = directRecord(this, 'find');
-      callableOrClose(record, predicate, 'find');
-      let counter = 0;
-      for (let value = stepValue(record); value !== DONE; value = stepValue(record)) {
-        if (guarded(record, predicate, [value, counter++])) {
-          closeIterator(record.iterator);
-          return value;
-        }
-      }
-      return undefined;
+      const found = firstWhere(this, predicate, 'find', true);
+      return found === DONE ? undefined : found;
     },
   };
   for (const name of ['map', 'filter', 'take', 'drop', 'flatMap', 'reduce', 'toArray', 'forEach',
