@@ -1,4 +1,5 @@
-// codemode's native shim over the system V8 (Debian's libnode108, V8 10.2).
+// codemode's native shim over V8: Debian's libnode108 (V8 10.2), or the official Node 24 binary's
+// V8 13.6 when the shim is part of the engine library Node loads (platform.h says which is which).
 //
 // A narrow C ABI: create and delete a runtime (one isolate, one context, limits), run the bootstrap
 // script that installs the globals, evaluate the cell's ES module, call the bootstrap's dispatcher,
@@ -18,8 +19,8 @@
 // - The text returned by `cm_runtime_last_error` is owned by the runtime and valid until the next
 //   call on that runtime.
 // - No C++ exception crosses the ABI: every entry point catches and reports `CM_INTERNAL_ERROR`.
-// - The V8 platform is created once and never freed (see `g_platform`); so is the bootstrap's code
-//   cache (`g_bootstrap_cache`), which every runtime compiles the bootstrap from once it exists.
+// - The V8 platform lives as long as the process (platform.h); so does the bootstrap's code cache
+//   (`g_bootstrap_cache`), which every runtime compiles the bootstrap from once it exists.
 // - The fatal hook (`cm_set_fatal_hook`) is a plain function pointer held for the process's life;
 //   it is called on the thread that hit the error, and V8 ends the process when it returns.
 // - The `host_data` pointer is opaque here; the Rust side owns it and keeps it alive for as long as
@@ -35,8 +36,9 @@
 //   a throw or rejection, because every entry point from JavaScript checks that it is called from
 //   the runtime's current context.
 
-#include <libplatform/libplatform.h>
 #include <v8.h>
+
+#include "platform.h"
 
 #include <pthread.h>
 #include <time.h>
@@ -52,8 +54,10 @@
 #include <string>
 #include <vector>
 
-static_assert(V8_MAJOR_VERSION == 10 && V8_MINOR_VERSION == 2,
-              "the shim is written for V8 10.2; point CODEMODE_V8_PREFIX at libnode108's headers");
+static_assert((V8_MAJOR_VERSION == 10 && V8_MINOR_VERSION == 2) ||
+                  (V8_MAJOR_VERSION == 13 && V8_MINOR_VERSION == 6),
+              "the shim is written for V8 10.2 (libnode108) and 13.6 (Node 24); point the build at "
+              "the headers of one of them");
 static_assert(sizeof(size_t) == sizeof(void*), "cm_str assumes size_t is pointer-sized");
 static_assert(sizeof(clockid_t) == sizeof(int32_t), "CPU clocks cross the ABI as int32_t");
 
@@ -119,12 +123,8 @@ constexpr const char* kThrowSiteModule = "codemode:throw-site";
 constexpr const char* kThrowSiteBinding = "$$";
 constexpr const char* kThrowSiteProperty = "t";
 constexpr int kThrowSiteColumnOffset = 4;
-
-// The platform lives as long as the process and is deliberately never destroyed: isolates on other
-// threads (pre-warmed runtimes, cells still running) may outlive static destruction at exit, and
-// tearing the platform down under them crashes the process.
-Platform* g_platform = nullptr;
-std::once_flag g_initialize_once;
+// The code range of each isolate on V8 13.6 (see cm_runtime_new).
+constexpr size_t kCodeRangeBytes = 64u << 20;
 
 // An ArrayBuffer allocator that counts what it hands out, so that typed arrays and buffers count
 // against the cell's heap limit instead of growing outside it.
@@ -239,7 +239,14 @@ Local<String> NewString(Isolate* isolate, const std::string& text) {
 }
 
 std::string ToStdString(Isolate* isolate, Local<Value> value) {
+  // A lone surrogate crosses as its own three bytes (as V8 10.2 writes it), which the host
+  // detects and refuses where a value must be exact (stored keys and values); V8 13.6 would write
+  // U+FFFD instead unless told not to.
+#if V8_MAJOR_VERSION >= 13
+  String::Utf8Value utf8(isolate, value, String::NO_OPTIONS);
+#else
   String::Utf8Value utf8(isolate, value);
+#endif
   if (*utf8 == nullptr) return std::string();
   return std::string(*utf8, utf8.length());
 }
@@ -456,13 +463,20 @@ MaybeLocal<Module> ResolveCellImport(Local<Context> context, Local<String> speci
   Isolate* isolate = context->GetIsolate();
   if (ToStdString(isolate, specifier) == kThrowSiteModule) {
     std::vector<Local<String>> exports = {NewString(isolate, kThrowSiteBinding)};
-    return Module::CreateSyntheticModule(isolate, NewString(isolate, kThrowSiteModule), exports,
-                                         EvaluateThrowSiteModule);
+#if V8_MAJOR_VERSION >= 13
+    MemorySpan<const Local<String>> export_names(exports.data(), exports.size());
+#else
+    const std::vector<Local<String>>& export_names = exports;
+#endif
+    return Module::CreateSyntheticModule(isolate, NewString(isolate, kThrowSiteModule),
+                                         export_names, EvaluateThrowSiteModule);
   }
   std::string text = "Unsupported import in exec: " + ToStdString(isolate, specifier);
   isolate->ThrowException(Exception::Error(NewString(isolate, text)));
   return MaybeLocal<Module>();
 }
+
+bool RefuseWasm(Local<Context>, Local<String>) { return false; }
 
 // `await import("y")` inside the cell: a promise rejected with the same error.
 MaybeLocal<Promise> RefuseDynamicImport(Local<Context> context, Local<Data>, Local<Value>,
@@ -500,7 +514,12 @@ void OnFatalError(const char* location, const char* message) {
 
 // V8 calls a heap that cannot grow a heap OOM whether the heap reached its limit or the process
 // could not get memory (its ceiling, or the machine's): only the first is the cell's heap limit.
+#if V8_MAJOR_VERSION >= 13
+void OnOutOfMemory(const char* location, const OOMDetails& details) {
+  bool is_heap_oom = details.is_heap_oom;
+#else
 void OnOutOfMemory(const char* location, bool is_heap_oom) {
+#endif
   bool heap_limit = is_heap_oom && location && std::strstr(location, "heap limit") != nullptr;
   ReportFatal(heap_limit ? CM_FATAL_HEAP_LIMIT : CM_FATAL_OUT_OF_MEMORY, location,
               heap_limit ? "JavaScript heap out of memory" : "process out of memory");
@@ -536,23 +555,11 @@ const char* cm_v8_version() { return V8::GetVersion(); }
 
 // Initialises V8 once per process; later calls do nothing. Returns 0 on success.
 int32_t cm_v8_initialize() {
-  int32_t result = 0;
   try {
-    std::call_once(g_initialize_once, [&] {
-      // The cell has no WebAssembly; keep V8 from compiling any.
-      V8::SetFlagsFromString("--no-expose-wasm");
-      // The snapshot is the library's own, read-only on disk: checking its checksum on every
-      // isolate cost about 4% of a cell's start (profiled).
-      V8::SetFlagsFromString("--no-verify-snapshot-checksum");
-      V8::InitializeICU();
-      g_platform = platform::NewDefaultPlatform().release();
-      V8::InitializePlatform(g_platform);
-      if (!V8::Initialize()) result = 1;
-    });
+    return cm::InitializePlatform() ? 0 : 1;
   } catch (...) {
     return 1;
   }
-  return result;
 }
 
 // A new runtime whose heap (and ArrayBuffer memory) may grow to `heap_limit_bytes`. Returns NULL
@@ -567,7 +574,12 @@ cm_runtime* cm_runtime_new(size_t heap_limit_bytes, cm_host_fn host, void* host_
     Isolate::CreateParams params;
     params.array_buffer_allocator = rt->allocator.get();
     params.constraints.ConfigureDefaultsFromHeapSize(0, heap_limit_bytes);
-    rt->isolate = Isolate::New(params);
+#if V8_MAJOR_VERSION >= 13
+    // V8 13.6 reserves each isolate's code range writable (counted by RLIMIT_DATA) and 512 MiB by
+    // default; a cell's compiled code fits a small fraction of this.
+    params.constraints.set_code_range_size_in_bytes(kCodeRangeBytes);
+#endif
+    rt->isolate = cm::NewIsolate(params);
     if (!rt->isolate) {
       delete rt;
       return nullptr;
@@ -576,6 +588,9 @@ cm_runtime* cm_runtime_new(size_t heap_limit_bytes, cm_host_fn host, void* host_
     isolate->SetMicrotasksPolicy(MicrotasksPolicy::kExplicit);
     isolate->AddNearHeapLimitCallback(NearHeapLimit, rt);
     isolate->SetHostImportModuleDynamicallyCallback(RefuseDynamicImport);
+    // The cell has no WebAssembly (the bootstrap deletes the global): should a reference to it
+    // survive anyway, V8 compiles no module for it.
+    isolate->SetAllowWasmCodeGenerationCallback(RefuseWasm);
     // Error objects get a structured stack trace V8 keeps for itself, which the cell cannot
     // shorten or rewrite; unhandled rejections are located for errors that carry no position.
     isolate->SetCaptureStackTraceForUncaughtExceptions(true, 10, StackTrace::kDetailed);
@@ -591,7 +606,7 @@ cm_runtime* cm_runtime_new(size_t heap_limit_bytes, cm_host_fn host, void* host_
     return rt;
   } catch (...) {
     if (rt) {
-      if (rt->isolate) rt->isolate->Dispose();
+      if (rt->isolate) cm::DisposeIsolate(rt->isolate);
       delete rt;
     }
     return nullptr;
@@ -608,7 +623,7 @@ void cm_runtime_delete(cm_runtime* rt) {
       rt->dispatch.Reset();
       rt->context.Reset();
     }
-    rt->isolate->Dispose();
+    cm::DisposeIsolate(rt->isolate);
   } catch (...) {
   }
   delete rt;
@@ -672,7 +687,11 @@ int32_t cm_runtime_bootstrap(cm_runtime* rt, cm_str source, cm_str config) {
   Isolate* isolate = entered.isolate;
   Local<Context> context = entered.context;
   TryCatch try_catch(isolate);
+#if V8_MAJOR_VERSION >= 13
+  ScriptOrigin origin(NewString(isolate, kBootstrapResourceName));
+#else
   ScriptOrigin origin(isolate, NewString(isolate, kBootstrapResourceName));
+#endif
   Local<Script> script;
   Local<Value> installer;
   // Every isolate compiles the same bootstrap: after the first, from V8's code cache of it.
@@ -737,8 +756,13 @@ int32_t cm_runtime_evaluate_module(cm_runtime* rt, cm_str source) {
   Local<Context> context = entered.context;
   TryCatch try_catch(isolate);
   try_catch.SetVerbose(false);
+#if V8_MAJOR_VERSION >= 13
+  ScriptOrigin origin(NewString(isolate, kCellResourceName), 0, 0, false, -1, Local<Value>(),
+                      false, false, /*is_module=*/true);
+#else
   ScriptOrigin origin(isolate, NewString(isolate, kCellResourceName), 0, 0, false, -1,
                       Local<Value>(), false, false, /*is_module=*/true);
+#endif
   ScriptCompiler::Source compiler_source(NewString(isolate, source.ptr, source.len), origin);
   Local<Module> module;
   if (!ScriptCompiler::CompileModule(isolate, &compiler_source).ToLocal(&module)) {
@@ -784,8 +808,7 @@ int32_t cm_runtime_run_microtasks(cm_runtime* rt) {
   CM_GUARD_BEGIN
   Entered entered(rt);
   Isolate* isolate = entered.isolate;
-  while (platform::PumpMessageLoop(g_platform, isolate)) {
-  }
+  cm::RunForegroundTasks(isolate);
   isolate->PerformMicrotaskCheckpoint();
   return isolate->IsExecutionTerminating() ? CM_TERMINATED : CM_OK;
   CM_GUARD_END(rt)

@@ -68,6 +68,9 @@ type FatalFn = extern "C" fn(i32, *const std::ffi::c_char, *const std::ffi::c_ch
 unsafe extern "C" {
     fn cm_v8_version() -> *const std::ffi::c_char;
     fn cm_v8_initialize() -> i32;
+    #[cfg(v8_in_node)]
+    fn cm_node_attach() -> i32;
+    fn _exit(code: i32) -> !;
     fn cm_runtime_new(
         heap_limit_bytes: usize,
         host: HostFn,
@@ -216,6 +219,33 @@ pub fn initialize() -> Result<(), InitializeError> {
             _ => Err(InitializeError),
         }
     })
+}
+
+/// Inside the `node` binary (the engine library): finds Node's V8 platform, which every isolate
+/// of this crate is then registered with. Must be called on Node's main thread while Node runs
+/// JavaScript (the library's module initialiser), before [`initialize`].
+#[cfg(v8_in_node)]
+pub fn attach_to_node() -> Result<(), InitializeError> {
+    // SAFETY: the shim's rules for cm_node_attach: called on Node's main thread with Node's
+    // isolate entered, which the caller's contract guarantees; it only reads Node's state.
+    match unsafe { cm_node_attach() } {
+        0 => Ok(()),
+        _ => Err(InitializeError),
+    }
+}
+
+/// Ends the process at once with `code`, running no exit handler and no static destructor: how
+/// the engine library leaves Node, whose exit handlers would tear V8 down under the isolate its
+/// main thread still has entered (and abort).
+pub fn end_process(code: i32) -> ! {
+    // SAFETY: _exit takes a plain integer and never returns; it touches no memory of ours.
+    unsafe { _exit(code) }
+}
+
+/// See the other `attach_to_node`: built against libnode108, there is no Node to attach to.
+#[cfg(not(v8_in_node))]
+pub fn attach_to_node() -> Result<(), InitializeError> {
+    Err(InitializeError)
 }
 
 /// The CPU-time clock of one thread, readable from any thread.

@@ -2,7 +2,9 @@
 //! isolate of its own (a lane of an engine process may keep its isolate for its tenant's next
 //! cell, with a new context and bootstrap).
 //!
-//! V8 is the system's (Debian's libnode108, V8 10.2), reached through a narrow C++ shim
+//! V8 is the system's (Debian's libnode108, V8 10.2) or, built as part of the engine library that
+//! the official Node 24 binary loads (`CODEMODE_V8_IN_NODE`, see `build.rs`), Node's V8 13.6; it is
+//! reached through a narrow C++ shim
 //! (`shim/shim.cc`) whose safe face is `ffi`: the `unsafe` code of the project lives there and in
 //! two system calls of `codemode_engine_process`'s `descriptors` (the tidy test holds it to that).
 //! The globals are installed by the JavaScript bootstrap of `codemode_engine::script`, which calls
@@ -73,6 +75,30 @@ pub fn bare_isolate_cycle() -> Result<std::time::Duration, codemode_engine::Engi
 /// Whether V8 can run here: initialises it once, or says why it cannot.
 pub fn v8_available() -> Result<(), codemode_engine::EngineError> {
     ffi::initialize().map_err(|error| codemode_engine::EngineError::Unavailable(error.to_string()))
+}
+
+/// Inside the `node` binary (the engine library `codemode-engine-library`, built against Node's
+/// V8): finds Node's V8 platform, which every isolate of this crate is then registered with. Call
+/// it once on Node's main thread from the library's module initialiser, before anything else of
+/// this crate; V8 is Node's, already initialised, and never initialised or disposed here. Built
+/// against libnode108 (without `CODEMODE_V8_IN_NODE`), it always fails.
+pub fn attach_to_node() -> Result<(), codemode_engine::EngineError> {
+    let why = if cfg!(v8_in_node) {
+        "cannot find Node's V8 platform: the engine library must be loaded by `node` itself \
+         (process.dlopen), from its main thread"
+    } else {
+        "this engine library was built against libnode108, not Node's V8: build it with `cargo \
+         xtask build-engine-library`"
+    };
+    ffi::attach_to_node().map_err(|_| codemode_engine::EngineError::Unavailable(why.to_owned()))
+}
+
+/// Ends the process at once with `code`, without exit handlers or static destructors: how the
+/// engine library leaves Node once it has served (Node's own exit handlers would dispose of V8
+/// under the isolate its main thread has entered). Standard error is unbuffered, so nothing
+/// logged is lost.
+pub fn end_process(code: i32) -> ! {
+    ffi::end_process(code)
 }
 
 /// The version of the V8 this crate is linked against, such as `10.2.154.26-node.36`.
