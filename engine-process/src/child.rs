@@ -24,16 +24,15 @@ use codemode_engine::{
     TerminateHandle,
 };
 
+mod probe;
 #[cfg(feature = "test-hooks")]
 use crate::wire::Probe;
 use crate::wire::{
     self, CellNumber, ChildSettings, FrameBuffer, ToChild, ToLane, ToParent, WIRE_VERSION,
 };
-
-/// A test-only attack run by native code of the engine host inside the sandbox (builds with the
-/// `test-hooks` feature): `(attack, target)` to `Ok(what happened)` if it succeeded, `Err(why
-/// not)` if it was refused.
-pub type NativeProbe = fn(&str, &str) -> Result<String, String>;
+pub use probe::NativeProbe;
+#[cfg(feature = "test-hooks")]
+use probe::{Reach, probe};
 
 /// The writing end of the process's channel, shared by [`hard_stop`] and the loop.
 static CONTROL: OnceLock<SharedWriter> = OnceLock::new();
@@ -88,11 +87,21 @@ pub fn serve_with_probe(
     make_engine: impl FnOnce(&ChildSettings) -> Result<Box<dyn Engine>, EngineError>,
     native_probe: Option<NativeProbe>,
 ) -> std::process::ExitCode {
+    serve_after(make_engine, native_probe, FirstStep::Here)
+}
+
+/// [`serve_with_probe`], with the sandbox's first step taken here or before this program was
+/// executed.
+pub(crate) fn serve_after(
+    make_engine: impl FnOnce(&ChildSettings) -> Result<Box<dyn Engine>, EngineError>,
+    native_probe: Option<NativeProbe>,
+    first_step: FirstStep,
+) -> std::process::ExitCode {
     #[cfg(not(feature = "test-hooks"))]
     let _ = native_probe;
     #[cfg(feature = "test-hooks")]
     let _ = NATIVE_PROBE.set(native_probe);
-    match run(make_engine) {
+    match run(make_engine, first_step) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(error) => {
             tracing::error!("engine process: {error}");
@@ -179,11 +188,30 @@ impl ControlReader {
     }
 }
 
+/// Who takes the sandbox's first step (see `sandbox`), which needs a process of one thread.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum FirstStep {
+    /// This process, first thing.
+    Here,
+    /// The launcher that executed this program (`node_host`): what `execve` keeps is kept, what
+    /// it resets is taken again here.
+    TakenBeforeExec,
+}
+
 fn run(
     make_engine: impl FnOnce(&ChildSettings) -> Result<Box<dyn Engine>, EngineError>,
+    first_step: FirstStep,
 ) -> Result<(), ChildError> {
-    // Before any thread exists, so that every thread inherits it.
-    let early = crate::sandbox::enter_early(std::env::var_os("LD_LIBRARY_PATH").as_deref())?;
+    let early = match first_step {
+        // Before any thread exists, so that every thread inherits it.
+        FirstStep::Here => Some(crate::sandbox::enter_early(
+            std::env::var_os("LD_LIBRARY_PATH").as_deref(),
+        )?),
+        FirstStep::TakenBeforeExec => {
+            crate::sandbox::after_exec()?;
+            None
+        }
+    };
     let channel = std::io::stdin()
         .as_fd()
         .try_clone_to_owned()
@@ -265,8 +293,19 @@ fn run(
     {
         std::thread::sleep(Duration::from_millis(1));
     }
-    crate::sandbox::enter(&settings).map_err(|error| ChildError::from(error).reported())?;
-    tracing::debug!(landlock = %early.landlock, network = %early.network, root = %early.root, user = %early.user, "engine process sandboxed");
+    // Inside Node the memory ceiling counts from what Node and the warm isolates reserved.
+    let host_mapped = match first_step {
+        FirstStep::Here => 0,
+        FirstStep::TakenBeforeExec => crate::sandbox::mapped_data_bytes(),
+    };
+    crate::sandbox::enter(&settings, host_mapped)
+        .map_err(|error| ChildError::from(error).reported())?;
+    match early {
+        Some(early) => {
+            tracing::debug!(landlock = %early.landlock, network = %early.network, root = %early.root, user = %early.user, "engine process sandboxed");
+        }
+        None => tracing::debug!("engine process sandboxed (its first step before exec)"),
+    }
     send(ToParent::Ready {
         engine: engine.describe(),
         wire_version: WIRE_VERSION,
@@ -314,7 +353,17 @@ fn run(
                         std::thread::park();
                     }
                 }
-                if let Some((allowed, detail)) = probe(what, &cells) {
+                let reach = Reach {
+                    native: NATIVE_PROBE.get().copied().flatten(),
+                    terminations_read: TERMINATIONS_READ.load(Ordering::SeqCst),
+                    write_control: &|bytes| {
+                        if let Some(writer) = CONTROL.get() {
+                            let _ = writer.lock().stream.write_all(bytes);
+                        }
+                    },
+                    write_newest_lane: &|bytes| write_newest_lane(&cells, bytes),
+                };
+                if let Some((allowed, detail)) = probe(what, &reach) {
                     send(ToParent::ProbeResult { allowed, detail });
                 }
             }
@@ -344,6 +393,7 @@ fn serve_lane(
             controls: VecDeque::new(),
             start: None,
             terminated: false,
+            abandoned: false,
             closed: false,
         })),
         writer: Arc::new(Mutex::new(Writer {
@@ -373,6 +423,10 @@ struct Hosted {
 }
 
 /// How many terminations the process's channel has brought (the `TerminationsRead` probe).
+/// The native probe of the engine host, if it gave one.
+#[cfg(feature = "test-hooks")]
+static NATIVE_PROBE: OnceLock<Option<NativeProbe>> = OnceLock::new();
+
 #[cfg(feature = "test-hooks")]
 static TERMINATIONS_READ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
@@ -404,6 +458,8 @@ struct LaneReader {
     /// The current (or next) cell was asked to stop before its thread could be reached from
     /// the process's channel.
     terminated: bool,
+    /// The current (or next) cell's owner dropped every handle: nothing more will come for it.
+    abandoned: bool,
     /// The parent closed the lane, or it broke.
     closed: bool,
 }
@@ -495,6 +551,7 @@ impl LaneReader {
                 ToLane::Start { cell, start } => {
                     self.start = Some((cell, start));
                     self.terminated = false;
+                    self.abandoned = false;
                 }
                 ToLane::Command { cell, command } if current == Some(cell) => {
                     self.commands.push_back(command)
@@ -507,8 +564,12 @@ impl LaneReader {
                     self.commands.push_back(RuntimeCommand::Terminate);
                     self.controls.push_back(RuntimeControl::Terminate);
                 }
+                ToLane::Abandoned { cell } if current == Some(cell) => self.abandoned = true,
                 // For a cell that has ended.
-                ToLane::Command { .. } | ToLane::Control { .. } | ToLane::Terminate { .. } => {}
+                ToLane::Command { .. }
+                | ToLane::Control { .. }
+                | ToLane::Terminate { .. }
+                | ToLane::Abandoned { .. } => {}
             }
         }
     }
@@ -555,7 +616,7 @@ impl LaneReader {
             if let Some(message) = take(self) {
                 return Received::Message(message);
             }
-            if self.closed {
+            if self.closed || self.abandoned {
                 return Received::Closed;
             }
             if wait != Wait::No && self.spin() {
@@ -808,156 +869,10 @@ fn within_wire_limits(event: RuntimeEvent) -> RuntimeEvent {
     }
 }
 
-/// The native probe of the engine host, if it gave one.
+/// Writes `bytes` straight to the lane of the newest cell, past the child's own checks (for a
+/// probe's forgeries).
 #[cfg(feature = "test-hooks")]
-static NATIVE_PROBE: OnceLock<Option<NativeProbe>> = OnceLock::new();
-
-/// Tries what `what` names, for tests of the walls: whether it was allowed and what happened,
-/// or `None` when nothing answers (the process crashes, or the parent ends it). A forgery is
-/// answered once its frames are written, so that the parent has them before anything the test
-/// does next (it may have ended the process for them already).
-#[cfg(feature = "test-hooks")]
-fn probe(what: Probe, cells: &Cells) -> Option<(bool, String)> {
-    use crate::wire::Forgery;
-    let outcome = match what {
-        Probe::Native { attack, target } => {
-            let Some(Some(native)) = NATIVE_PROBE.get() else {
-                return Some((false, "this engine host has no native probe".to_owned()));
-            };
-            return Some(match native(&attack, &target) {
-                Ok(detail) => (true, detail),
-                Err(detail) => (false, detail),
-            });
-        }
-        Probe::Forge(forgery) => {
-            let forged = match forgery {
-                Forgery::EventForAnotherCell(cell) => ToParent::Event {
-                    cell,
-                    event: RuntimeEvent::ContentItem(codemode_protocol::OutputItem::text(
-                        "forged output",
-                    )),
-                },
-                Forgery::ResultForAnotherCell(cell) => ToParent::Event {
-                    cell,
-                    event: RuntimeEvent::Result {
-                        stored_value_writes: HashMap::from([(
-                            "forged".to_owned(),
-                            codemode_protocol::StoredValue::from(serde_json::Value::from(true)),
-                        )]),
-                        error_text: None,
-                    },
-                },
-                Forgery::OversizedToolCall(cell) => forged_tool_call(
-                    cell,
-                    0,
-                    Some(
-                        serde_json::Value::String(
-                            "x".repeat(7 * codemode_protocol::limits::MAX_TOOL_INPUT_BYTES),
-                        )
-                        .into(),
-                    ),
-                ),
-                Forgery::UnreadableToolCall(cell) => forged_tool_call(
-                    cell,
-                    0,
-                    // Deserialising checks only the syntax: the forged text gets through here.
-                    serde_json::from_str(r#"{"text": "\ud800"}"#).ok(),
-                ),
-                Forgery::ToolCallsPastTheInFlightLimit(cell) => {
-                    use codemode_protocol::limits::{
-                        MAX_TOOL_INPUT_BYTES, MAX_TOOL_INPUT_BYTES_IN_FLIGHT,
-                    };
-                    let calls = MAX_TOOL_INPUT_BYTES_IN_FLIGHT / MAX_TOOL_INPUT_BYTES + 1;
-                    let input = codemode_protocol::JsonText::from(serde_json::Value::String(
-                        "x".repeat(MAX_TOOL_INPUT_BYTES - 2),
-                    ));
-                    for call in 0..calls {
-                        send_forged(cells, &forged_tool_call(cell, call, Some(input.clone())));
-                    }
-                    return Some((true, "forged".to_owned()));
-                }
-                Forgery::ToolCallsPastTheCallLimit(cell) => {
-                    let calls = codemode_protocol::limits::DEFAULT_MAX_TOOL_CALLS_PER_CELL + 1;
-                    for call in 0..calls as usize {
-                        send_forged(cells, &forged_tool_call(cell, call, None));
-                    }
-                    return Some((true, "forged".to_owned()));
-                }
-                Forgery::StoredValuesPastTheLimit(cell) => ToParent::Event {
-                    cell,
-                    event: RuntimeEvent::Result {
-                        stored_value_writes: (0..5)
-                            .map(|key| {
-                                let value = serde_json::Value::String("x".repeat(16 << 20));
-                                (key.to_string(), codemode_protocol::StoredValue::from(value))
-                            })
-                            .collect(),
-                        error_text: None,
-                    },
-                },
-                Forgery::ResultWithoutEnd(cell) => ToParent::Event {
-                    cell,
-                    event: RuntimeEvent::Result {
-                        stored_value_writes: HashMap::new(),
-                        error_text: None,
-                    },
-                },
-                Forgery::HugeHeader => {
-                    if let Some(writer) = CONTROL.get() {
-                        let _ = writer.lock().stream.write_all(&u32::MAX.to_le_bytes());
-                    }
-                    return Some((true, "forged".to_owned()));
-                }
-            };
-            send_forged(cells, &forged);
-            return Some((true, "forged".to_owned()));
-        }
-        Probe::StopReading => return None,
-        Probe::TerminationsRead => {
-            return Some((true, TERMINATIONS_READ.load(Ordering::SeqCst).to_string()));
-        }
-        Probe::OpenForWriting => std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(format!("/tmp/codemode-probe-{}", std::process::id()))
-            .map(|_| ()),
-        Probe::Socket => std::net::UdpSocket::bind("127.0.0.1:0").map(|_| ()),
-        Probe::Exec => std::process::Command::new("/bin/true").status().map(|_| ()),
-        Probe::FatalError => {
-            eprintln!(
-                "\n#\n# Fatal error in probe.cc, line 1\n# Check failed: a test-only fatal error.\n#"
-            );
-            std::process::abort()
-        }
-    };
-    Some(match outcome {
-        Ok(()) => (true, "allowed".to_owned()),
-        Err(error) => (false, error.to_string()),
-    })
-}
-
-/// A forged call of `echo` numbered `call`, for cell `cell` (its id starts with `tool-forged`).
-#[cfg(feature = "test-hooks")]
-fn forged_tool_call(
-    cell: u64,
-    call: usize,
-    input: Option<codemode_protocol::JsonText>,
-) -> ToParent {
-    ToParent::Event {
-        cell,
-        event: RuntimeEvent::ToolCall {
-            id: format!("tool-forged-{call}"),
-            name: codemode_protocol::ToolName::plain("echo"),
-            kind: codemode_protocol::ToolKind::Function,
-            input,
-        },
-    }
-}
-
-/// Writes a forged frame straight to the lane of the newest cell, past the child's own checks.
-#[cfg(feature = "test-hooks")]
-fn send_forged(cells: &Cells, forged: &ToParent) {
+fn write_newest_lane(cells: &Cells, bytes: &[u8]) {
     let lane = {
         let cells = cells.lock();
         cells
@@ -966,7 +881,7 @@ fn send_forged(cells: &Cells, forged: &ToParent) {
             .max_by_key(|(cell, _)| *cell)
             .map(|(_, lane)| lane)
     };
-    if let (Ok(frame), Some(lane)) = (wire::encode(forged), lane) {
-        let _ = lane.lock().stream.write_all(&frame);
+    if let Some(lane) = lane {
+        let _ = lane.lock().stream.write_all(bytes);
     }
 }

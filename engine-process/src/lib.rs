@@ -46,6 +46,7 @@ mod config;
 mod descriptors;
 mod lane;
 mod log;
+pub mod node_host;
 mod process;
 mod sandbox;
 mod wire;

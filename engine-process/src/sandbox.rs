@@ -171,6 +171,56 @@ pub(crate) fn enter_early(
     })
 }
 
+/// The first step's remainder in a program that a launcher executed after taking it
+/// ([`enter_early`] then `execve`, see `node_host`). Namespaces, the private root, Landlock, the
+/// session and no-new-privileges survive `execve`, and a process without capabilities in its
+/// bounding set gains none by it; being non-dumpable does not survive, and is set again here.
+/// What must have survived is checked, so that a program started without its launcher refuses
+/// to serve.
+#[cfg(target_os = "linux")]
+pub(crate) fn after_exec() -> Result<(), ConfinementError> {
+    use caps::CapSet;
+    nix::sys::prctl::set_dumpable(false).map_err(|error| Step::MakeNonDumpable.failed(error))?;
+    match nix::sys::prctl::get_no_new_privs() {
+        Ok(true) => {}
+        Ok(false) => {
+            return Err(Step::SetNoNewPrivileges
+                .failed("the launcher did not set it before executing this program"));
+        }
+        Err(error) => return Err(Step::SetNoNewPrivileges.failed(error)),
+    }
+    for set in [CapSet::Effective, CapSet::Permitted, CapSet::Ambient] {
+        let held = caps::read(None, set)
+            .map_err(|error| Step::DropCapabilities.failed(format!("{set:?}: {error}")))?;
+        if !held.is_empty() {
+            return Err(Step::DropCapabilities.failed(format!(
+                "{set:?} still holds {held:?} after the launcher executed this program"
+            )));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(not(target_os = "linux"))]
+pub(crate) fn after_exec() -> Result<(), ConfinementError> {
+    Ok(())
+}
+
+/// The data this process maps now (`VmData`, what `RLIMIT_DATA` counts), in bytes; 0 if unknown.
+/// Inside Node this is mostly reservations made before any cell: Node's own isolate and each
+/// warm isolate reserve their code range writable, which `RLIMIT_DATA` counts though it is not
+/// memory in use. The ceiling of an engine process in Node is counted from there.
+pub(crate) fn mapped_data_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            let line = status.lines().find(|line| line.starts_with("VmData:"))?;
+            let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+            Some(kib.saturating_mul(1024))
+        })
+        .unwrap_or(0)
+}
+
 /// A network namespace of its own, with nothing in it: an engine process needs no network (its
 /// channel is a socket pair made before), and the host's sockets (the server's listener, its
 /// clients, every other process's) are no longer listed in its `/proc/self/net`. Needs the
@@ -461,9 +511,11 @@ fn landlock_file_system(libraries: &[std::path::PathBuf], data: &[std::path::Pat
     }
 }
 
-/// Enters the second step of the sandbox, as `settings` ask.
-pub(crate) fn enter(settings: &ChildSettings) -> Result<(), ConfinementError> {
-    limits(settings)?;
+/// Enters the second step of the sandbox, as `settings` ask. `host_mapped` is data the program
+/// hosting the engine maps for itself before serving, which the memory ceiling is counted from
+/// (see [`mapped_data_bytes`]); 0 where the ceiling is absolute.
+pub(crate) fn enter(settings: &ChildSettings, host_mapped: u64) -> Result<(), ConfinementError> {
+    limits(settings, host_mapped)?;
     if settings.seccomp {
         seccomp()?;
     }
@@ -471,10 +523,11 @@ pub(crate) fn enter(settings: &ChildSettings) -> Result<(), ConfinementError> {
 }
 
 #[cfg(target_os = "linux")]
-fn limits(settings: &ChildSettings) -> Result<(), ConfinementError> {
+fn limits(settings: &ChildSettings, host_mapped: u64) -> Result<(), ConfinementError> {
     use nix::sys::resource::{Resource, setrlimit};
     setrlimit(Resource::RLIMIT_CORE, 0, 0).map_err(|error| Step::TurnOffCoreDumps.failed(error))?;
     if let Some(ceiling) = settings.memory_ceiling_bytes {
+        let ceiling = ceiling.saturating_add(host_mapped);
         setrlimit(Resource::RLIMIT_DATA, ceiling, ceiling)
             .map_err(|error| Step::SetMemoryCeiling(ceiling).failed(error))?;
     }
@@ -486,7 +539,7 @@ fn limits(settings: &ChildSettings) -> Result<(), ConfinementError> {
 }
 
 #[cfg(not(target_os = "linux"))]
-fn limits(_settings: &ChildSettings) -> Result<(), ConfinementError> {
+fn limits(_settings: &ChildSettings, _host_mapped: u64) -> Result<(), ConfinementError> {
     Ok(())
 }
 

@@ -55,7 +55,7 @@ pub(crate) const MAX_CHILD_FRAME_BYTES: usize = {
 
 /// The version of this protocol. Parent and child say theirs first; a mismatch (a binary replaced
 /// under a running parent by another version) is a clear error, not a garbled frame.
-pub(crate) const WIRE_VERSION: u32 = 4;
+pub(crate) const WIRE_VERSION: u32 = 5;
 
 /// The largest frame a child may send for `event`, given what the limits allow it to carry:
 /// `None` when any frame within [`MAX_CHILD_FRAME_BYTES`] will do.
@@ -131,6 +131,9 @@ pub(crate) enum ToLane {
     },
     /// The cell was asked to stop: wakes its thread if it waits.
     Terminate { cell: CellNumber },
+    /// The cell's owner dropped every handle: no command or control will come, so a cell that
+    /// waits for one ends, as in-process.
+    Abandoned { cell: CellNumber },
 }
 
 /// What a test probe tries inside an engine process (builds with the `test-hooks` feature only).

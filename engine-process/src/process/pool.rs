@@ -295,9 +295,13 @@ impl Pool {
     /// The handles of cell `number`: its commands and controls go by its `route`, and its
     /// termination asks the child, then kills the process after the grace period.
     fn handles(&self, number: CellNumber, route: Arc<CellRoute>) -> EngineHandles {
+        // Held by both senders: once the owner has dropped every clone of both, the cell is told.
+        let owned = Arc::new(Owned(Arc::clone(&route)));
         let commands = {
             let route = Arc::clone(&route);
+            let owned = Arc::clone(&owned);
             CommandSender::forward(move |command: codemode_engine::RuntimeCommand| {
+                let _owned = &owned;
                 route.forward(command, |process, command| {
                     if let codemode_engine::RuntimeCommand::ToolResponse { id, .. }
                     | codemode_engine::RuntimeCommand::ToolError { id, .. } = &command
@@ -317,6 +321,7 @@ impl Pool {
         let control = {
             let route = Arc::clone(&route);
             CommandSender::forward(move |control: codemode_engine::RuntimeControl| {
+                let _owned = &owned;
                 route.forward(control, |_, control| ToLane::Control {
                     cell: number,
                     control,
@@ -771,5 +776,17 @@ impl Terminate for CellTerminator {
         // The process's channel stops JavaScript that runs; the lane wakes a thread that waits.
         let _ = process.send(&ToChild::Terminate { cell });
         process.send_lane(cell, &ToLane::Terminate { cell });
+    }
+}
+
+/// What a cell's command and control senders hold together: when the last of them is dropped, its
+/// owner can send nothing more, and the cell's lane is told (a cell that waits for a command or a
+/// control then ends, as in-process, instead of holding its lane until it is terminated).
+struct Owned(Arc<CellRoute>);
+
+impl Drop for Owned {
+    fn drop(&mut self) {
+        let cell = self.0.number;
+        let _ = self.0.forward((), |_, ()| ToLane::Abandoned { cell });
     }
 }
