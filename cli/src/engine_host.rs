@@ -1,7 +1,8 @@
 //! The hidden engine-host mode (`codemode-v8 engine-host`): the program an engine process runs.
 //! The parent (`codemode run` or `codemode mcp` with the default isolation) starts it with its
 //! standard input as the channel; it runs V8 or QuickJS cells (`--engine`) until the parent goes
-//! away.
+//! away. With `--node` and `--library`, it is the launcher of an engine process on the V8 of the
+//! pinned Node 24 instead, and executes `node`.
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -10,6 +11,17 @@ use codemode_engine_process::child::on_hard_stop;
 use codemode_runtime_quickjs::QuickJsEngine;
 
 use crate::setup::JsEngine;
+
+/// The launcher of an engine process on Node's V8: executes `node` to load the engine library
+/// (see `codemode_engine_process::node_host`); returns only on failure.
+pub fn exec_node(node: &std::path::Path, library: &std::path::Path) -> ExitCode {
+    // Whatever the parent's parent leaked into this process goes before anything runs.
+    if let Err(error) = codemode_engine_process::close_inherited_descriptors() {
+        tracing::error!("engine process: cannot close inherited file descriptors: {error}");
+        return ExitCode::FAILURE;
+    }
+    codemode_engine_process::node_host::exec_node(node, library)
+}
 
 /// Runs the engine-process loop with the engine `engine`.
 pub fn serve(engine: JsEngine) -> ExitCode {

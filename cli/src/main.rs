@@ -63,6 +63,13 @@ enum Command {
         /// The JavaScript engine of the cells.
         #[arg(long, value_enum, default_value_t = setup::JsEngine::DEFAULT)]
         engine: setup::JsEngine,
+        /// Run V8 cells on the V8 of this `node` binary (the pinned Node 24), loading the engine
+        /// library `--library` into it, instead of on the V8 this program links.
+        #[arg(long, value_name = "PATH", requires = "library")]
+        node: Option<std::path::PathBuf>,
+        /// The engine library (`libcodemode_v8_engine.so`) that `--node` loads.
+        #[arg(long, value_name = "PATH", requires = "node")]
+        library: Option<std::path::PathBuf>,
     },
     /// Serve a small demo MCP server (add, image, fail, sleep, note, forget, log, traceparent, pid), to try --mcp with.
     DemoMcpServer {
@@ -85,9 +92,17 @@ fn main() -> ExitCode {
         _ => (false, false),
     };
     let telemetry = telemetry::init(cli.log_format, exports, trace_content);
-    if let Command::EngineHost { engine } = cli.command {
+    if let Command::EngineHost {
+        engine,
+        node,
+        library,
+    } = cli.command
+    {
         // A plain thread loop: no async runtime in an engine process.
-        return engine_host::serve(engine);
+        return match node.zip(library) {
+            Some((node, library)) => engine_host::exec_node(&node, &library),
+            None => engine_host::serve(engine),
+        };
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

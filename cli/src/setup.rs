@@ -76,6 +76,19 @@ pub struct SessionArgs {
     /// user must be able to read this program and V8's libraries.
     #[arg(long, value_name = "USER")]
     pub engine_user: Option<String>,
+    /// Run V8 cells on the V8 of the pinned official Node 24 (V8 13.6) instead of the V8 this
+    /// program links: engine processes become that `node` loading this engine library
+    /// (`cargo xtask build-engine-library` builds it). With --isolation process only.
+    #[arg(long, value_name = "PATH", env = "CODEMODE_V8_LIBRARY")]
+    pub v8_library: Option<PathBuf>,
+    /// The `node` binary that loads --v8-library (by default the `node` beside the library).
+    #[arg(
+        long,
+        value_name = "PATH",
+        env = "CODEMODE_NODE",
+        requires = "v8_library"
+    )]
+    pub node: Option<PathBuf>,
 }
 
 /// Where cells run.
@@ -234,9 +247,45 @@ impl SessionArgs {
                 config.heap_limit_bytes,
                 self.cells_per_process,
                 self.engine_user.as_deref(),
+                self.node_engine()?,
             )?),
         };
         Ok(Arc::clone(ENGINE.get_or_init(|| engine)))
+    }
+
+    /// `node` and the engine library it loads, when V8 cells are to run on Node's V8.
+    fn node_engine(&self) -> Result<Option<NodeEngine>, SetupError> {
+        let Some(library) = &self.v8_library else {
+            return Ok(None);
+        };
+        let usage = |message: String| SetupError {
+            message,
+            usage: true,
+        };
+        if self.isolation != Isolation::Process {
+            return Err(usage(
+                "--v8-library runs V8 cells in engine processes only: drop --isolation in-process"
+                    .to_owned(),
+            ));
+        }
+        let library = std::fs::canonicalize(library).map_err(|error| {
+            usage(format!(
+                "--v8-library {}: {error} (build it with `cargo xtask build-engine-library`)",
+                library.display()
+            ))
+        })?;
+        let node = match &self.node {
+            Some(node) => node.clone(),
+            None => library.with_file_name("node"),
+        };
+        let node = std::fs::canonicalize(&node).map_err(|error| {
+            usage(format!(
+                "the node binary {} that loads the engine library: {error} (install the pinned \
+                 Node 24 with `cargo xtask setup-v8`, or name one with --node)",
+                node.display()
+            ))
+        })?;
+        Ok(Some(NodeEngine { node, library }))
     }
 
     /// Whether the process's engine can start a cell now (a readiness probe): runs a trivial
@@ -307,25 +356,44 @@ static ENGINE: std::sync::OnceLock<Arc<dyn codemode_engine::Engine>> = std::sync
 /// How long the readiness probe's trivial cell may take.
 const PROBE_YIELD_MS: u64 = 5_000;
 
-/// Engine processes that run this program in its engine-host mode.
+/// The `node` binary and the engine library that V8 engine processes run on (`--v8-library`).
+#[derive(Debug, Clone)]
+struct NodeEngine {
+    node: PathBuf,
+    library: PathBuf,
+}
+
+/// Engine processes that run this program in its engine-host mode (for V8 on Node's V8, as the
+/// launcher that executes `node`).
 fn process_engine(
     engine: JsEngine,
     heap_limit_bytes: usize,
     cells_per_process: usize,
     engine_user: Option<&str>,
+    node_engine: Option<NodeEngine>,
 ) -> Result<codemode_engine_process::ProcessEngine, SetupError> {
     // The program this process runs, whatever replaced its file since it started: an upgrade
     // installed under a running server does not break the engine processes it starts.
     let program = std::path::PathBuf::from("/proc/self/exe");
-    let mut config = codemode_engine_process::ProcessEngineConfig::new(
-        program,
-        ["engine-host", "--engine", engine.name()],
-    )
-    .with_warm_runtimes(
-        codemode_runtime_quickjs::DEFAULT_WARM_RUNTIMES,
-        heap_limit_bytes,
-    )
-    .with_cells_per_process(cells_per_process);
+    let mut arguments: Vec<std::ffi::OsString> = vec![
+        "engine-host".into(),
+        "--engine".into(),
+        engine.name().into(),
+    ];
+    if let (JsEngine::V8, Some(node_engine)) = (engine, node_engine) {
+        arguments.extend([
+            "--node".into(),
+            node_engine.node.into_os_string(),
+            "--library".into(),
+            node_engine.library.into_os_string(),
+        ]);
+    }
+    let mut config = codemode_engine_process::ProcessEngineConfig::new(program, arguments)
+        .with_warm_runtimes(
+            codemode_runtime_quickjs::DEFAULT_WARM_RUNTIMES,
+            heap_limit_bytes,
+        )
+        .with_cells_per_process(cells_per_process);
     if let Some(name) = engine_user {
         let user = nix::unistd::User::from_name(name)
             .map_err(|error| SetupError {

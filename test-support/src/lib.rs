@@ -10,6 +10,7 @@
 
 #[cfg(feature = "conformance")]
 pub mod conformance;
+pub mod engine_host;
 pub mod mcp_servers;
 pub mod postgres;
 

@@ -299,11 +299,12 @@ pub(crate) fn process_config_for(
     warm_runtimes: usize,
 ) -> ProcessEngineConfig {
     let program = std::path::Path::new(codemode).with_file_name("codemode-v8");
-    let mut config = ProcessEngineConfig::new(program, ["engine-host", "--engine", engine])
-        .with_warm_runtimes(
-            warm_runtimes,
-            codemode_protocol::limits::DEFAULT_HEAP_LIMIT_BYTES,
-        );
+    // V8 on Node 24's V8 when CODEMODE_V8_LIBRARY names an engine library, as for the binary.
+    let arguments = codemode_test_support::engine_host::arguments(engine);
+    let mut config = ProcessEngineConfig::new(program, arguments).with_warm_runtimes(
+        warm_runtimes,
+        codemode_protocol::limits::DEFAULT_HEAP_LIMIT_BYTES,
+    );
     if let Some(path) = std::env::var_os("LD_LIBRARY_PATH") {
         config = config.with_env("LD_LIBRARY_PATH", path);
     }

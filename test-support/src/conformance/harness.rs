@@ -80,6 +80,9 @@ pub struct Cell {
     /// The cell's commands, controls and terminate handle.
     pub handles: EngineHandles,
     runtime: tokio::runtime::Runtime,
+    /// The engine, kept for as long as its cell: an engine of engine processes ends its
+    /// processes, and their cells, when it is dropped.
+    pub(crate) engine: std::sync::Arc<dyn Engine>,
 }
 
 impl std::fmt::Debug for Cell {
@@ -165,6 +168,7 @@ pub fn start_with(source: &str, options: Options) -> Cell {
         events,
         handles,
         runtime,
+        engine: options.engine,
     }
 }
 

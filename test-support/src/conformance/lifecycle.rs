@@ -360,9 +360,11 @@ pub fn a_host_fired_timeout_runs_the_timer_early() {
 
 /// A conformance test.
 pub fn dropping_every_sender_ends_an_idle_cell() {
+    // The engine stays: the senders are what this test drops.
     let super::harness::Cell {
         mut events,
         handles,
+        engine: _engine,
         ..
     } = start(r#"await tools.echo(1);"#);
     assert_eq!(events.blocking_recv(), Some(RuntimeEvent::Started));
