@@ -6,6 +6,10 @@
 //!   the run-time libraries to the per-user location the `codemode` launcher searches
 //!   (`${XDG_DATA_HOME:-$HOME/.local/share}/codemode/v8/lib`), so that an installed binary keeps
 //!   working once the checkout is gone.
+//!   It also installs the pinned official Node 24 (`engine-library/node/`, from the npm registry)
+//!   and builds the engine library on its V8 13.6 with test hooks, for the tests (`node`).
+//! - `build-engine-library [--release]`: that library alone; `--release` builds the one without
+//!   test hooks, which `--v8-library` is for.
 //! - `dist`: a release tarball, `target/dist/codemode-<version>-x86_64-linux-gnu.tar.gz`, with
 //!   V8 and the libraries it needs beyond a base system, and their licences.
 //! - `bench`: the benchmark suite (`cli/examples/bench.rs`) on a release build: one table of
@@ -23,6 +27,7 @@
 
 mod bench;
 mod dist;
+mod node;
 mod shell;
 mod v8;
 
@@ -35,7 +40,15 @@ use v8::setup_v8;
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
-        Some("setup-v8") => setup_v8(),
+        Some("setup-v8") => setup(),
+        Some("build-engine-library") => {
+            let build = if args.iter().any(|arg| arg == "--release") {
+                node::LibraryBuild::Release
+            } else {
+                node::LibraryBuild::TestHooks
+            };
+            node::build_engine_library(build).map(|_| ())
+        }
         Some("ci") => ci(),
         Some("dist") => dist::dist().map(|tarball| println!("{}", tarball.display())),
         Some("dist-check") => dist::check(),
@@ -51,7 +64,10 @@ fn main() -> ExitCode {
         _ => {
             eprintln!(
                 "usage: cargo xtask <task>\n\n\
-                 tasks:\n  setup-v8   unpack the system V8 into .v8/ (needed before building)\n  \
+                 tasks:\n  setup-v8   unpack the system V8 into .v8/ (needed before building), install the\n             \
+                 pinned Node 24 and build the engine library on its V8 (with test hooks)\n  \
+                 build-engine-library [--release]  the engine library on Node 24's V8 (release: \
+                 no test hooks)\n  \
                  ci         setup-v8, fmt --check, clippy -D warnings, docs, tests, dist-check\n  \
                  dist       build the release tarball in target/dist/\n  \
                  dist-check build it, unpack it elsewhere, run a cell and an MCP round trip\n  \
@@ -71,8 +87,14 @@ fn main() -> ExitCode {
     }
 }
 
-fn ci() -> Result<(), String> {
+/// `setup-v8`: both V8s, and the engine library on Node's.
+fn setup() -> Result<(), String> {
     setup_v8()?;
+    node::build_engine_library(node::LibraryBuild::TestHooks).map(|_| ())
+}
+
+fn ci() -> Result<(), String> {
+    setup()?;
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
     let root = workspace_root();
     run(Command::new(&cargo)
