@@ -36,6 +36,7 @@ pub use error::EngineError;
 pub use handles::{EngineHandles, Terminate, TerminateHandle};
 pub use start::{
     CellLimits, CellStart, PendingMode, check_heap_limit, cpu_time_limit_error, heap_limit_error,
+    out_of_memory_error,
 };
 pub use stats::EngineStats;
 

@@ -101,6 +101,17 @@ pub fn heap_limit_error(heap_limit_bytes: usize) -> String {
     )
 }
 
+/// The error of a cell whose allocation its engine could not serve at all, so that the engine
+/// ended its process (V8 ends it when a single table or array would pass the largest size it
+/// allows, which can come before the heap limit): `engine_says` is the engine's own words.
+pub fn out_of_memory_error(engine_says: &str) -> String {
+    format!(
+        "out of memory: the cell asked for more memory than its engine can give one cell, and \
+         the engine process running it had to end ({engine_says}); process the data in smaller \
+         pieces"
+    )
+}
+
 /// The error of a cell stopped at its CPU-time limit, the same from every engine.
 pub fn cpu_time_limit_error(budget: Duration) -> String {
     format!(

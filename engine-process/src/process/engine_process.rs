@@ -504,6 +504,11 @@ impl EngineProcess {
                 Some((Some(cell), HardStopReason::CpuTimeLimit, _)) if *cell == number => {
                     codemode_engine::cpu_time_limit_error(cpu_time_limit.unwrap_or_default())
                 }
+                Some((Some(cell), HardStopReason::OutOfMemory, message)) if *cell == number => {
+                    codemode_engine::out_of_memory_error(
+                        message.strip_prefix("out of memory: ").unwrap_or(message),
+                    )
+                }
                 _ if stopped_for.is_some() => "the cell was stopped: another cell in its engine process \
                      could not be stopped in time, and the process had to be ended with it; run the \
                      cell again"
