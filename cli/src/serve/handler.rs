@@ -22,7 +22,7 @@ use tracing::Instrument;
 use super::cluster::{ProgressRelay, was_forwarded};
 use super::identity::Identity;
 use super::live::LiveSession;
-use super::progress::{Progress, Watched, request_id_text};
+use super::progress::{self, Watched, request_id_text};
 use super::push::{LogThreshold, push_completions};
 use super::results::to_call_tool_result;
 use super::retries::{answers_by_retry, apply_answers, ask_or_answer, with_held};
@@ -198,7 +198,6 @@ impl CodemodeServer {
         let slot = self.shared.admit_cell(&live.tenant).await?;
         let session = &live.session;
         let call_id = format!("mcp-{}", request_id_text(&context));
-        let progress = Progress::start(&context, session, Watched::Call(call_id.clone()));
         let tools_before = session.tools();
         let max_tokens = options.max_output_tokens;
         // The cell's calls that need approval ask this client's user; a client that gives up on
@@ -209,9 +208,14 @@ impl CodemodeServer {
             .with_cancellation(context.ct.clone())
             // A 2026-07-28 client is asked in the result: the result must not wait for it.
             .with_yield_on_approval(answers_by_retry(&context.meta));
-        let result = session.exec_tool_with(&call_id, code, options).await;
+        let result = progress::relayed(
+            &context,
+            session,
+            Watched::Call(call_id.clone()),
+            session.exec_tool_with(&call_id, code, options),
+        )
+        .await;
         live.touch();
-        progress.stop().await;
         // A downstream server's tools changed and the session listed them again for this cell:
         // `exec`'s description (which declares them) changed too, so tell the client.
         if !Arc::ptr_eq(&tools_before, &session.tools())
@@ -374,21 +378,18 @@ impl CodemodeServer {
             crate::telemetry::link_spans(&tracing::Span::current(), &cell_span);
         }
         let registration = live.start_wait(&request.cell_id, context.ct.clone()).await;
-        let progress = Progress::start(
-            &context,
-            session,
-            Watched::Cell(CellId::parse(&request.cell_id)),
-        );
         // A wait the client cancels (`notifications/cancelled`) stops observing at once: the
         // cell is free for the next wait, which gets every item this one had not returned.
         let cell_id = CellId::parse(&request.cell_id);
-        let result = tokio::select! {
-            result = session.wait_tool(request) => Some(result),
-            () = context.ct.cancelled() => None,
-        };
+        let result = progress::relayed(&context, session, Watched::Cell(cell_id.clone()), async {
+            tokio::select! {
+                result = session.wait_tool(request) => Some(result),
+                () = context.ct.cancelled() => None,
+            }
+        })
+        .await;
         drop(registration);
         live.touch();
-        progress.stop().await;
         match result {
             // A 2026-07-28 client: the output held back by an approval asked comes first, and a
             // call waiting for approval is asked in the result.

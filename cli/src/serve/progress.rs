@@ -9,7 +9,6 @@ use rmcp::RoleServer;
 use rmcp::model::ProgressNotificationParam;
 use rmcp::service::RequestContext;
 use serde_json::Value;
-use tokio_util::sync::CancellationToken;
 
 /// How often a waiting call reports progress.
 pub(super) const PROGRESS_INTERVAL: Duration = Duration::from_secs(1);
@@ -31,103 +30,96 @@ pub(super) enum Watched {
     Cell(Option<CellId>),
 }
 
-/// How long a finishing call waits for its relay to send the notifications already queued: a
+/// How long a call waits to send one progress notification before it gives up relaying: a
 /// client that stops reading must not hold the call's answer back.
-const FLUSH_GUARD: Duration = Duration::from_secs(2);
+const SEND_GUARD: Duration = Duration::from_secs(2);
 
-/// Progress notifications for one waiting call, when the client gave a progress token.
-pub(super) struct Progress {
-    relay: Option<(tokio::task::JoinHandle<()>, CancellationToken)>,
-}
-
-impl Progress {
-    pub(super) fn start(
-        context: &RequestContext<RoleServer>,
-        session: &Session,
-        watched: Watched,
-    ) -> Self {
-        let Some(token) = context.meta.get_progress_token() else {
-            return Progress { relay: None };
-        };
-        let peer = context.peer.clone();
-        let mut events = session.subscribe();
-        let began = Instant::now();
-        let finish = CancellationToken::new();
-        let finishing = finish.clone();
-        let task = tokio::spawn(async move {
-            let ours = |event: &SessionEvent| match event {
-                SessionEvent::Notification {
-                    cell_id,
-                    call_id,
-                    text,
-                } => {
-                    let ours = match &watched {
-                        Watched::Call(id) => id == call_id,
-                        Watched::Cell(id) => id.as_ref() == Some(cell_id),
-                    };
-                    ours.then(|| text.clone())
+/// Runs `work` (a call that waits on a cell) and, when the client gave a progress token, relays
+/// the watched cell's notifications and a tick every [`PROGRESS_INTERVAL`] to it while `work`
+/// runs, in the same task: a relay of its own would cost each call a hand-over between threads
+/// to start and to stop it, which on a busy machine was most of a short `exec`. What the cell
+/// notified before `work` ended goes out before its answer.
+pub(super) async fn relayed<F: Future>(
+    context: &RequestContext<RoleServer>,
+    session: &Session,
+    watched: Watched,
+    work: F,
+) -> F::Output {
+    let Some(token) = context.meta.get_progress_token() else {
+        return work.await;
+    };
+    let peer = &context.peer;
+    let mut events = session.subscribe();
+    let began = Instant::now();
+    let ours = |event: &SessionEvent| match event {
+        SessionEvent::Notification {
+            cell_id,
+            call_id,
+            text,
+        } => {
+            let ours = match &watched {
+                Watched::Call(id) => id == call_id,
+                Watched::Cell(id) => id.as_ref() == Some(cell_id),
+            };
+            ours.then(|| text.clone())
+        }
+        _ => None,
+    };
+    let mut step = 0.0;
+    // Whether the client still takes notifications: one that did not within the guard gets none.
+    let mut relaying = true;
+    let mut send = async |message: String, relaying: &mut bool| {
+        if !*relaying {
+            return;
+        }
+        step += 1.0;
+        let notification =
+            ProgressNotificationParam::new(token.clone(), step).with_message(message);
+        *relaying = matches!(
+            tokio::time::timeout(SEND_GUARD, peer.notify_progress(notification)).await,
+            Ok(Ok(()))
+        );
+    };
+    let mut ticks = tokio::time::interval_at(
+        tokio::time::Instant::now() + PROGRESS_INTERVAL,
+        PROGRESS_INTERVAL,
+    );
+    let mut work = std::pin::pin!(work);
+    loop {
+        let message = tokio::select! {
+            // Events first: a notification already queued goes out before the call ends.
+            biased;
+            event = events.recv(), if relaying => match event {
+                Ok(event) => match ours(&event) {
+                    Some(text) => text,
+                    None => continue,
+                },
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => {
+                    relaying = false;
+                    continue;
                 }
-                _ => None,
-            };
-            let mut ticks = tokio::time::interval(PROGRESS_INTERVAL);
-            ticks.tick().await;
-            let mut step = 0.0;
-            let mut send = async |message: String| {
-                step += 1.0;
-                let notification =
-                    ProgressNotificationParam::new(token.clone(), step).with_message(message);
-                peer.notify_progress(notification).await.is_ok()
-            };
-            loop {
-                let message = tokio::select! {
-                    // Events first: a notification already queued goes out before the call ends.
-                    biased;
-                    event = events.recv() => match event {
-                        Ok(event) => match ours(&event) {
-                            Some(text) => text,
-                            None => continue,
-                        },
-                        Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
-                        Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
-                    },
-                    () = finishing.cancelled() => {
-                        // The call is answering: what the cell notified before it ended is
-                        // queued already; send that, then stop.
-                        loop {
-                            match events.try_recv() {
-                                Ok(event) => {
-                                    if let Some(text) = ours(&event)
-                                        && !send(text).await
-                                    {
-                                        return;
-                                    }
-                                }
-                                Err(tokio::sync::broadcast::error::TryRecvError::Lagged(_)) => {}
-                                Err(_) => return,
+            },
+            output = &mut work => {
+                // The call is answering: what the cell notified before it ended is queued
+                // already; send that first.
+                while relaying {
+                    match events.try_recv() {
+                        Ok(event) => {
+                            if let Some(text) = ours(&event) {
+                                send(text, &mut relaying).await;
                             }
                         }
+                        Err(tokio::sync::broadcast::error::TryRecvError::Lagged(_)) => {}
+                        Err(_) => break,
                     }
-                    _ = ticks.tick() => format!("running for {:.0} s", began.elapsed().as_secs_f64()),
-                };
-                if !send(message).await {
-                    return;
                 }
+                return output;
             }
-        });
-        Progress {
-            relay: Some((task, finish)),
-        }
-    }
-
-    /// Ends the relay once it has sent the notifications queued for its call, so that they reach
-    /// the client before the call's answer (within [`FLUSH_GUARD`]).
-    pub(super) async fn stop(self) {
-        if let Some((task, finish)) = self.relay {
-            finish.cancel();
-            let abort = task.abort_handle();
-            if tokio::time::timeout(FLUSH_GUARD, task).await.is_err() {
-                abort.abort();
+            _ = ticks.tick(), if relaying => {
+                format!("running for {:.0} s", began.elapsed().as_secs_f64())
             }
-        }
+        };
+        send(message, &mut relaying).await;
     }
 }
