@@ -9,7 +9,8 @@
 //! stores, files and PostgreSQL, side by side (`bench/stores.rs`; left out, saying so, on a
 //! machine without PostgreSQL); a fourth puts engine processes beside pydantic-monty's subprocess
 //! workers (`bench/monty.rs`, with the Python given by `--monty-python`; left out, saying so,
-//! without one). Run on a quiet machine: the figures are wall-clock times.
+//! without one), with engine processes on the pinned Node 24's V8 13.6 too when `--v8-library`
+//! names the engine library. Run on a quiet machine: the figures are wall-clock times.
 //!
 //! ```text
 //! cargo xtask bench            # builds the release binary, then runs this
@@ -50,7 +51,12 @@ fn main() {
     };
     let codemode = options.codemode.as_str();
     match mode {
-        Mode::Suite => suite::run(codemode, options.json, options.monty_python.as_deref()),
+        Mode::Suite => suite::run(
+            codemode,
+            options.json,
+            options.monty_python.as_deref(),
+            options.v8_library.as_deref(),
+        ),
         Mode::RoundTrip { engine } => quick::round_trip(codemode, &engine),
         Mode::RoundTripsInProcess { engine, iterations } => {
             quick::round_trips_in_process(&engine, iterations)
@@ -62,7 +68,7 @@ fn main() {
         Mode::Payload => quick::payload(codemode),
         Mode::Stored => quick::stored(codemode),
         Mode::Stores => quick::stores(codemode),
-        Mode::Monty { python } => quick::monty(codemode, &python),
+        Mode::Monty { python } => quick::monty(codemode, &python, options.v8_library.as_deref()),
         Mode::Exec { isolation, runs } => quick::exec(codemode, &isolation, runs),
         Mode::Engines => quick::engines(codemode),
         Mode::Tracing { runs, baseline } => quick::tracing(codemode, runs, baseline.as_deref()),

@@ -1,8 +1,10 @@
-//! `bench`: the benchmark suite on a release build, beside pydantic-monty installed from PyPI.
+//! `bench`: the benchmark suite on a release build, beside pydantic-monty installed from PyPI,
+//! with engine processes on the pinned Node 24's V8 13.6 (the release engine library) too.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use crate::node::{LibraryBuild, build_engine_library};
 use crate::shell::{run, workspace_root};
 use crate::v8::setup_v8;
 
@@ -34,6 +36,13 @@ pub(crate) fn bench() -> Result<(), String> {
         .current_dir(&root);
     if let Some(python) = install_monty(&root) {
         bench.arg("--monty-python").arg(python);
+    }
+    // Engine processes on the pinned Node 24's V8 13.6 beside those on the linked V8.
+    match build_engine_library(LibraryBuild::Release) {
+        Ok(library) => {
+            bench.arg("--v8-library").arg(library);
+        }
+        Err(error) => eprintln!("the bench goes on without V8 13.6: {error}"),
     }
     run(&mut bench)
 }

@@ -311,6 +311,26 @@ pub(crate) fn process_config_for(
     config
 }
 
+/// Engine processes on the pinned Node 24's V8 13.6: `node` beside `library` loading it.
+pub(crate) fn process_engine_in_node(
+    codemode: &str,
+    library: &str,
+    warm_runtimes: usize,
+) -> ProcessEngine {
+    let program = std::path::Path::new(codemode).with_file_name("codemode-v8");
+    let arguments = codemode_test_support::engine_host::arguments_in_node(library.into());
+    let mut config = ProcessEngineConfig::new(program, arguments).with_warm_runtimes(
+        warm_runtimes,
+        codemode_protocol::limits::DEFAULT_HEAP_LIMIT_BYTES,
+    );
+    if let Some(path) = std::env::var_os("LD_LIBRARY_PATH") {
+        config = config.with_env("LD_LIBRARY_PATH", path);
+    }
+    let engine = ProcessEngine::new(config);
+    engine.check().expect("engine processes on V8 13.6 start");
+    engine
+}
+
 /// Engine processes as the binary runs them (one spare kept ready), with one process started.
 pub(crate) fn process_engine(codemode: &str, warm_runtimes: usize) -> ProcessEngine {
     process_engine_for(codemode, "v8", warm_runtimes)

@@ -48,6 +48,9 @@ pub(crate) struct Options {
     pub(crate) json: Option<String>,
     /// The Python of pydantic-monty's environment (`--monty-python`).
     pub(crate) monty_python: Option<String>,
+    /// The engine library on the pinned Node 24's V8 13.6 (`--v8-library`): the table beside
+    /// Monty measures engine processes on it too, beside those on the linked V8.
+    pub(crate) v8_library: Option<String>,
 }
 
 /// The flags that choose a mode; at most one is given.
@@ -81,6 +84,7 @@ pub(crate) fn parse(args: &[String]) -> Result<(Mode, Options), String> {
         codemode: flag(args, "--codemode").unwrap_or_else(|| "target/release/codemode".into()),
         json: flag(args, "--json"),
         monty_python: flag(args, "--monty-python"),
+        v8_library: flag(args, "--v8-library"),
     };
     let chosen: Vec<&str> = MODE_FLAGS
         .iter()

@@ -82,13 +82,49 @@ impl Drop for Monty {
 
 /// One row: codemode's figure beside its yardstick, both medians and p99s of alternated runs.
 pub struct MontyRow {
-    pub name: &'static str,
+    pub name: String,
     pub figure: Stats,
     pub yardstick_name: &'static str,
     pub yardstick: Stats,
     pub unit: &'static str,
     /// The ratio the issue asks for at most.
     pub target: f64,
+}
+
+/// One V8 the table measures: its engine processes, and how `codemode mcp` is told to use it.
+pub struct Subject {
+    /// Which V8, as the rows name it.
+    pub label: &'static str,
+    pub processes: Arc<dyn Engine>,
+    /// The engine library `codemode mcp` is given (`--v8-library`), or none for the linked V8.
+    pub v8_library: Option<String>,
+}
+
+/// The V8s the table measures: the linked one, and V8 13.6 when an engine library is given.
+pub struct Subjects(Vec<Subject>);
+
+impl Subjects {
+    /// `processes` (the linked V8, or whatever `CODEMODE_V8_LIBRARY` chose), and engine processes
+    /// on the V8 13.6 of `v8_library` when given.
+    pub fn new(codemode: &str, processes: Arc<dyn Engine>, v8_library: Option<&str>) -> Self {
+        let mut subjects = vec![Subject {
+            label: "engine processes",
+            processes,
+            v8_library: None,
+        }];
+        if let Some(library) = v8_library {
+            subjects.push(Subject {
+                label: "engine processes on V8 13.6",
+                processes: Arc::new(crate::measure::process_engine_in_node(
+                    codemode,
+                    library,
+                    codemode_runtime_v8::DEFAULT_WARM_RUNTIMES,
+                )),
+                v8_library: Some(library.to_owned()),
+            });
+        }
+        Subjects(subjects)
+    }
 }
 
 /// Start to result of `text("hi")` in a new cell of `engine`, as a session starts one: from a
@@ -125,32 +161,53 @@ fn warm_starts(
         .expect("the task ends")
 }
 
-/// The table's rows: `processes` (engine processes, V8) against Monty, and `codemode mcp`'s exec
-/// against a trivial MCP tool.
+/// What one subject measured: tool round trips, warm starts, `exec` over MCP.
+#[derive(Default)]
+struct Samples {
+    trips: Vec<f64>,
+    starts: Vec<f64>,
+    execs: Vec<f64>,
+}
+
+/// The table's rows: each subject's engine processes against Monty, and `codemode mcp`'s exec on
+/// it against a trivial MCP tool. Every round measures each subject and then its yardstick, so
+/// that a slow minute of the machine falls on all of them.
 pub fn monty_comparison(
     codemode: &str,
-    processes: &Arc<dyn Engine>,
+    subjects: &Subjects,
     runtime: &tokio::runtime::Runtime,
     monty: &mut Monty,
 ) -> Vec<MontyRow> {
     const ROUNDS: usize = 7;
-    let (mut trips, mut monty_trips) = (Vec::new(), Vec::new());
-    let (mut starts, mut monty_starts) = (Vec::new(), Vec::new());
-    let (mut execs, mut trivials) = (Vec::new(), Vec::new());
+    let mut samples: Vec<Samples> = subjects.0.iter().map(|_| Samples::default()).collect();
+    let (mut monty_trips, mut monty_starts, mut trivials) = (Vec::new(), Vec::new(), Vec::new());
     let spacing = Duration::from_millis(20);
-    // Warm both up before anything counts.
-    runtime.block_on(tool_round_trip(Arc::clone(processes), 100));
+    // Warm all up before anything counts.
+    for subject in &subjects.0 {
+        runtime.block_on(tool_round_trip(Arc::clone(&subject.processes), 100));
+    }
     monty.round_trip(100);
     for _ in 0..ROUNDS {
-        trips.push(runtime.block_on(tool_round_trip(Arc::clone(processes), 2000)));
+        for (subject, samples) in subjects.0.iter().zip(&mut samples) {
+            samples
+                .trips
+                .push(runtime.block_on(tool_round_trip(Arc::clone(&subject.processes), 2000)));
+        }
         monty_trips.push(monty.round_trip(2000));
-        starts.extend(warm_starts(processes, runtime, 40, spacing));
+        for (subject, samples) in subjects.0.iter().zip(&mut samples) {
+            samples
+                .starts
+                .extend(warm_starts(&subject.processes, runtime, 40, spacing));
+        }
         monty_starts.extend(monty.fresh_sessions(40, spacing));
     }
-    let exec = |runs| {
+    let exec = |v8_library: Option<&str>, runs| {
         runtime.block_on(mcp_calls(
             tokio::process::Command::new(codemode).configure(|command| {
                 command.args(["mcp", "--isolation", "process"]);
+                if let Some(library) = v8_library {
+                    command.arg("--v8-library").arg(library);
+                }
             }),
             "exec",
             json!({"code": "text(\"hi\")"}),
@@ -170,35 +227,46 @@ pub fn monty_comparison(
         ))
     };
     for _ in 0..ROUNDS {
-        execs.extend(exec(40));
+        for (subject, samples) in subjects.0.iter().zip(&mut samples) {
+            samples
+                .execs
+                .extend(exec(subject.v8_library.as_deref(), 40));
+        }
         trivials.extend(trivial(40));
     }
-    vec![
-        MontyRow {
-            name: "awaited tool round trip, engine processes",
-            figure: stats(trips),
+    let (monty_trips, monty_starts, trivials) =
+        (stats(monty_trips), stats(monty_starts), stats(trivials));
+    let mut rows = Vec::new();
+    for (subject, samples) in subjects.0.iter().zip(samples) {
+        rows.push(MontyRow {
+            name: format!("awaited tool round trip, {}", subject.label),
+            figure: stats(samples.trips),
             yardstick_name: "Monty external function call",
-            yardstick: stats(monty_trips),
+            yardstick: monty_trips,
             unit: "µs",
             target: 1.0,
-        },
-        MontyRow {
-            name: "warm start of text(\"hi\") in an engine process, 20 ms apart",
-            figure: stats(starts),
+        });
+        rows.push(MontyRow {
+            name: format!(
+                "warm start of text(\"hi\") in {}, 20 ms apart",
+                subject.label
+            ),
+            figure: stats(samples.starts),
             yardstick_name: "Monty fresh session + trivial snippet",
-            yardstick: stats(monty_starts),
+            yardstick: monty_starts,
             unit: "ms",
             target: 1.5,
-        },
-        MontyRow {
-            name: "MCP exec over stdio (engine processes), back to back",
-            figure: stats(execs),
+        });
+        rows.push(MontyRow {
+            name: format!("MCP exec over stdio ({}), back to back", subject.label),
+            figure: stats(samples.execs),
             yardstick_name: "trivial MCP tool, same client",
-            yardstick: stats(trivials),
+            yardstick: trivials,
             unit: "ms",
             target: 1.3,
-        },
-    ]
+        });
+    }
+    rows
 }
 
 /// Prints the table; its rows as JSON.

@@ -167,7 +167,7 @@ pub(crate) fn stores(codemode: &str) {
 }
 
 /// The table beside Monty alone: not the whole suite.
-pub(crate) fn monty(codemode: &str, python: &str) {
+pub(crate) fn monty(codemode: &str, python: &str, v8_library: Option<&str>) {
     let runtime = runtime();
     let mut yardstick = monty::Monty::start(python).expect("pydantic-monty starts");
     let processes: Arc<dyn Engine> = Arc::new(process_engine(
@@ -176,7 +176,7 @@ pub(crate) fn monty(codemode: &str, python: &str) {
     ));
     monty::print_monty(&monty::monty_comparison(
         codemode,
-        &processes,
+        &monty::Subjects::new(codemode, processes, v8_library),
         &runtime,
         &mut yardstick,
     ));

@@ -66,8 +66,14 @@ struct Bench<'a> {
 const RUNS: usize = 200;
 
 /// Runs the suite against the release binary `codemode`, beside pydantic-monty when
-/// `monty_python` names its Python, and writes the figures to `json_path` if given.
-pub(crate) fn run(codemode: &str, json_path: Option<String>, monty_python: Option<&str>) {
+/// `monty_python` names its Python (and engine processes on V8 13.6 when `v8_library` names the
+/// engine library), and writes the figures to `json_path` if given.
+pub(crate) fn run(
+    codemode: &str,
+    json_path: Option<String>,
+    monty_python: Option<&str>,
+    v8_library: Option<&str>,
+) {
     let bench = Bench {
         codemode,
         engine: Arc::new(V8Engine::new()),
@@ -89,7 +95,7 @@ pub(crate) fn run(codemode: &str, json_path: Option<String>, monty_python: Optio
     let json_monty = match monty_python.and_then(monty::Monty::start) {
         Some(mut yardstick) => monty::print_monty(&monty::monty_comparison(
             codemode,
-            &bench.process,
+            &monty::Subjects::new(codemode, Arc::clone(&bench.process), v8_library),
             &bench.runtime,
             &mut yardstick,
         )),
