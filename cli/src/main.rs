@@ -10,6 +10,7 @@ mod config;
 mod engine_host;
 mod exit;
 mod http;
+mod node_engine;
 mod run;
 mod serve;
 mod servers;

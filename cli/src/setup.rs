@@ -15,6 +15,8 @@ use codemode_runtime_quickjs::QuickJsEngine;
 #[cfg(feature = "v8")]
 use codemode_runtime_v8::V8Engine;
 use codemode_session::{Session, SessionConfig, SessionKey, Store};
+
+use crate::node_engine::{self, NodeEngine};
 use serde_json::{Value, json};
 
 /// Limits, store and tools.
@@ -76,18 +78,14 @@ pub struct SessionArgs {
     /// user must be able to read this program and V8's libraries.
     #[arg(long, value_name = "USER")]
     pub engine_user: Option<String>,
-    /// Run V8 cells on the V8 of the pinned official Node 24 (V8 13.6) instead of the V8 this
-    /// program links: engine processes become that `node` loading this engine library
-    /// (`cargo xtask build-engine-library` builds it). With --isolation process only.
+    /// The engine library on the V8 of the pinned official Node 24 (V8 13.6) that V8 engine
+    /// processes run (they become that `node` loading it), or `linked` for the V8 10.2 this
+    /// program links. By default the one installed beside this program, or for this user by
+    /// `cargo xtask setup-v8`; the linked V8 when there is none. With --isolation process only.
     #[arg(long, value_name = "PATH", env = "CODEMODE_V8_LIBRARY")]
     pub v8_library: Option<PathBuf>,
-    /// The `node` binary that loads --v8-library (by default the `node` beside the library).
-    #[arg(
-        long,
-        value_name = "PATH",
-        env = "CODEMODE_NODE",
-        requires = "v8_library"
-    )]
+    /// The `node` binary that loads the engine library (by default the `node` beside it).
+    #[arg(long, value_name = "PATH", env = "CODEMODE_NODE")]
     pub node: Option<PathBuf>,
 }
 
@@ -253,39 +251,46 @@ impl SessionArgs {
         Ok(Arc::clone(ENGINE.get_or_init(|| engine)))
     }
 
-    /// `node` and the engine library it loads, when V8 cells are to run on Node's V8.
+    /// `node` and the engine library it loads, when V8 cells are to run on Node's V8 (see
+    /// [`crate::node_engine`]); `None` for the V8 this program links.
     fn node_engine(&self) -> Result<Option<NodeEngine>, SetupError> {
-        let Some(library) = &self.v8_library else {
+        if self.engine != JsEngine::V8 {
             return Ok(None);
-        };
-        let usage = |message: String| SetupError {
-            message,
-            usage: true,
-        };
-        if self.isolation != Isolation::Process {
-            return Err(usage(
-                "--v8-library runs V8 cells in engine processes only: drop --isolation in-process"
-                    .to_owned(),
-            ));
         }
-        let library = std::fs::canonicalize(library).map_err(|error| {
-            usage(format!(
-                "--v8-library {}: {error} (build it with `cargo xtask build-engine-library`)",
-                library.display()
-            ))
-        })?;
-        let node = match &self.node {
-            Some(node) => node.clone(),
-            None => library.with_file_name("node"),
-        };
-        let node = std::fs::canonicalize(&node).map_err(|error| {
-            usage(format!(
-                "the node binary {} that loads the engine library: {error} (install the pinned \
-                 Node 24 with `cargo xtask setup-v8`, or name one with --node)",
-                node.display()
-            ))
-        })?;
-        Ok(Some(NodeEngine { node, library }))
+        let named = self.v8_library.as_deref();
+        if self.isolation != Isolation::Process {
+            if named.is_some_and(|named| named != std::path::Path::new(node_engine::LINKED)) {
+                return Err(SetupError {
+                    message: "--v8-library runs V8 cells in engine processes only: drop \
+                              --isolation in-process"
+                        .to_owned(),
+                    usage: true,
+                });
+            }
+            return Ok(None);
+        }
+        let environment = node_engine::Environment::current();
+        let chosen =
+            node_engine::choose(named, self.node.as_deref(), &environment).map_err(|error| {
+                SetupError {
+                    message: error.to_string(),
+                    usage: true,
+                }
+            })?;
+        match &chosen {
+            Some(chosen) => tracing::info!(
+                library = %chosen.library.display(),
+                node = %chosen.node.display(),
+                "V8 cells run in engine processes on the V8 of the pinned Node 24"
+            ),
+            None if named.is_none() => tracing::info!(
+                looked_in = ?environment.candidates(),
+                "V8 cells run on the V8 this program links: no engine library on Node's V8 is \
+                 installed (`cargo xtask setup-v8` installs one)"
+            ),
+            None => {}
+        }
+        Ok(chosen)
     }
 
     /// Whether the process's engine can start a cell now (a readiness probe): runs a trivial
@@ -355,13 +360,6 @@ static ENGINE: std::sync::OnceLock<Arc<dyn codemode_engine::Engine>> = std::sync
 
 /// How long the readiness probe's trivial cell may take.
 const PROBE_YIELD_MS: u64 = 5_000;
-
-/// The `node` binary and the engine library that V8 engine processes run on (`--v8-library`).
-#[derive(Debug, Clone)]
-struct NodeEngine {
-    node: PathBuf,
-    library: PathBuf,
-}
 
 /// Engine processes that run this program in its engine-host mode (for V8 on Node's V8, as the
 /// launcher that executes `node`).

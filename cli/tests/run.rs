@@ -414,3 +414,34 @@ fn nothing_a_cell_does_reaches_standard_output_beside_the_one_json_object() {
     assert_eq!(code, 0, "{json}");
     assert_eq!(texts(&json), ["done"]);
 }
+
+/// V8 cells run in engine processes on the pinned Node 24's V8 13.6 once `cargo xtask setup-v8`
+/// has built its engine library (a debug build finds it in the repository's target), which runs
+/// `using` declarations; `--v8-library linked` runs them on the V8 10.2 this program links, which
+/// does not parse them.
+#[test]
+fn v8_cells_run_on_node_24s_v8_by_default_and_on_the_linked_v8_when_asked() {
+    let source = "{ using held = { [Symbol.dispose]() { text(`disposed`); } }; }";
+    let on_v8 = ["--engine", "v8", "--isolation", "process"];
+    let (json, code) = run_json(&on_v8, source);
+    assert_eq!(
+        (code, &json["status"]),
+        (0, &Value::from("completed")),
+        "{json}"
+    );
+    assert_eq!(texts(&json), ["disposed"]);
+    let mut linked = on_v8.to_vec();
+    linked.extend(["--v8-library", "linked"]);
+    let (json, code) = run_json(&linked, source);
+    assert_eq!(
+        (code, &json["status"]),
+        (1, &Value::from("failed")),
+        "{json}"
+    );
+    assert!(
+        json["error_text"]
+            .as_str()
+            .is_some_and(|error| error.contains("SyntaxError")),
+        "{json}"
+    );
+}

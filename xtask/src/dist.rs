@@ -3,8 +3,10 @@
 //!
 //! The tarball holds `bin/codemode` (the launcher), `bin/codemode-v8` (run path `$ORIGIN/../lib`
 //! only), `lib/` with V8 and every library it needs that a base Debian or Ubuntu system lacks (as
-//! `ldd` reports them; the C and C++ runtimes and zlib are the system's), `licenses/` with the
-//! Debian copyright file of each bundled library, and a README.
+//! `ldd` reports them; the C and C++ runtimes and zlib are the system's), `lib/node-engine/` with
+//! the pinned official `node` and the engine library it loads (V8 engine processes run on its V8
+//! 13.6), `licenses/` with the Debian copyright file of each bundled library and Node's licence,
+//! and a README.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
@@ -13,6 +15,7 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
+use crate::node::{LibraryBuild, build_engine_library, stage_node_engine};
 use crate::shell::{copy, run, workspace_root};
 use crate::v8::{PREFIX_LIB, V8_RUNTIME_LIBRARIES, setup_v8, stage_library, v8_prefix};
 
@@ -62,14 +65,27 @@ pub fn dist() -> Result<PathBuf, String> {
         // Symbols are for debugging a build, not for running it; keep going without `strip`.
         let _ = Command::new("strip").arg(&shipped).status();
     }
+    // V8 engine processes: the pinned Node and the engine library on its V8.
+    let library = build_engine_library(LibraryBuild::Release)?;
+    stage_node_engine(
+        &library,
+        &staging.join("lib/node-engine"),
+        &staging.join("licenses/node.LICENSE"),
+    )?;
+    let _ = Command::new("strip")
+        .arg(staging.join("lib/node-engine/libcodemode_v8_engine.so"))
+        .status();
     let v8_lib = v8_prefix().join(PREFIX_LIB);
     let bundled = libraries_to_bundle(&staging.join("bin/codemode-v8"), &v8_lib)?;
     for (soname, path) in &bundled {
         let (package, copyright) = copyright_of(soname, path)?;
         stage_library(&staging, soname, path, &package, &copyright)?;
     }
-    std::fs::write(staging.join("README.md"), readme(&bundled))
-        .map_err(|error| format!("cannot write the README: {error}"))?;
+    std::fs::write(
+        staging.join("README.md"),
+        readme(&bundled, &crate::node::pinned_version()?),
+    )
+    .map_err(|error| format!("cannot write the README: {error}"))?;
     let tarball = dist.join(format!("{}.tar.gz", package_name()));
     let partial = tarball.with_extension("partial");
     run(Command::new("tar")
@@ -160,7 +176,7 @@ fn copyright_of(soname: &str, path: &Path) -> Result<(String, PathBuf), String> 
     ))
 }
 
-fn readme(bundled: &BTreeMap<String, PathBuf>) -> String {
+fn readme(bundled: &BTreeMap<String, PathBuf>, node_version: &str) -> String {
     let libraries: Vec<&str> = bundled.keys().map(String::as_str).collect();
     format!(
         "# codemode {version} ({TARGET})\n\n\
@@ -170,11 +186,15 @@ fn readme(bundled: &BTreeMap<String, PathBuf>) -> String {
          the tools of the servers in an `mcpServers` file.\n\n\
          Unpack anywhere; `bin/codemode` finds V8 in `lib/` beside it. Nothing else is needed on a \
          Debian 12 or Ubuntu 22.04+ system (x86-64).\n\n\
-         `lib/` carries V8 (Debian's libnode108, V8 10.2) and the libraries it needs that a base \
-         system lacks: {}. Their licences are in `licenses/`. These copies get no security updates \
+         V8 cells run in engine processes on the V8 13.6 of the official Node.js {node} binary in \
+         `lib/node-engine/` (with the engine library it loads; `--v8-library linked` runs them on \
+         the V8 10.2 in `lib/` instead). `lib/` carries that V8 (Debian's libnode108, for \
+         `--isolation in-process` too) and the libraries it needs that a base system lacks: {}. \
+         Their licences, and Node's, are in `licenses/`. These copies get no security updates \
          from your system: unpack a newer release to update them.\n",
         libraries.join(", "),
         version = version(),
+        node = node_version,
     )
 }
 
@@ -217,6 +237,20 @@ pub fn check() -> Result<(), String> {
     if !output.contains("relocated 2") {
         return Err(format!("the unpacked codemode ran no cell: {output}"));
     }
+    // On the V8 13.6 of the tarball's Node, which runs `using` declarations (V8 10.2 does not
+    // parse them).
+    let mut modern = Command::new(&codemode);
+    modern.args(["run", "--json", "-"]);
+    clean(&mut modern);
+    let output = run_with_input(
+        &mut modern,
+        "{ using held = { [Symbol.dispose]() { text(`disposed on ${typeof Float16Array}`); } }; }",
+    )?;
+    if !output.contains("disposed on function") {
+        return Err(format!(
+            "the unpacked codemode did not run its cell on the V8 13.6 of lib/node-engine: {output}"
+        ));
+    }
     // An MCP round trip over stdio.
     let mut server = Command::new(&codemode);
     server.args(["mcp", "--demo-tools"]);
@@ -224,7 +258,7 @@ pub fn check() -> Result<(), String> {
     mcp_round_trip(&mut server)?;
     let _ = std::fs::remove_dir_all(&scratch);
     println!(
-        "dist-check: {} runs a cell and serves MCP from {}",
+        "dist-check: {} runs cells (on V8 13.6) and serves MCP from {}",
         tarball.display(),
         bin.display()
     );

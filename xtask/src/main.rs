@@ -7,7 +7,9 @@
 //!   (`${XDG_DATA_HOME:-$HOME/.local/share}/codemode/v8/lib`), so that an installed binary keeps
 //!   working once the checkout is gone.
 //!   It also installs the pinned official Node 24 (`engine-library/node/`, from the npm registry)
-//!   and builds the engine library on its V8 13.6 with test hooks, for the tests (`node`).
+//!   and builds the engine library on its V8 13.6 twice (`node`): with test hooks, for the tests,
+//!   and for release, which it installs with `node` in the per-user `codemode/node-engine/`,
+//!   where the binaries find it and run V8 cells on it.
 //! - `build-engine-library [--release]`: that library alone; `--release` builds the one without
 //!   test hooks, which `--v8-library` is for.
 //! - `dist`: a release tarball, `target/dist/codemode-<version>-x86_64-linux-gnu.tar.gz`, with
@@ -65,7 +67,7 @@ fn main() -> ExitCode {
             eprintln!(
                 "usage: cargo xtask <task>\n\n\
                  tasks:\n  setup-v8   unpack the system V8 into .v8/ (needed before building), install the\n             \
-                 pinned Node 24 and build the engine library on its V8 (with test hooks)\n  \
+                 pinned Node 24, build the engine library on its V8 and install it for this user\n  \
                  build-engine-library [--release]  the engine library on Node 24's V8 (release: \
                  no test hooks)\n  \
                  ci         setup-v8, fmt --check, clippy -D warnings, docs, tests, dist-check\n  \
@@ -87,10 +89,13 @@ fn main() -> ExitCode {
     }
 }
 
-/// `setup-v8`: both V8s, and the engine library on Node's.
+/// `setup-v8`: both V8s, and the engine library on Node's: with test hooks for the tests, and
+/// the release one installed for this user, which the binaries run V8 cells on.
 fn setup() -> Result<(), String> {
     setup_v8()?;
-    node::build_engine_library(node::LibraryBuild::TestHooks).map(|_| ())
+    node::build_engine_library(node::LibraryBuild::TestHooks)?;
+    let library = node::build_engine_library(node::LibraryBuild::Release)?;
+    node::install_for_user(&library)
 }
 
 fn ci() -> Result<(), String> {

@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::shell::{run, workspace_root};
+use crate::shell::{copy, run, user_data_folder, workspace_root};
 
 /// The folder of the pin (`package.json`, `package-lock.json`) and of `node_modules/`.
 pub(crate) fn pin_folder() -> PathBuf {
@@ -19,7 +19,7 @@ pub(crate) fn node_package() -> PathBuf {
 }
 
 /// The version the lock pins.
-fn pinned_version() -> Result<String, String> {
+pub(crate) fn pinned_version() -> Result<String, String> {
     let path = pin_folder().join("package-lock.json");
     let text = std::fs::read_to_string(&path)
         .map_err(|error| format!("cannot read {}: {error}", path.display()))?;
@@ -121,4 +121,41 @@ fn link_node_beside(library: &Path) -> Result<(), String> {
     let _ = std::fs::remove_file(&link);
     std::os::unix::fs::symlink(node_package().join("bin/node"), &link)
         .map_err(|error| format!("cannot link {}: {error}", link.display()))
+}
+
+/// The files of an engine on Node's V8, as they are installed (per user, or in the release
+/// tarball's `lib/node-engine/`): the library and the `node` beside it, in `folder`; Node's
+/// licence to `licence`.
+pub(crate) fn stage_node_engine(
+    library: &Path,
+    folder: &Path,
+    licence: &Path,
+) -> Result<(), String> {
+    std::fs::create_dir_all(folder)
+        .map_err(|error| format!("cannot create {}: {error}", folder.display()))?;
+    copy(library, &folder.join("libcodemode_v8_engine.so"))?;
+    copy(&node_package().join("bin/node"), &folder.join("node"))?;
+    copy(&node_package().join("LICENSE"), licence)
+}
+
+/// Installs the release engine library and the pinned `node` for this user, where the
+/// `codemode` binaries look for them (`codemode/node-engine/`), replacing any older ones at once.
+pub(crate) fn install_for_user(library: &Path) -> Result<(), String> {
+    let destination = user_data_folder()?.join("node-engine");
+    let staging = destination.with_extension("partial");
+    let _ = std::fs::remove_dir_all(&staging);
+    stage_node_engine(library, &staging, &staging.join("node.LICENSE"))?;
+    let _ = std::fs::remove_dir_all(&destination);
+    std::fs::rename(&staging, &destination).map_err(|error| {
+        format!(
+            "cannot move {} to {}: {error}",
+            staging.display(),
+            destination.display()
+        )
+    })?;
+    println!(
+        "the engine library on Node's V8 installed for this user in {}",
+        destination.display()
+    );
+    Ok(())
 }

@@ -1,5 +1,5 @@
-//! Where the workspace is, and the two things every task does with the shell: run a command,
-//! copy a file, each failing with a message that names it.
+//! Where the workspace and the per-user files are, and the two things every task does with the
+//! shell: run a command, copy a file, each failing with a message that names it.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -10,6 +10,17 @@ pub(crate) fn workspace_root() -> PathBuf {
         .parent()
         .expect("xtask lives one folder below the workspace root")
         .to_path_buf()
+}
+
+/// The per-user folder of codemode's run-time files, `${XDG_DATA_HOME:-$HOME/.local/share}/codemode`,
+/// where the binaries look for V8 and for the engine library on Node's V8.
+pub(crate) fn user_data_folder() -> Result<PathBuf, String> {
+    let data_home = match (std::env::var_os("XDG_DATA_HOME"), std::env::var_os("HOME")) {
+        (Some(data_home), _) if Path::new(&data_home).is_absolute() => PathBuf::from(data_home),
+        (_, Some(home)) => PathBuf::from(home).join(".local/share"),
+        _ => return Err("neither XDG_DATA_HOME nor HOME is set: no per-user location".to_owned()),
+    };
+    Ok(data_home.join("codemode"))
 }
 
 /// Copies the file `from` (following links) to `to`.

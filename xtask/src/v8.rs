@@ -115,12 +115,7 @@ fn unpack_v8(prefix: &Path) -> Result<(), String> {
 
 /// The per-user location the `codemode` launcher searches for V8.
 fn user_v8_folder() -> Result<PathBuf, String> {
-    let data_home = match (std::env::var_os("XDG_DATA_HOME"), std::env::var_os("HOME")) {
-        (Some(data_home), _) if Path::new(&data_home).is_absolute() => PathBuf::from(data_home),
-        (_, Some(home)) => PathBuf::from(home).join(".local/share"),
-        _ => return Err("neither XDG_DATA_HOME nor HOME is set: no per-user location".to_owned()),
-    };
-    Ok(data_home.join("codemode/v8"))
+    Ok(crate::shell::user_data_folder()?.join("v8"))
 }
 
 /// Copies V8's run-time libraries (and their licences) to the per-user location, atomically;
