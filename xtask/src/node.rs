@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::shell::{copy, run, user_data_folder, workspace_root};
+use crate::shell::{copy, replace_folder, run, user_data_folder, workspace_root};
 
 /// The folder of the pin (`package.json`, `package-lock.json`) and of `node_modules/`.
 pub(crate) fn pin_folder() -> PathBuf {
@@ -145,14 +145,7 @@ pub(crate) fn install_for_user(library: &Path) -> Result<(), String> {
     let staging = destination.with_extension("partial");
     let _ = std::fs::remove_dir_all(&staging);
     stage_node_engine(library, &staging, &staging.join("node.LICENSE"))?;
-    let _ = std::fs::remove_dir_all(&destination);
-    std::fs::rename(&staging, &destination).map_err(|error| {
-        format!(
-            "cannot move {} to {}: {error}",
-            staging.display(),
-            destination.display()
-        )
-    })?;
+    replace_folder(&staging, &destination)?;
     println!(
         "the engine library on Node's V8 installed for this user in {}",
         destination.display()

@@ -46,3 +46,15 @@ pub(crate) fn run(command: &mut Command) -> Result<(), String> {
         Err(format!("{description} failed with {status}"))
     }
 }
+
+/// Puts the folder `staging` in place of `destination`, removing the older one first.
+pub(crate) fn replace_folder(staging: &Path, destination: &Path) -> Result<(), String> {
+    let _ = std::fs::remove_dir_all(destination);
+    std::fs::rename(staging, destination).map_err(|error| {
+        format!(
+            "cannot move {} to {}: {error}",
+            staging.display(),
+            destination.display()
+        )
+    })
+}

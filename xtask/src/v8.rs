@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::shell::{copy, run, workspace_root};
+use crate::shell::{copy, replace_folder, run, workspace_root};
 
 /// The Debian packages that carry V8's shared library, its headers, and the library's own
 /// dependencies that a fresh machine may lack.
@@ -151,14 +151,7 @@ fn install_for_user(prefix: &Path) -> Result<(), String> {
             &copyright,
         )?;
     }
-    let _ = std::fs::remove_dir_all(&destination);
-    std::fs::rename(&staging, &destination).map_err(|error| {
-        format!(
-            "cannot move {} to {}: {error}",
-            staging.display(),
-            destination.display()
-        )
-    })?;
+    replace_folder(&staging, &destination)?;
     println!(
         "V8's libraries installed for this user in {}",
         destination.display()
