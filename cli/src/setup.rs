@@ -94,14 +94,16 @@ pub struct SessionArgs {
 pub enum Isolation {
     /// In sandboxed child engine processes.
     Process,
-    /// In this process.
+    /// In this process (V8 cells then run on the V8 10.2 this program links: the pinned Node
+    /// 24's V8 13.6 is reachable only from an engine process).
     InProcess,
 }
 
 /// The JavaScript engine of the cells.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum JsEngine {
-    /// V8, the system's (Debian's libnode108).
+    /// V8: in engine processes the pinned Node 24's V8 13.6 wherever its engine library is
+    /// installed, else (and in-process) the V8 10.2 of Debian's libnode108 this program links.
     V8,
     /// QuickJS-NG, built into this program.
     #[value(name = "quickjs")]
@@ -283,10 +285,13 @@ impl SessionArgs {
                 node = %chosen.node.display(),
                 "V8 cells run in engine processes on the V8 of the pinned Node 24"
             ),
-            None if named.is_none() => tracing::info!(
+            // A V8 without security fixes is a weaker first wall: said, not hidden.
+            None if named.is_none() => tracing::warn!(
                 looked_in = ?environment.candidates(),
-                "V8 cells run on the V8 this program links: no engine library on Node's V8 is \
-                 installed (`cargo xtask setup-v8` installs one)"
+                "V8 cells run on the V8 10.2 this program links, which gets no upstream security \
+                 fixes: no engine library on the pinned Node 24's V8 is installed where this \
+                 program looks (`cargo xtask setup-v8` installs one for this user, the release \
+                 tarball carries one; `--v8-library linked` chooses V8 10.2 without this warning)"
             ),
             None => {}
         }

@@ -12,6 +12,13 @@
 //! module drives the module, microtasks, timers, tool results and the pending frontier, through
 //! the [`codemode_engine::script::ScriptRuntime`] this crate implements for V8 (`script`).
 //!
+//! **Which V8 an embedder gets.** Linked into a program of its own, this crate runs cells on
+//! libnode108's V8 10.2, which is out of upstream support. V8 13.6 from the official Node 24 binary,
+//! which still gets security fixes, can only be reached from inside that `node` process. To run
+//! cells on it, an embedder runs them in engine processes: `codemode_engine_process` with the
+//! engine library, which is what the `codemode` binary does by default. An embedder who needs
+//! cells in its own process and a maintained engine should use QuickJS (`codemode_runtime_quickjs`).
+//!
 //! This crate knows nothing of cell actors, sessions or tools beyond their definitions: it speaks
 //! only the channels of `codemode_engine`.
 
