@@ -96,7 +96,8 @@ pub struct Subject {
     /// Which V8, as the rows name it.
     pub label: &'static str,
     pub processes: Arc<dyn Engine>,
-    /// The engine library `codemode mcp` is given (`--v8-library`), or none for the linked V8.
+    /// What `codemode mcp` is given as `--v8-library` (an engine library, or `linked`), if
+    /// anything.
     pub v8_library: Option<String>,
 }
 
@@ -104,13 +105,19 @@ pub struct Subject {
 pub struct Subjects(Vec<Subject>);
 
 impl Subjects {
-    /// `processes` (the linked V8, or whatever `CODEMODE_V8_LIBRARY` chose), and engine processes
-    /// on the V8 13.6 of `v8_library` when given.
+    /// `processes` (the linked V8 10.2, or the engine library `CODEMODE_V8_LIBRARY` names), and
+    /// engine processes on the V8 13.6 of `v8_library` when given. `codemode mcp` is told the
+    /// same V8 as `processes` (it would otherwise run on the library it finds installed).
     pub fn new(codemode: &str, processes: Arc<dyn Engine>, v8_library: Option<&str>) -> Self {
+        let named = codemode_test_support::engine_host::v8_library().is_some();
         let mut subjects = vec![Subject {
-            label: "engine processes",
+            label: if named {
+                "engine processes (CODEMODE_V8_LIBRARY)"
+            } else {
+                "engine processes on V8 10.2"
+            },
             processes,
-            v8_library: None,
+            v8_library: (!named).then(|| "linked".to_owned()),
         }];
         if let Some(library) = v8_library {
             subjects.push(Subject {
