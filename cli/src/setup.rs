@@ -412,9 +412,13 @@ fn process_engine(
             })?;
         config = config.with_user(user.uid.as_raw(), user.gid.as_raw());
     }
-    // The child's whole environment: the library path its loader needs to find V8, nothing else.
-    if let Some(library_path) = std::env::var_os("LD_LIBRARY_PATH") {
-        config = config.with_env("LD_LIBRARY_PATH", library_path);
+    // The child's whole environment: the library path its loader needs to find V8, and whether
+    // V8 makes each global scope from a startup snapshot (`CODEMODE_V8_SNAPSHOT=off`: it does not).
+    // (The second is `codemode_runtime_v8::SNAPSHOT_VARIABLE`, named here for builds without V8.)
+    for name in ["LD_LIBRARY_PATH", "CODEMODE_V8_SNAPSHOT"] {
+        if let Some(value) = std::env::var_os(name) {
+            config = config.with_env(name, value);
+        }
     }
     Ok(codemode_engine_process::ProcessEngine::new(config))
 }

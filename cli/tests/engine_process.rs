@@ -1342,6 +1342,51 @@ fn each_cell_on_a_lane_starts_from_fresh_globals() {
     assert!(most_before > 0, "no isolate served a second cell");
 }
 
+/// On Node's V8 13.6 every cell's global scope is deserialised from the engine process's startup
+/// snapshot of a bootstrapped one (V8 10.2 runs the bootstrap for each): on a fresh isolate and on
+/// a kept one alike, each scope still has what V8 adds to it (the built-ins it ships behind
+/// flags, native rather than the prelude's), none of what a cell must not have (V8 adds
+/// `WebAssembly` back to every scope it makes), and random numbers of its own.
+#[test]
+fn each_global_scope_comes_from_the_startup_snapshot_on_node_s_v8() {
+    let engine = ProcessEngine::new(config());
+    let probe = r#"
+        text(String(__codemode_test_scope_from_snapshot()));
+        text(String(__codemode_test_cells_before()));
+        text([typeof console, typeof SharedArrayBuffer, typeof Atomics, typeof WebAssembly].join());
+        text([Promise.try, RegExp.escape, Error.isError, Math.f16round].map((f) => String(f).includes("[native code]")).join());
+        text(RegExp.escape("a.b") + " " + await Promise.try(() => 5) + " " + typeof DisposableStack);
+        text(String(Math.random()));
+    "#;
+    let mut randoms = std::collections::BTreeSet::new();
+    let mut reused = false;
+    for round in 0..12 {
+        let ended = start(&engine, cell(probe)).finish();
+        assert_eq!(
+            ended.result.as_ref().map(|(_, error)| error),
+            Some(&None),
+            "round {round}: {ended:?}"
+        );
+        assert_eq!(ended.texts[0], in_node().to_string(), "round {round}");
+        reused |= ended.texts[1] != "0";
+        assert_eq!(
+            ended.texts[2], "undefined,undefined,undefined,undefined",
+            "round {round}"
+        );
+        if in_node() {
+            assert_eq!(ended.texts[3], "true,true,true,true", "round {round}");
+            assert_eq!(ended.texts[4], "\\x61\\.b 5 function", "round {round}");
+        }
+        randoms.insert(ended.texts[5].clone());
+    }
+    assert!(reused, "no isolate served a second cell");
+    assert_eq!(
+        randoms.len(),
+        12,
+        "cells drew the same random numbers: {randoms:?}"
+    );
+}
+
 /// A cell that calls `exit()` leaves a promise job of its own queued; on a lane that keeps its
 /// isolate for the next cell, that job can never reach the next cell's output (nor its tools or
 /// stored values): code of an ended cell is refused the host.

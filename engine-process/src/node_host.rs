@@ -98,8 +98,12 @@ pub fn exec_node(node: &Path, library: &Path) -> ExitCode {
         // No io_uring for libuv: requests on a ring shared with the kernel pass no system call,
         // so a seccomp filter could not refuse them. (Node's event loop never runs here anyway.)
         .env("UV_USE_IO_URING", "0");
-    if let Some(level) = std::env::var_os("CODEMODE_LOG") {
-        command.env("CODEMODE_LOG", level);
+    // The log filter, and whether V8 makes each global scope from a startup snapshot (read by
+    // the V8 engine inside, `codemode_runtime_v8::SNAPSHOT_VARIABLE`; `off` turns it off).
+    for name in ["CODEMODE_LOG", "CODEMODE_V8_SNAPSHOT"] {
+        if let Some(value) = std::env::var_os(name) {
+            command.env(name, value);
+        }
     }
     let error = command
         .args(node_flags(library))

@@ -261,23 +261,41 @@
   defineGlobal('exit', exit);
   defineGlobal('setTimeout', setTimeout);
   defineGlobal('clearTimeout', clearTimeout);
+  // How many cells this runtime served before this one (a lane may keep it for the next): told
+  // with the cell's tools (DISPATCH_INSTALL_TOOLS), since the bootstrap may run before.
+  let cellsBefore = 0;
   if (config.testHooks) {
     defineGlobal('__codemode_test_panic', () => host(OP_TEST_PANIC));
-    // How many cells this runtime served before this one (a lane may keep it for the next).
-    defineGlobal('__codemode_test_cells_before', () => config.cellsBefore);
+    defineGlobal('__codemode_test_cells_before', () => cellsBefore);
+    // Whether this global scope was made from the engine's snapshot of a bootstrapped one.
+    const fromSnapshot = !!config.forSnapshot;
+    defineGlobal('__codemode_test_scope_from_snapshot', () => fromSnapshot);
   }
 
   // ---- what a cell must not have ----
 
-  delete global.console;
-  delete global.SharedArrayBuffer;
-  delete global.Atomics;
-  delete global.WebAssembly;
+  // Run now and again when the cell's tools arrive: an engine that makes each global scope from
+  // a snapshot of this one (V8) adds some of these back to every scope it makes, and looks for
+  // others while it does, so in a scope being snapshotted (config.forSnapshot) they stay until
+  // then.
+  function removeWhatACellMustNotHave() {
+    delete global.console;
+    delete global.SharedArrayBuffer;
+    delete global.Atomics;
+    delete global.WebAssembly;
+  }
+  if (!config.forSnapshot) removeWhatACellMustNotHave();
 
   // ---- prelude: built-ins models use that V8 10.2 lacks ----
 
-  function definePolyfill(target, name, value) {
+  // In a scope being snapshotted, the built-ins (such as 'Promise.try') that the engine adds to
+  // each global scope it makes from the snapshot: the prelude must leave them to the engine.
+  const addedByEngineLater = (config.forSnapshot && config.addedByEngineLater) || [];
+  function definePolyfill(target, name, value, label) {
     if (name in target) return;
+    for (let index = 0; index < addedByEngineLater.length; index++) {
+      if (addedByEngineLater[index] === label) return;
+    }
     defineProperty(target, name, { value, writable: true, enumerable: false, configurable: true });
   }
 
@@ -567,7 +585,7 @@
       });
     },
   };
-  definePolyfill($Promise, 'try', promiseMethods.try);
+  definePolyfill($Promise, 'try', promiseMethods.try, 'Promise.try');
 
   // RegExp.escape: as EncodeForRegExpEscape says, with lowercase hexadecimal escapes.
   const regExpSyntax = '^$\\.*+?()[]{}|/';
@@ -600,7 +618,7 @@
       }
     }
     return escaped;
-  });
+  }, 'RegExp.escape');
 
   function thisString(value, method) {
     if (value === null || value === undefined) {
@@ -949,6 +967,8 @@
     if (kind === DISPATCH_INSTALL_TOOLS) {
       if (toolsInstalled) return;
       toolsInstalled = true;
+      removeWhatACellMustNotHave();
+      cellsBefore = $Number(id);
       installTools(jsonParse(payload));
       return;
     }

@@ -127,13 +127,18 @@ namespace cm {
 
 bool InitializePlatform() { return g_platform != nullptr; }
 
-Isolate* NewIsolate(const Isolate::CreateParams& params) {
+Isolate* AllocateIsolate() {
   if (!g_platform) return nullptr;
   Isolate* isolate = Isolate::Allocate();
   auto tasks = std::make_unique<IsolateTasks>();
   g_platform->RegisterIsolate(isolate, tasks.get());
   isolate->SetData(kTasksSlot, tasks.release());
-  Isolate::Initialize(isolate, params);
+  return isolate;
+}
+
+Isolate* NewIsolate(const Isolate::CreateParams& params) {
+  Isolate* isolate = AllocateIsolate();
+  if (isolate) Isolate::Initialize(isolate, params);
   return isolate;
 }
 

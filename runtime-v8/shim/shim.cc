@@ -21,6 +21,9 @@
 // - No C++ exception crosses the ABI: every entry point catches and reports `CM_INTERNAL_ERROR`.
 // - The V8 platform lives as long as the process (platform.h); so does the bootstrap's code cache
 //   (`g_bootstrap_cache`), which every runtime compiles the bootstrap from once it exists.
+// - The startup snapshot (`cm_snapshot_prepare`, V8 13.6 only) is made at most once and lives as
+//   long as the process: every isolate made afterwards is made from its blob, and keeps a pointer
+//   to it. Its objects point to native code only through `kExternalReferences`.
 // - The fatal hook (`cm_set_fatal_hook`) is a plain function pointer held for the process's life;
 //   it is called on the thread that hit the error, and V8 ends the process when it returns.
 // - The `host_data` pointer is opaque here; the Rust side owns it and keeps it alive for as long as
@@ -29,9 +32,11 @@
 //   the runtime is created and valid until it is deleted.
 // - Every `Global` a `cm_runtime` holds is reset inside `cm_runtime_delete`, before the isolate is
 //   disposed: a `Global` destroyed after its isolate crashes the process.
-// - `cm_runtime_reset` gives a runtime a fresh context for another cell in the same isolate (the
-//   caller makes sure no terminator of the old cell can still reach the isolate). From then on the
-//   old context is unreachable from the runtime: its code, should V8 ever run any of it again (a
+// - A runtime has a context only once `cm_runtime_bootstrap` made it; the other entry points that
+//   run JavaScript refuse to run before.
+// - `cm_runtime_reset` drops a runtime's context, for another cell in the same isolate, whose
+//   bootstrap makes a fresh one (the caller makes sure no terminator of the old cell can still
+//   reach the isolate). From then on the old context is unreachable from the runtime: its code, should V8 ever run any of it again (a
 //   FinalizationRegistry callback, a microtask left queued), can no longer call the host or record
 //   a throw or rejection, because every entry point from JavaScript checks that it is called from
 //   the runtime's current context.
@@ -173,8 +178,28 @@ class CountingAllocator final : public ArrayBuffer::Allocator {
 
 }  // namespace
 
+namespace {
+
+// A startup snapshot (V8 13.6 only, see cm_snapshot_prepare): V8's built-ins plus one context in
+// which the bootstrap `source` ran with `snapshot_config`, its dispatcher kept as the context's
+// data. A runtime whose isolate is made from it and that is bootstrapped with `source` and
+// `config` deserialises that context instead of running the script. Made once, never freed.
+struct Snapshot {
+  std::string source;
+  std::string config;
+  StartupData blob;
+};
+
+// Where the bootstrapped context and its dispatcher are in a Snapshot.
+constexpr size_t kSnapshotContextIndex = 0;
+constexpr size_t kSnapshotDispatchIndex = 0;
+
+}  // namespace
+
 struct cm_runtime {
   Isolate* isolate = nullptr;
+  // The snapshot the isolate was made from, or null (V8's own).
+  const Snapshot* snapshot = nullptr;
   std::unique_ptr<CountingAllocator> allocator;
   Global<Context> context;
   Global<Function> dispatch;
@@ -354,6 +379,12 @@ void RecordRejection(PromiseRejectMessage rejection) {
   }
 }
 
+// What an entry point that runs JavaScript answers before the runtime has a context.
+int32_t NoContext(cm_runtime* rt) {
+  rt->last_error = "the runtime has no global scope yet: bootstrap it first";
+  return CM_INTERNAL_ERROR;
+}
+
 // Turns the outcome of a V8 call into a status, recording the error text on exceptions.
 int32_t Settle(cm_runtime* rt, Local<Context> context, TryCatch& try_catch, bool succeeded) {
   Isolate* isolate = rt->isolate;
@@ -368,10 +399,12 @@ int32_t Settle(cm_runtime* rt, Local<Context> context, TryCatch& try_catch, bool
 }
 
 // The single host-call entry point: host(op, a?, b?) from the bootstrap.
+// It finds its runtime in the isolate's data slot 0 rather than in data of its own, so that the
+// function can be part of a startup snapshot (made in an isolate with no runtime, where it throws).
 void HostCall(const FunctionCallbackInfo<Value>& info) {
   Isolate* isolate = info.GetIsolate();
-  cm_runtime* rt = static_cast<cm_runtime*>(info.Data().As<External>()->Value());
-  if (!InCurrentContext(rt, isolate->GetCurrentContext())) {
+  cm_runtime* rt = static_cast<cm_runtime*>(isolate->GetData(0));
+  if (!rt || !InCurrentContext(rt, isolate->GetCurrentContext())) {
     isolate->ThrowException(Exception::Error(
         NewString(isolate, "this code belongs to a cell that has ended: it cannot reach the host")));
     return;
@@ -499,6 +532,146 @@ struct BootstrapCache {
 };
 std::atomic<const BootstrapCache*> g_bootstrap_cache{nullptr};
 
+bool SameText(const std::string& text, cm_str other) {
+  return text.size() == other.len && std::memcmp(text.data(), other.ptr, other.len) == 0;
+}
+
+// Runs the bootstrap `source` in `context` (entered) and calls the installer it evaluates to with
+// a new host function and `config`; returns the dispatcher. Empty on failure: with `*error` set
+// when the bootstrap broke its contract, else with the exception in the caller's TryCatch. With
+// `code_cache`, compiles from V8's code cache of the bootstrap once one exists, and makes it.
+MaybeLocal<Function> InstallGlobals(Isolate* isolate, Local<Context> context, cm_str source,
+                                    cm_str config, bool code_cache, std::string* error) {
+#if V8_MAJOR_VERSION >= 13
+  ScriptOrigin origin(NewString(isolate, kBootstrapResourceName));
+#else
+  ScriptOrigin origin(isolate, NewString(isolate, kBootstrapResourceName));
+#endif
+  Local<Script> script;
+  Local<Value> installer;
+  // Every isolate compiles the same bootstrap: after the first, from V8's code cache of it.
+  const BootstrapCache* cache =
+      code_cache ? g_bootstrap_cache.load(std::memory_order_acquire) : nullptr;
+  bool use_cache = cache && SameText(cache->source, source);
+  ScriptCompiler::Source script_source(
+      NewString(isolate, source.ptr, source.len), origin,
+      use_cache ? new ScriptCompiler::CachedData(cache->data.data(),
+                                                 static_cast<int>(cache->data.size()))
+                : nullptr);
+  if (!ScriptCompiler::Compile(context, &script_source,
+                               use_cache ? ScriptCompiler::kConsumeCodeCache
+                                         : ScriptCompiler::kNoCompileOptions)
+           .ToLocal(&script) ||
+      !script->Run(context).ToLocal(&installer)) {
+    return MaybeLocal<Function>();
+  }
+  if (!installer->IsFunction()) {
+    *error = "the bootstrap script must evaluate to a function";
+    return MaybeLocal<Function>();
+  }
+  Local<Function> host_function;
+  if (!Function::New(context, HostCall).ToLocal(&host_function)) return MaybeLocal<Function>();
+  Local<Value> arguments[2] = {host_function, NewString(isolate, config.ptr, config.len)};
+  Local<Value> dispatch;
+  if (!installer.As<Function>()->Call(context, Undefined(isolate), 2, arguments).ToLocal(&dispatch)) {
+    return MaybeLocal<Function>();
+  }
+  if (!dispatch->IsFunction()) {
+    *error = "the bootstrap must return its dispatcher function";
+    return MaybeLocal<Function>();
+  }
+  if (code_cache && !cache) {
+    // Made after the bootstrap ran, so the functions it compiled lazily are in the cache too.
+    std::unique_ptr<ScriptCompiler::CachedData> data(
+        ScriptCompiler::CreateCodeCache(script->GetUnboundScript()));
+    if (data && data->length > 0) {
+      auto made = std::make_unique<BootstrapCache>();
+      made->source.assign(source.ptr, source.len);
+      made->data.assign(data->data, data->data + data->length);
+      const BootstrapCache* expected = nullptr;
+      if (g_bootstrap_cache.compare_exchange_strong(expected, made.get(),
+                                                    std::memory_order_acq_rel)) {
+        made.release();  // lives for the process, like the platform
+      }
+    }
+  }
+  return dispatch.As<Function>();
+}
+
+#if V8_MAJOR_VERSION >= 13
+// The native functions a snapshot's objects may point to: V8 stores an index into this list, and
+// every isolate made from the snapshot is given the same list.
+const intptr_t kExternalReferences[] = {reinterpret_cast<intptr_t>(HostCall), 0};
+
+// The process's snapshot once made (cm_snapshot_prepare), or why it could not be; both set once
+// under g_snapshot_mutex and never freed.
+std::mutex g_snapshot_mutex;
+std::atomic<const Snapshot*> g_snapshot{nullptr};
+const std::string* g_snapshot_error = nullptr;
+
+// The text of a JavaScript exception caught while making a snapshot.
+std::string DescribeException(Isolate* isolate, TryCatch& try_catch) {
+  if (try_catch.HasTerminated()) return "the bootstrap was terminated";
+  if (!try_catch.HasCaught()) return std::string();
+  return "the bootstrap threw " + ToStdString(isolate, try_catch.Exception());
+}
+
+// Makes a Snapshot (see there) in an isolate of its own, registered with the platform like every
+// other; null with `*error` set on failure.
+std::unique_ptr<Snapshot> MakeSnapshot(cm_str source, cm_str config, cm_str snapshot_config,
+                                       std::string* error) {
+  Isolate* isolate = cm::AllocateIsolate();
+  if (!isolate) {
+    *error = "no V8 platform to make it with";
+    return nullptr;
+  }
+  std::unique_ptr<ArrayBuffer::Allocator> allocator(ArrayBuffer::Allocator::NewDefaultAllocator());
+  Isolate::CreateParams params;
+  params.array_buffer_allocator = allocator.get();
+  params.external_references = kExternalReferences;
+  params.constraints.set_code_range_size_in_bytes(kCodeRangeBytes);
+  StartupData blob = {nullptr, 0};
+  {
+    // Initialises the isolate and enters it; the isolate stays ours to dispose of.
+    SnapshotCreator creator(isolate, params);
+    bool bootstrapped = false;
+    {
+      HandleScope handle_scope(isolate);
+      creator.SetDefaultContext(Context::New(isolate));
+      Local<Context> context = Context::New(isolate);
+      Local<Function> dispatch;
+      {
+        Context::Scope context_scope(context);
+        TryCatch try_catch(isolate);
+        if (InstallGlobals(isolate, context, source, snapshot_config, /*code_cache=*/false, error)
+                .ToLocal(&dispatch)) {
+          bootstrapped = true;
+        } else if (error->empty()) {
+          *error = DescribeException(isolate, try_catch);
+        }
+      }
+      if (bootstrapped) {
+        bootstrapped = creator.AddContext(context) == kSnapshotContextIndex &&
+                       creator.AddData(context, dispatch) == kSnapshotDispatchIndex;
+        if (!bootstrapped) *error = "the snapshot's context was not where it is looked for";
+      }
+    }
+    if (bootstrapped) blob = creator.CreateBlob(SnapshotCreator::FunctionCodeHandling::kKeep);
+  }
+  cm::DisposeIsolate(isolate);
+  if (!blob.data || blob.raw_size <= 0) {
+    delete[] blob.data;
+    if (error->empty()) *error = "V8 made an empty snapshot";
+    return nullptr;
+  }
+  auto snapshot = std::make_unique<Snapshot>();
+  snapshot->source.assign(source.ptr, source.len);
+  snapshot->config.assign(config.ptr, config.len);
+  snapshot->blob = blob;
+  return snapshot;
+}
+#endif
+
 // The process's fatal hook (cm_set_fatal_hook), or null: told of a fatal error before V8 ends
 // the process, on the thread that hit it.
 std::atomic<cm_fatal_fn> g_fatal_hook{nullptr};
@@ -578,6 +751,12 @@ cm_runtime* cm_runtime_new(size_t heap_limit_bytes, cm_host_fn host, void* host_
     // V8 13.6 reserves each isolate's code range writable (counted by RLIMIT_DATA) and 512 MiB by
     // default; a cell's compiled code fits a small fraction of this.
     params.constraints.set_code_range_size_in_bytes(kCodeRangeBytes);
+    // Made from the process's startup snapshot when there is one (cm_snapshot_prepare).
+    if (const Snapshot* snapshot = g_snapshot.load(std::memory_order_acquire)) {
+      params.snapshot_blob = &snapshot->blob;
+      params.external_references = kExternalReferences;
+      rt->snapshot = snapshot;
+    }
 #endif
     rt->isolate = cm::NewIsolate(params);
     if (!rt->isolate) {
@@ -599,10 +778,6 @@ cm_runtime* cm_runtime_new(size_t heap_limit_bytes, cm_host_fn host, void* host_
     isolate->AddMessageListenerWithErrorLevel(DiscardMessage, Isolate::kMessageAll);
     isolate->SetFatalErrorHandler(OnFatalError);
     isolate->SetOOMErrorHandler(OnOutOfMemory);
-    Isolate::Scope isolate_scope(isolate);
-    HandleScope handle_scope(isolate);
-    Local<Context> context = Context::New(isolate);
-    rt->context.Reset(isolate, context);
     return rt;
   } catch (...) {
     if (rt) {
@@ -629,8 +804,8 @@ void cm_runtime_delete(cm_runtime* rt) {
   delete rt;
 }
 
-// Gives the runtime a fresh context for another cell in the same isolate, unless the isolate is
-// better replaced: its heap hit the limit (which V8's callback then raised), it holds more than
+// Readies the runtime for another cell in the same isolate (its bootstrap makes a fresh context),
+// unless the isolate is better replaced: its heap hit the limit (which V8's callback then raised), it holds more than
 // kMaxResetHeapBytes of heap or ArrayBuffer memory (a cell that used much is not kept around).
 // (How many cells an isolate may serve is the caller's policy.) Returns 0 when reset (the bootstrap must run again), 1
 // when the runtime should be deleted instead, CM_INTERNAL_ERROR on failure (delete it too). A
@@ -655,11 +830,8 @@ int32_t cm_runtime_reset(cm_runtime* rt) {
     rt->rejected_line = 0;
     rt->rejected_column = 0;
     rt->dispatch.Reset();
+    rt->context.Reset();
     rt->last_error.clear();
-    HandleScope handle_scope(isolate);
-    Local<Context> context = Context::New(isolate);
-    if (context.IsEmpty()) return CM_INTERNAL_ERROR;
-    rt->context.Reset(isolate, context);
     return 0;
   } catch (...) {
     return CM_INTERNAL_ERROR;
@@ -679,78 +851,97 @@ const char* cm_runtime_last_error(cm_runtime* rt, size_t* length) {
   return rt->last_error.data();
 }
 
-// Runs `source` as a classic script that must evaluate to a function, calls it with the host entry
-// point and `config`, and keeps the function it returns as the dispatcher.
+// Gives the runtime a fresh context with the bootstrap run in it, and keeps the dispatcher: from
+// the isolate's snapshot when it was made for this `source` and `config`; otherwise a new context
+// in which `source` runs as a classic script that must evaluate to a function, called with the
+// host entry point and `config`, returning the dispatcher.
 int32_t cm_runtime_bootstrap(cm_runtime* rt, cm_str source, cm_str config) {
   CM_GUARD_BEGIN
-  Entered entered(rt);
-  Isolate* isolate = entered.isolate;
-  Local<Context> context = entered.context;
-  TryCatch try_catch(isolate);
-#if V8_MAJOR_VERSION >= 13
-  ScriptOrigin origin(NewString(isolate, kBootstrapResourceName));
-#else
-  ScriptOrigin origin(isolate, NewString(isolate, kBootstrapResourceName));
-#endif
-  Local<Script> script;
-  Local<Value> installer;
-  // Every isolate compiles the same bootstrap: after the first, from V8's code cache of it.
-  const BootstrapCache* cache = g_bootstrap_cache.load(std::memory_order_acquire);
-  bool use_cache = cache && cache->source.size() == source.len &&
-                   std::memcmp(cache->source.data(), source.ptr, source.len) == 0;
-  ScriptCompiler::Source script_source(
-      NewString(isolate, source.ptr, source.len), origin,
-      use_cache ? new ScriptCompiler::CachedData(cache->data.data(),
-                                                 static_cast<int>(cache->data.size()))
-                : nullptr);
-  if (!ScriptCompiler::Compile(context, &script_source,
-                               use_cache ? ScriptCompiler::kConsumeCodeCache
-                                         : ScriptCompiler::kNoCompileOptions)
-           .ToLocal(&script) ||
-      !script->Run(context).ToLocal(&installer)) {
-    return Settle(rt, context, try_catch, false);
-  }
-  if (!installer->IsFunction()) {
-    rt->last_error = "the bootstrap script must evaluate to a function";
-    return CM_INTERNAL_ERROR;
-  }
-  Local<Function> host_function;
-  if (!Function::New(context, HostCall, External::New(isolate, rt)).ToLocal(&host_function)) {
-    return Settle(rt, context, try_catch, false);
-  }
-  Local<Value> arguments[2] = {host_function, NewString(isolate, config.ptr, config.len)};
-  Local<Value> dispatch;
-  if (!installer.As<Function>()->Call(context, Undefined(isolate), 2, arguments).ToLocal(&dispatch)) {
-    return Settle(rt, context, try_catch, false);
-  }
-  if (!dispatch->IsFunction()) {
-    rt->last_error = "the bootstrap must return its dispatcher function";
-    return CM_INTERNAL_ERROR;
-  }
-  rt->dispatch.Reset(isolate, dispatch.As<Function>());
-  if (!cache) {
-    // Made after the bootstrap ran, so the functions it compiled lazily are in the cache too.
-    std::unique_ptr<ScriptCompiler::CachedData> data(
-        ScriptCompiler::CreateCodeCache(script->GetUnboundScript()));
-    if (data && data->length > 0) {
-      auto made = std::make_unique<BootstrapCache>();
-      made->source.assign(source.ptr, source.len);
-      made->data.assign(data->data, data->data + data->length);
-      const BootstrapCache* expected = nullptr;
-      if (g_bootstrap_cache.compare_exchange_strong(expected, made.get(),
-                                                    std::memory_order_acq_rel)) {
-        made.release();  // lives for the process, like the platform
-      }
+  Isolate* isolate = rt->isolate;
+  Isolate::Scope isolate_scope(isolate);
+  HandleScope handle_scope(isolate);
+  rt->dispatch.Reset();
+  rt->context.Reset();
+  const Snapshot* snapshot = rt->snapshot;
+  if (snapshot && SameText(snapshot->source, source) && SameText(snapshot->config, config)) {
+    Local<Context> context;
+    Local<Function> dispatch;
+    if (!Context::FromSnapshot(isolate, kSnapshotContextIndex).ToLocal(&context) ||
+        !context->GetDataFromSnapshotOnce<Function>(kSnapshotDispatchIndex).ToLocal(&dispatch)) {
+      rt->last_error = "the startup snapshot gave no bootstrapped context";
+      return CM_INTERNAL_ERROR;
     }
+    rt->context.Reset(isolate, context);
+    rt->dispatch.Reset(isolate, dispatch);
+    return CM_OK;
   }
+  Local<Context> context = Context::New(isolate);
+  if (context.IsEmpty()) {
+    rt->last_error = "V8 could not make a context";
+    return CM_INTERNAL_ERROR;
+  }
+  rt->context.Reset(isolate, context);
+  Context::Scope context_scope(context);
+  TryCatch try_catch(isolate);
+  Local<Function> dispatch;
+  std::string error;
+  if (!InstallGlobals(isolate, context, source, config, /*code_cache=*/true, &error)
+           .ToLocal(&dispatch)) {
+    if (!error.empty()) {
+      rt->last_error = error;
+      return CM_INTERNAL_ERROR;
+    }
+    return Settle(rt, context, try_catch, false);
+  }
+  rt->dispatch.Reset(isolate, dispatch);
   return CM_OK;
   CM_GUARD_END(rt)
+}
+
+// Makes the process's startup snapshot for runtimes bootstrapped with `source` and `config`: the
+// bootstrap runs with `snapshot_config` (which tells the prelude what V8 adds to each context it
+// deserialises) in a context kept in the snapshot. Runtimes created afterwards are made from it.
+// Only one snapshot exists per process, made by the first call; later calls only say whether it
+// fits. Returns 0 when the snapshot for this source and config exists, 1 when there is none for
+// them (V8 10.2 has none; one was made for another config), CM_INTERNAL_ERROR when making it
+// failed, with `*error` set to why (text valid for the process's life). Thread-safe.
+int32_t cm_snapshot_prepare(cm_str source, cm_str config, cm_str snapshot_config, cm_str* error) {
+  *error = {nullptr, 0};
+#if V8_MAJOR_VERSION >= 13
+  try {
+    std::lock_guard<std::mutex> lock(g_snapshot_mutex);
+    if (const Snapshot* made = g_snapshot.load(std::memory_order_acquire)) {
+      return SameText(made->source, source) && SameText(made->config, config) ? CM_OK : 1;
+    }
+    if (g_snapshot_error) {
+      *error = {g_snapshot_error->data(), g_snapshot_error->size()};
+      return CM_INTERNAL_ERROR;
+    }
+    std::string why;
+    std::unique_ptr<Snapshot> made = MakeSnapshot(source, config, snapshot_config, &why);
+    if (!made) {
+      g_snapshot_error = new std::string(why.empty() ? "V8 could not make it" : why);
+      *error = {g_snapshot_error->data(), g_snapshot_error->size()};
+      return CM_INTERNAL_ERROR;
+    }
+    g_snapshot.store(made.release(), std::memory_order_release);  // lives for the process
+    return CM_OK;
+  } catch (...) {
+    return CM_INTERNAL_ERROR;
+  }
+#else
+  (void)source;
+  (void)config;
+  (void)snapshot_config;
+  return 1;
+#endif
 }
 
 // Compiles, instantiates and evaluates the cell's source as an ES module; its evaluation promise is
 // kept for cm_runtime_module_state.
 int32_t cm_runtime_evaluate_module(cm_runtime* rt, cm_str source) {
   CM_GUARD_BEGIN
+  if (rt->context.IsEmpty()) return NoContext(rt);
   Entered entered(rt);
   Isolate* isolate = entered.isolate;
   Local<Context> context = entered.context;
@@ -787,6 +978,7 @@ int32_t cm_runtime_evaluate_module(cm_runtime* rt, cm_str source) {
 // Calls the dispatcher with (kind, id, payload): delivers a tool result or fires a timer.
 int32_t cm_runtime_dispatch(cm_runtime* rt, int32_t kind, cm_str id, cm_str payload) {
   CM_GUARD_BEGIN
+  if (rt->context.IsEmpty()) return NoContext(rt);
   Entered entered(rt);
   Isolate* isolate = entered.isolate;
   Local<Context> context = entered.context;
@@ -806,6 +998,7 @@ int32_t cm_runtime_dispatch(cm_runtime* rt, int32_t kind, cm_str id, cm_str payl
 // Runs every queued microtask (and any platform task V8 posted for this isolate).
 int32_t cm_runtime_run_microtasks(cm_runtime* rt) {
   CM_GUARD_BEGIN
+  if (rt->context.IsEmpty()) return NoContext(rt);
   Entered entered(rt);
   Isolate* isolate = entered.isolate;
   cm::RunForegroundTasks(isolate);
@@ -817,6 +1010,7 @@ int32_t cm_runtime_run_microtasks(cm_runtime* rt) {
 // Whether the module's evaluation promise has settled; on rejection the reason's error text.
 int32_t cm_runtime_module_state(cm_runtime* rt) {
   CM_GUARD_BEGIN
+  if (rt->context.IsEmpty()) return NoContext(rt);
   Entered entered(rt);
   Isolate* isolate = entered.isolate;
   Local<Context> context = entered.context;

@@ -19,6 +19,12 @@
 //! engine library, which is what the `codemode` binary does by default. An embedder who needs
 //! cells in its own process and a maintained engine should use QuickJS (`codemode_runtime_quickjs`).
 //!
+//! **Fresh global scopes from a snapshot.** On V8 13.6 the process makes one startup snapshot
+//! before its first runtime: V8's built-ins and a context in which the bootstrap ran
+//! (`snapshot`). Every isolate made afterwards is made from it, and each cell's context is
+//! deserialised from it rather than built by the bootstrap; `CODEMODE_V8_SNAPSHOT=off`
+//! ([`SNAPSHOT_VARIABLE`]) turns this off. V8 10.2 runs the bootstrap in each context.
+//!
 //! This crate knows nothing of cell actors, sessions or tools beyond their definitions: it speaks
 //! only the channels of `codemode_engine`.
 
@@ -27,12 +33,14 @@
 mod ffi;
 mod hard_stop;
 mod script;
+mod snapshot;
 mod watchdog;
 
 use codemode_engine::script::CellHost;
 use codemode_protocol::limits::DEFAULT_HEAP_LIMIT_BYTES;
 
 pub use crate::hard_stop::{HardStop, HardStopHook, HardStopReason, set_hard_stop_hook};
+pub use crate::snapshot::SNAPSHOT_VARIABLE;
 
 /// The test-only native attack probe (builds with the `test-hooks` feature; `None` otherwise): an
 /// engine host hands it to `codemode_engine_process::child::serve_with_probe`, and the sandbox

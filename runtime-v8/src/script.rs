@@ -10,6 +10,7 @@ use codemode_engine::script::{CellHost, ModuleState, RunStatus, ScriptRuntime, S
 
 use crate::ffi::{IsolateTerminator, V8Runtime};
 use crate::hard_stop::{self, RunningCell};
+use crate::snapshot;
 use crate::watchdog;
 use codemode_engine::watchdog::Watch;
 
@@ -59,6 +60,10 @@ impl ScriptRuntime for V8Runtime<CellHost> {
 
     fn heap_limit_hit(&self) -> bool {
         V8Runtime::heap_limit_hit(self)
+    }
+
+    fn prepare_bootstrap(source: &str, config: &str) {
+        snapshot::prepare(source, config);
     }
 
     fn bootstrap(&mut self, source: &str, config: &str) -> RunStatus {

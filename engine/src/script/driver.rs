@@ -129,8 +129,17 @@ pub trait ScriptRuntime: Sized + 'static {
     fn host_panicked(&self) -> bool;
     /// Whether the heap limit stopped the runtime.
     fn heap_limit_hit(&self) -> bool;
-    /// Runs the bootstrap script `source` (an installer) with the host function and `config`
-    /// (JSON), and keeps the dispatcher it returns.
+    /// Called before each runtime is created with the bootstrap it will run (the same `source`
+    /// and `config` each time in a process, as a rule): an engine may prepare, once, something its
+    /// runtimes share, such as a snapshot of the bootstrapped global scope from which each runtime
+    /// makes its own. Whatever it prepares, [`ScriptRuntime::bootstrap`] with the same arguments
+    /// must behave as if the script ran there. The default prepares nothing.
+    fn prepare_bootstrap(source: &str, config: &str) {
+        let _ = (source, config);
+    }
+    /// Gives the runtime a fresh global scope with the bootstrap run in it: runs the script
+    /// `source` (an installer) with the host function and `config` (JSON), and keeps the
+    /// dispatcher it returns.
     fn bootstrap(&mut self, source: &str, config: &str) -> RunStatus;
     /// Compiles and evaluates the cell's source as an ES module named [`CELL_RESOURCE_NAME`].
     fn evaluate_module(&mut self, source: &str) -> RunStatus;
@@ -157,18 +166,31 @@ const UNSETTLED_AWAIT: &str = "the script awaits a promise that nothing can sett
 /// not build up without end.
 const MAX_CELLS_PER_RUNTIME: u32 = 100;
 
-/// What the bootstrap receives as its configuration (nothing of the cell: it may run before the
-/// cell is known).
+/// What the bootstrap receives as its configuration: nothing of the cell (it may run before the
+/// cell is known) nor of the runtime (an engine may run it once for all its runtimes, see
+/// [`ScriptRuntime::prepare_bootstrap`]). How many cells a runtime served before, for the test
+/// hooks' `__codemode_test_cells_before()`, comes with the cell's tools instead.
 #[derive(Serialize)]
 struct BootstrapConfig {
     #[serde(rename = "testHooks")]
     test_hooks: bool,
-    /// How many cells the runtime served before (see [`ScriptRuntime::reset`]), for the test
-    /// hooks' `__codemode_test_cells_before()`.
-    #[serde(rename = "cellsBefore")]
-    cells_before: u32,
     /// The number of each op of `host(op, a?, b?)`, by name ([`HostOp::numbers`]).
     ops: std::collections::BTreeMap<&'static str, i32>,
+}
+
+impl BootstrapConfig {
+    /// The configuration as the bootstrap reads it (JSON).
+    fn json(test_hooks: bool) -> Result<String, EngineError> {
+        serde_json::to_string(&BootstrapConfig {
+            test_hooks,
+            ops: HostOp::numbers(),
+        })
+        .map_err(|error| {
+            EngineError::Runtime(format!(
+                "cannot encode the bootstrap configuration: {error}"
+            ))
+        })
+    }
 }
 
 /// The state a [`crate::TerminateHandle`] shares with the runtime thread.
@@ -428,6 +450,7 @@ impl<R: ScriptRuntime> WarmRuntime<R> {
     /// Creates the runtime and runs the bootstrap, on the calling thread (which will run the
     /// cell).
     pub fn create(heap_limit_bytes: usize, test_hooks: bool) -> Result<Self, EngineError> {
+        R::prepare_bootstrap(BOOTSTRAP_JS, &BootstrapConfig::json(test_hooks)?);
         let runtime = R::create(heap_limit_bytes, placeholder_host(test_hooks))?;
         Self::bootstrapped(runtime, heap_limit_bytes, test_hooks, 0)
     }
@@ -452,16 +475,7 @@ impl<R: ScriptRuntime> WarmRuntime<R> {
         test_hooks: bool,
         cells_before: u32,
     ) -> Result<Self, EngineError> {
-        let config = serde_json::to_string(&BootstrapConfig {
-            test_hooks,
-            cells_before,
-            ops: HostOp::numbers(),
-        })
-        .map_err(|error| {
-            EngineError::Runtime(format!(
-                "cannot encode the bootstrap configuration: {error}"
-            ))
-        })?;
+        let config = BootstrapConfig::json(test_hooks)?;
         match runtime.bootstrap(BOOTSTRAP_JS, &config) {
             RunStatus::Ok => Ok(WarmRuntime {
                 runtime,
@@ -528,7 +542,7 @@ impl<R: ScriptRuntime> CellThread<R> {
         let WarmRuntime {
             mut runtime,
             heap_limit_bytes,
-            ..
+            cells_before,
         } = warm;
         let _running = R::enter_cell(&cell.call_id);
         let call_id = cell.call_id.clone();
@@ -569,7 +583,7 @@ impl<R: ScriptRuntime> CellThread<R> {
             heap_limit_bytes,
             cpu_watch,
         };
-        let reason = thread.drive(&tools, &cell.source);
+        let reason = thread.drive(&tools, cells_before, &cell.source);
         thread.cpu_watch = None;
         thread.terminate.detach();
         let CellThread { mut runtime, .. } = thread;
@@ -586,11 +600,14 @@ impl<R: ScriptRuntime> CellThread<R> {
         (ending, Some(runtime))
     }
 
-    /// Installs the cell's tools, evaluates its module and runs it to its end.
-    fn drive(&mut self, tools: &str, source: &str) -> EndReason {
-        let status = self
-            .runtime
-            .dispatch(DISPATCH_INSTALL_TOOLS, "", Some(tools));
+    /// Installs the cell's tools (telling the bootstrap how many cells its runtime served before),
+    /// evaluates its module and runs it to its end.
+    fn drive(&mut self, tools: &str, cells_before: u32, source: &str) -> EndReason {
+        let status = self.runtime.dispatch(
+            DISPATCH_INSTALL_TOOLS,
+            &cells_before.to_string(),
+            Some(tools),
+        );
         if let Step::End(reason) = self.after(status) {
             return reason;
         }
