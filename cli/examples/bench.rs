@@ -31,6 +31,8 @@ mod mode;
 mod monty;
 #[path = "bench/quick.rs"]
 mod quick;
+#[path = "bench/snapshot.rs"]
+mod snapshot;
 #[path = "bench/stores.rs"]
 mod stores;
 #[path = "bench/suite.rs"]
@@ -69,6 +71,9 @@ fn main() {
         Mode::Stored => quick::stored(codemode),
         Mode::Stores => quick::stores(codemode),
         Mode::Monty { python } => quick::monty(codemode, &python, options.v8_library.as_deref()),
+        Mode::FreshScope { library } => {
+            snapshot::print_fresh_scopes(&snapshot::fresh_scopes(codemode, &library));
+        }
         Mode::Exec { isolation, runs } => quick::exec(codemode, &isolation, runs),
         Mode::Engines => quick::engines(codemode),
         Mode::Tracing { runs, baseline } => quick::tracing(codemode, runs, baseline.as_deref()),

@@ -317,6 +317,17 @@ pub(crate) fn process_engine_in_node(
     library: &str,
     warm_runtimes: usize,
 ) -> ProcessEngine {
+    let engine = ProcessEngine::new(process_config_in_node(codemode, library, warm_runtimes));
+    engine.check().expect("engine processes on V8 13.6 start");
+    engine
+}
+
+/// The configuration of [`process_engine_in_node`].
+pub(crate) fn process_config_in_node(
+    codemode: &str,
+    library: &str,
+    warm_runtimes: usize,
+) -> ProcessEngineConfig {
     let program = std::path::Path::new(codemode).with_file_name("codemode-v8");
     let arguments = codemode_test_support::engine_host::arguments_in_node(library.into());
     let mut config = ProcessEngineConfig::new(program, arguments).with_warm_runtimes(
@@ -326,9 +337,7 @@ pub(crate) fn process_engine_in_node(
     if let Some(path) = std::env::var_os("LD_LIBRARY_PATH") {
         config = config.with_env("LD_LIBRARY_PATH", path);
     }
-    let engine = ProcessEngine::new(config);
-    engine.check().expect("engine processes on V8 13.6 start");
-    engine
+    config
 }
 
 /// Engine processes as the binary runs them (one spare kept ready), with one process started.

@@ -26,6 +26,9 @@ pub(crate) enum Mode {
     Stores,
     /// `--monty-only`: the table beside pydantic-monty (needs `--monty-python`).
     Monty { python: String },
+    /// `--fresh-scope-only`: a fresh global scope on V8 13.6 from the startup snapshot and without
+    /// it (needs `--v8-library`).
+    FreshScope { library: String },
     /// `--exec-only`: `exec` over MCP back to back beside a trivial MCP tool.
     Exec { isolation: String, runs: usize },
     /// `--engines-only`: the engines' table.
@@ -65,6 +68,7 @@ const MODE_FLAGS: &[&str] = &[
     "--stored-only",
     "--stores-only",
     "--monty-only",
+    "--fresh-scope-only",
     "--exec-only",
     "--engines-only",
     "--tracing-only",
@@ -121,6 +125,11 @@ pub(crate) fn parse(args: &[String]) -> Result<(Mode, Options), String> {
                 .monty_python
                 .clone()
                 .ok_or("--monty-only needs --monty-python, the Python of Monty's environment")?,
+        },
+        ["--fresh-scope-only"] => Mode::FreshScope {
+            library: options.v8_library.clone().ok_or(
+                "--fresh-scope-only needs --v8-library, the engine library on Node's V8 13.6",
+            )?,
         },
         ["--exec-only"] => Mode::Exec {
             isolation: flag(args, "--isolation").unwrap_or_else(|| "process".into()),

@@ -106,6 +106,17 @@ pub(crate) fn run(
             Vec::new()
         }
     };
+    let json_fresh_scopes = match v8_library {
+        Some(library) => {
+            crate::snapshot::print_fresh_scopes(&crate::snapshot::fresh_scopes(codemode, library))
+        }
+        None => {
+            println!(
+                "\nNo fresh-scope comparison: no engine library on V8 13.6 was given (--v8-library)."
+            );
+            serde_json::Value::Null
+        }
+    };
     let json_stores = stores::store_comparison(codemode, &bench.runtime)
         .map(|rows| stores::print_stores(&rows))
         .unwrap_or_default();
@@ -130,6 +141,7 @@ pub(crate) fn run(
                 "engines": json_engines,
                 "stores": json_stores,
                 "monty": json_monty,
+                "fresh_scopes": json_fresh_scopes,
                 "engine_process": {"spawn_ms": {"median": spawn.median, "p99": spawn.p99}, "idle_pss_mib": idle_mib},
                 "socket_ping_pong_us": ping_pong.median,
             }))
