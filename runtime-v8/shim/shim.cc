@@ -899,8 +899,8 @@ int32_t cm_runtime_bootstrap(cm_runtime* rt, cm_str source, cm_str config) {
 }
 
 // Makes the process's startup snapshot for runtimes bootstrapped with `source` and `config`: the
-// bootstrap runs with `snapshot_config` (which tells the prelude what V8 adds to each context it
-// deserialises) in a context kept in the snapshot. Runtimes created afterwards are made from it.
+// bootstrap runs with `snapshot_config` (which tells it that it runs for a snapshot, so that it
+// leaves alone what V8 adds to each context it deserialises) in a context kept in the snapshot. Runtimes created afterwards are made from it.
 // Only one snapshot exists per process, made by the first call; later calls only say whether it
 // fits. Returns 0 when the snapshot for this source and config exists, 1 when there is none for
 // them (V8 10.2 has none; one was made for another config), CM_INTERNAL_ERROR when making it

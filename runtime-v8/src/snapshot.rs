@@ -8,12 +8,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::ffi;
 
-/// The built-ins of the prelude that V8 13.6 adds to every context it deserialises (it still
-/// ships them behind flags, which it applies to each new context but never to one it snapshots):
-/// the bootstrap must not define them in the snapshot, or V8 would add them a second time over
-/// the prelude's own.
-const ADDED_BY_V8_LATER: &[&str] = &["Promise.try", "RegExp.escape"];
-
 /// The environment variable that, set to `off` in an engine process's environment, makes it run
 /// the bootstrap in each global scope instead: to measure what the snapshot saves, or as a way out
 /// should it ever misbehave.
@@ -40,17 +34,14 @@ pub(crate) fn prepare(source: &str, config: &str) {
     }
 }
 
-/// `config` with what the bootstrap must know when it runs for a snapshot; `None` when `config`
-/// is not a JSON object (the bootstrap would refuse it anyway).
+/// `config` telling the bootstrap that it runs for a snapshot (`forSnapshot`: it leaves alone what
+/// V8 adds or looks for in each context it deserialises); `None` when `config` is not a JSON
+/// object (the bootstrap would refuse it anyway).
 fn snapshot_config(config: &str) -> Option<String> {
     let serde_json::Value::Object(mut fields) = serde_json::from_str(config).ok()? else {
         return None;
     };
     fields.insert("forSnapshot".to_owned(), serde_json::Value::Bool(true));
-    fields.insert(
-        "addedByEngineLater".to_owned(),
-        serde_json::json!(ADDED_BY_V8_LATER),
-    );
     Some(serde_json::Value::Object(fields).to_string())
 }
 
@@ -59,15 +50,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_snapshot_config_is_the_config_and_what_v8_adds_later() {
+    fn the_snapshot_config_is_the_config_marked_for_a_snapshot() {
         let config = snapshot_config(r#"{"testHooks":true,"ops":{"TEXT":1}}"#).unwrap();
         let value: serde_json::Value = serde_json::from_str(&config).unwrap();
-        assert_eq!(value["testHooks"], true);
-        assert_eq!(value["ops"]["TEXT"], 1);
-        assert_eq!(value["forSnapshot"], true);
         assert_eq!(
-            value["addedByEngineLater"],
-            serde_json::json!(["Promise.try", "RegExp.escape"])
+            value,
+            serde_json::json!({"testHooks": true, "ops": {"TEXT": 1}, "forSnapshot": true})
         );
         assert_eq!(snapshot_config("[1]"), None);
         assert_eq!(snapshot_config("not json"), None);
