@@ -105,6 +105,67 @@ pub enum NodeEngineError {
         /// Why it cannot be read.
         error: std::io::Error,
     },
+    /// The engine user may not execute `node` or read the library.
+    #[error(
+        "--engine-user: the engine user (uid {uid}) cannot use {path}: {closed} is closed to it. \
+         Install the engine library and its node where that user can read them (the release \
+         tarball's lib/node-engine/, say) and name the library with --v8-library"
+    )]
+    ClosedToEngineUser {
+        /// The file it needs.
+        path: PathBuf,
+        /// The folder (or the file) whose permissions shut it out.
+        closed: PathBuf,
+        /// The engine user.
+        uid: u32,
+    },
+}
+
+impl NodeEngine {
+    /// Whether the engine user `uid` (group `gid`, no others: engine processes have no
+    /// supplementary groups) may execute `node` and read the library, by their permission bits
+    /// and those of every folder above them; the error names the first that is closed to it.
+    pub fn open_to(&self, uid: u32, gid: u32) -> Result<(), NodeEngineError> {
+        const READ: u32 = 4;
+        const EXECUTE: u32 = 1;
+        for (path, wanted) in [(&self.node, READ | EXECUTE), (&self.library, READ)] {
+            if let Some(closed) = closed_to(path, wanted, uid, gid) {
+                return Err(NodeEngineError::ClosedToEngineUser {
+                    path: path.clone(),
+                    closed,
+                    uid,
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The first of `path`'s folders that `uid`/`gid` may not search, or `path` itself when it may
+/// not use it as `wanted` asks (read 4, execute 1), by permission bits; `None` when open to it.
+fn closed_to(path: &Path, wanted: u32, uid: u32, gid: u32) -> Option<PathBuf> {
+    use std::os::unix::fs::MetadataExt;
+    let allows = |at: &Path, bits: u32| match std::fs::metadata(at) {
+        Err(_) => false,
+        Ok(_) if uid == 0 => true,
+        Ok(metadata) => {
+            let shift = if metadata.uid() == uid {
+                6
+            } else if metadata.gid() == gid {
+                3
+            } else {
+                0
+            };
+            (metadata.mode() >> shift) & bits == bits
+        }
+    };
+    let mut folders: Vec<&Path> = path.ancestors().skip(1).collect();
+    folders.reverse();
+    folders
+        .into_iter()
+        .find(|folder| !allows(folder, 1))
+        .map(Path::to_path_buf)
+        .or_else(|| (!allows(path, wanted)).then(|| path.to_path_buf()))
 }
 
 /// Node's V8 for engine processes, or `None` for the linked V8: the library `named` (a path, or
@@ -233,6 +294,50 @@ mod tests {
             None
         );
         std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn an_engine_user_shut_out_by_a_folder_is_told_which_folder() {
+        use std::os::unix::fs::PermissionsExt;
+        let root = scratch("closed");
+        let open = root.join("open");
+        install(&open);
+        let private = root.join("private");
+        install(&private);
+        let set = |path: &Path, mode: u32| {
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap()
+        };
+        set(&root, 0o755);
+        set(&open, 0o755);
+        set(&private, 0o700);
+        for file in ["node", LIBRARY] {
+            set(&open.join(file), 0o755);
+            set(&private.join(file), 0o755);
+        }
+        let engine = |folder: &Path| NodeEngine {
+            node: folder.join("node"),
+            library: folder.join(LIBRARY),
+        };
+        // 65534: a user that owns none of it; its group neither.
+        assert!(engine(&open).open_to(65534, 65534).is_ok());
+        let error = engine(&private).open_to(65534, 65534).unwrap_err();
+        assert!(
+            matches!(&error, NodeEngineError::ClosedToEngineUser { closed, .. } if closed == &private),
+            "{error}"
+        );
+        assert!(error.to_string().contains("--v8-library"), "{error}");
+        // The owner itself may; so may its group, where the group's bits allow.
+        let owner = std::fs::metadata(&private).unwrap();
+        use std::os::unix::fs::MetadataExt;
+        assert!(engine(&private).open_to(owner.uid(), owner.gid()).is_ok());
+        // A library nobody but its owner may read is named itself.
+        set(&open.join(LIBRARY), 0o700);
+        let error = engine(&open).open_to(65534, 65534).unwrap_err();
+        assert!(
+            matches!(&error, NodeEngineError::ClosedToEngineUser { closed, .. } if closed == &open.join(LIBRARY)),
+            "{error}"
+        );
+        let _ = std::fs::remove_dir_all(&root);
     }
 
     #[test]

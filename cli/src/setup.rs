@@ -378,6 +378,32 @@ fn process_engine(
     // The program this process runs, whatever replaced its file since it started: an upgrade
     // installed under a running server does not break the engine processes it starts.
     let program = std::path::PathBuf::from("/proc/self/exe");
+    let user = match engine_user {
+        None => None,
+        Some(name) => {
+            let user = nix::unistd::User::from_name(name)
+                .map_err(|error| SetupError {
+                    message: format!("cannot look up the engine user {name:?}: {error}"),
+                    usage: true,
+                })?
+                .ok_or_else(|| SetupError {
+                    message: format!(
+                        "--engine-user: there is no user named {name:?} (create one, for example \
+                         with: useradd --system --no-create-home codemode-engine)"
+                    ),
+                    usage: true,
+                })?;
+            let (uid, gid) = (user.uid.as_raw(), user.gid.as_raw());
+            // Engine processes run as that user: it must reach `node` and the library.
+            if let (JsEngine::V8, Some(node_engine)) = (engine, &node_engine) {
+                node_engine.open_to(uid, gid).map_err(|error| SetupError {
+                    message: error.to_string(),
+                    usage: false,
+                })?;
+            }
+            Some((uid, gid))
+        }
+    };
     let mut arguments: Vec<std::ffi::OsString> = vec![
         "engine-host".into(),
         "--engine".into(),
@@ -397,20 +423,8 @@ fn process_engine(
             heap_limit_bytes,
         )
         .with_cells_per_process(cells_per_process);
-    if let Some(name) = engine_user {
-        let user = nix::unistd::User::from_name(name)
-            .map_err(|error| SetupError {
-                message: format!("cannot look up the engine user {name:?}: {error}"),
-                usage: true,
-            })?
-            .ok_or_else(|| SetupError {
-                message: format!(
-                    "--engine-user: there is no user named {name:?} (create one, for example \
-                     with: useradd --system --no-create-home codemode-engine)"
-                ),
-                usage: true,
-            })?;
-        config = config.with_user(user.uid.as_raw(), user.gid.as_raw());
+    if let Some((uid, gid)) = user {
+        config = config.with_user(uid, gid);
     }
     // The child's whole environment: the library path its loader needs to find V8, and whether
     // V8 makes each global scope from a startup snapshot (`CODEMODE_V8_SNAPSHOT=off`: it does not).

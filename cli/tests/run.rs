@@ -445,3 +445,43 @@ fn v8_cells_run_on_node_24s_v8_by_default_and_on_the_linked_v8_when_asked() {
         "{json}"
     );
 }
+
+/// Engine processes run as `--engine-user`, which must reach `node` and the engine library: one
+/// kept in a folder closed to that user (root's home, say) is refused before any cell runs, with
+/// the folder named and what to do instead.
+#[test]
+fn an_engine_library_the_engine_user_cannot_reach_is_refused_naming_the_folder() {
+    use std::os::unix::fs::PermissionsExt;
+    let folder = std::path::PathBuf::from(temporary_directory("closed-library")).join("private");
+    std::fs::create_dir_all(&folder).unwrap();
+    // Only the path is checked before anything starts: stand-ins are enough.
+    for file in ["node", "libcodemode_v8_engine.so"] {
+        std::fs::write(folder.join(file), "").unwrap();
+        std::fs::set_permissions(folder.join(file), std::fs::Permissions::from_mode(0o755))
+            .unwrap();
+    }
+    std::fs::set_permissions(&folder, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let library = folder.join("libcodemode_v8_engine.so");
+    let output = codemode(
+        &[
+            "run",
+            "--engine",
+            "v8",
+            "--engine-user",
+            "nobody",
+            "--v8-library",
+            library.to_str().unwrap(),
+            "-",
+        ],
+        "text(1)",
+    );
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("--engine-user")
+            && stderr.contains(&format!("{} is closed to it", folder.display()))
+            && stderr.contains("--v8-library"),
+        "{stderr}"
+    );
+    assert!(output.stdout.is_empty(), "no cell ran");
+}
