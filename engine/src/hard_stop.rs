@@ -28,7 +28,8 @@ pub struct HardStop {
     pub call_id: Option<String>,
     /// Why.
     pub reason: HardStopReason,
-    /// What happened, in words (the engine's own message where it has one).
+    /// What happened, in words (the engine's own message where it has one), without the reason,
+    /// which whoever renders the stop names.
     pub message: String,
 }
 

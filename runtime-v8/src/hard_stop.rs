@@ -83,11 +83,7 @@ fn on_fatal(kind: FatalKind, message: &str) {
         .flatten();
     let stop = match kind {
         FatalKind::HeapLimit => HardStop::new(call_id, HardStopReason::HeapLimit, message),
-        FatalKind::OutOfMemory => HardStop::new(
-            call_id,
-            HardStopReason::OutOfMemory,
-            format!("out of memory: {message}"),
-        ),
+        FatalKind::OutOfMemory => HardStop::new(call_id, HardStopReason::OutOfMemory, message),
         FatalKind::Error => HardStop::new(
             call_id,
             HardStopReason::Fatal,

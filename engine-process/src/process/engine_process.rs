@@ -466,8 +466,9 @@ impl EngineProcess {
         }
         let printed = self.fatal_line.lock().take();
         let crash = match (&hard_stop, status, printed) {
-            (Some((_, HardStopReason::Fatal | HardStopReason::OutOfMemory, message)), _, _) => {
-                message.clone()
+            (Some((_, HardStopReason::Fatal, message)), _, _) => message.clone(),
+            (Some((_, HardStopReason::OutOfMemory, message)), _, _) => {
+                format!("out of memory: {message}")
             }
             (_, Some(status), Some(printed)) => format!("{printed}; {}", describe_exit(status)),
             (_, Some(status), None) => describe_exit(status),
@@ -505,9 +506,7 @@ impl EngineProcess {
                     codemode_engine::cpu_time_limit_error(cpu_time_limit.unwrap_or_default())
                 }
                 Some((Some(cell), HardStopReason::OutOfMemory, message)) if *cell == number => {
-                    codemode_engine::out_of_memory_error(
-                        message.strip_prefix("out of memory: ").unwrap_or(message),
-                    )
+                    codemode_engine::out_of_memory_error(message)
                 }
                 _ if stopped_for.is_some() => "the cell was stopped: another cell in its engine process \
                      could not be stopped in time, and the process had to be ended with it; run the \
