@@ -15,9 +15,9 @@ use codemode_runtime_quickjs::QuickJsEngine;
 #[cfg(feature = "v8")]
 use codemode_runtime_v8::V8Engine;
 use codemode_session::{Session, SessionConfig, SessionKey, Store};
+use serde_json::{Value, json};
 
 use crate::node_engine::{self, NodeEngine};
-use serde_json::{Value, json};
 
 /// Limits, store and tools.
 #[derive(Debug, Clone, Args)]
