@@ -552,3 +552,47 @@ impl<H: Host> Drop for V8Runtime<H> {
         drop(unsafe { Box::from_raw(self.slot) });
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A host that answers every call with `undefined`.
+    struct Silent;
+
+    impl Host for Silent {
+        fn call(&mut self, _op: i32, _a: Option<&[u8]>, _b: Option<&[u8]>) -> HostReply {
+            HostReply::Undefined
+        }
+    }
+
+    /// A runtime has a global scope only once its bootstrap made one (the shim no longer makes a
+    /// context when the runtime is created or reset): JavaScript asked to run before then is
+    /// refused with an error, never run in an absent context.
+    #[test]
+    fn nothing_runs_before_the_bootstrap_made_a_global_scope() {
+        initialize().unwrap();
+        let mut runtime = V8Runtime::new(64 << 20, Silent).unwrap();
+        let refused = |status: RunStatus| match status {
+            RunStatus::Exception(error) => assert!(error.contains("bootstrap it first"), "{error}"),
+            other => panic!("ran without a global scope: {other:?}"),
+        };
+        refused(runtime.evaluate_module("1"));
+        refused(runtime.dispatch(1, "id", None));
+        refused(runtime.run_microtasks());
+        assert!(
+            matches!(runtime.module_state(), ModuleState::Rejected(error) if error.contains("bootstrap it first"))
+        );
+        // Once bootstrapped it runs; reset drops the scope again until the next bootstrap.
+        let bootstrap = "(function (host, config) { return function dispatch() {}; })";
+        assert_eq!(runtime.bootstrap(bootstrap, "{}"), RunStatus::Ok);
+        assert_eq!(runtime.evaluate_module("globalThis.x = 1;"), RunStatus::Ok);
+        assert!(runtime.reset(Silent));
+        refused(runtime.evaluate_module("1"));
+        assert_eq!(runtime.bootstrap(bootstrap, "{}"), RunStatus::Ok);
+        assert_eq!(
+            runtime.evaluate_module("if (globalThis.x !== undefined) throw new Error('kept');"),
+            RunStatus::Ok
+        );
+    }
+}
