@@ -126,8 +126,6 @@ impl NodeEngine {
     /// supplementary groups) may execute `node` and read the library, by their permission bits
     /// and those of every folder above them; the error names the first that is closed to it.
     pub fn open_to(&self, uid: u32, gid: u32) -> Result<(), NodeEngineError> {
-        const READ: u32 = 4;
-        const EXECUTE: u32 = 1;
         for (path, wanted) in [(&self.node, READ | EXECUTE), (&self.library, READ)] {
             if let Some(closed) = closed_to(path, wanted, uid, gid) {
                 return Err(NodeEngineError::ClosedToEngineUser {
@@ -141,8 +139,13 @@ impl NodeEngine {
     }
 }
 
+/// A permission bit of a file's class (owner, group or other): read.
+const READ: u32 = 4;
+/// Execute, or search for a folder.
+const EXECUTE: u32 = 1;
+
 /// The first of `path`'s folders that `uid`/`gid` may not search, or `path` itself when it may
-/// not use it as `wanted` asks (read 4, execute 1), by permission bits; `None` when open to it.
+/// not use it as `wanted` asks ([`READ`], [`EXECUTE`]), by permission bits; `None` when open to it.
 fn closed_to(path: &Path, wanted: u32, uid: u32, gid: u32) -> Option<PathBuf> {
     use std::os::unix::fs::MetadataExt;
     let allows = |at: &Path, bits: u32| match std::fs::metadata(at) {
@@ -163,7 +166,7 @@ fn closed_to(path: &Path, wanted: u32, uid: u32, gid: u32) -> Option<PathBuf> {
     folders.reverse();
     folders
         .into_iter()
-        .find(|folder| !allows(folder, 1))
+        .find(|folder| !allows(folder, EXECUTE))
         .map(Path::to_path_buf)
         .or_else(|| (!allows(path, wanted)).then(|| path.to_path_buf()))
 }

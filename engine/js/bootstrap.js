@@ -274,17 +274,15 @@
 
   // ---- what a cell must not have ----
 
-  // Run now and again when the cell's tools arrive: an engine that makes each global scope from
-  // a snapshot of this one (V8) adds some of these back to every scope it makes, and looks for
-  // others while it does, so in a scope being snapshotted (config.forSnapshot) they stay until
-  // then.
+  // Run when the cell's tools arrive, before any of its code, not while installing: an engine
+  // that makes each global scope from a snapshot of this one (V8) adds some of these back to every
+  // scope it makes, and looks for others while it does.
   function removeWhatACellMustNotHave() {
     delete global.console;
     delete global.SharedArrayBuffer;
     delete global.Atomics;
     delete global.WebAssembly;
   }
-  if (!config.forSnapshot) removeWhatACellMustNotHave();
 
   // ---- prelude: built-ins models use that V8 10.2 lacks ----
 

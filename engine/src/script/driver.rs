@@ -179,9 +179,16 @@ struct BootstrapConfig {
 }
 
 impl BootstrapConfig {
-    /// The configuration as the bootstrap reads it (JSON).
-    fn json(test_hooks: bool) -> Result<String, EngineError> {
-        serde_json::to_string(&BootstrapConfig {
+    /// The configuration as the bootstrap reads it (JSON): encoded once per process for each
+    /// value of `test_hooks`, not again for every runtime and every cell a runtime serves.
+    fn json(test_hooks: bool) -> Result<&'static str, EngineError> {
+        static ENCODED: [std::sync::OnceLock<String>; 2] =
+            [std::sync::OnceLock::new(), std::sync::OnceLock::new()];
+        let slot = &ENCODED[usize::from(test_hooks)];
+        if let Some(json) = slot.get() {
+            return Ok(json);
+        }
+        let json = serde_json::to_string(&BootstrapConfig {
             test_hooks,
             ops: HostOp::numbers(),
         })
@@ -189,7 +196,8 @@ impl BootstrapConfig {
             EngineError::Runtime(format!(
                 "cannot encode the bootstrap configuration: {error}"
             ))
-        })
+        })?;
+        Ok(slot.get_or_init(|| json))
     }
 }
 
@@ -450,7 +458,7 @@ impl<R: ScriptRuntime> WarmRuntime<R> {
     /// Creates the runtime and runs the bootstrap, on the calling thread (which will run the
     /// cell).
     pub fn create(heap_limit_bytes: usize, test_hooks: bool) -> Result<Self, EngineError> {
-        R::prepare_bootstrap(BOOTSTRAP_JS, &BootstrapConfig::json(test_hooks)?);
+        R::prepare_bootstrap(BOOTSTRAP_JS, BootstrapConfig::json(test_hooks)?);
         let runtime = R::create(heap_limit_bytes, placeholder_host(test_hooks))?;
         Self::bootstrapped(runtime, heap_limit_bytes, test_hooks, 0)
     }
@@ -476,7 +484,7 @@ impl<R: ScriptRuntime> WarmRuntime<R> {
         cells_before: u32,
     ) -> Result<Self, EngineError> {
         let config = BootstrapConfig::json(test_hooks)?;
-        match runtime.bootstrap(BOOTSTRAP_JS, &config) {
+        match runtime.bootstrap(BOOTSTRAP_JS, config) {
             RunStatus::Ok => Ok(WarmRuntime {
                 runtime,
                 heap_limit_bytes,
