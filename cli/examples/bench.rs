@@ -2,15 +2,16 @@
 //! runs) beside a yardstick measured in the same run, and their ratio. Prints one table and writes
 //! the same figures as JSON to the path given with `--json`.
 //!
-//! Every row is measured twice, side by side: for the in-process engine (`V8Engine`, with the
-//! yardstick and ratio) and for engine processes (`ProcessEngine`, the binary's default), so the
-//! price of the process boundary is always visible. A second table puts the two engines, V8 and
+//! Every row is measured twice, side by side: for the in-process engine (QuickJS, the only engine
+//! a host's own process runs, with the yardstick and ratio) and for V8 engine processes
+//! (`ProcessEngine` on the pinned Node 24, the binary's default). A second table puts the two engines, V8 and
 //! QuickJS, side by side on the same rows, in-process and in engine processes; a third puts the
 //! stores, files and PostgreSQL, side by side (`bench/stores.rs`; left out, saying so, on a
 //! machine without PostgreSQL); a fourth puts engine processes beside pydantic-monty's subprocess
 //! workers (`bench/monty.rs`, with the Python given by `--monty-python`; left out, saying so,
-//! without one), with engine processes on the pinned Node 24's V8 13.6 too when `--v8-library`
-//! names the engine library. Run on a quiet machine: the figures are wall-clock times.
+//! without one); a fifth, a fresh global scope with and without V8's startup snapshot. V8 engine
+//! processes load the engine library `--v8-library` names, else the release one `cargo xtask
+//! setup-v8` builds. Run on a quiet machine: the figures are wall-clock times.
 //!
 //! ```text
 //! cargo xtask bench            # builds the release binary, then runs this
@@ -52,13 +53,11 @@ fn main() {
         }
     };
     let codemode = options.codemode.as_str();
+    if let Some(library) = &options.v8_library {
+        measure::set_v8_library(library);
+    }
     match mode {
-        Mode::Suite => suite::run(
-            codemode,
-            options.json,
-            options.monty_python.as_deref(),
-            options.v8_library.as_deref(),
-        ),
+        Mode::Suite => suite::run(codemode, options.json, options.monty_python.as_deref()),
         Mode::RoundTrip { engine } => quick::round_trip(codemode, &engine),
         Mode::RoundTripsInProcess { engine, iterations } => {
             quick::round_trips_in_process(&engine, iterations)
@@ -70,9 +69,12 @@ fn main() {
         Mode::Payload => quick::payload(codemode),
         Mode::Stored => quick::stored(codemode),
         Mode::Stores => quick::stores(codemode),
-        Mode::Monty { python } => quick::monty(codemode, &python, options.v8_library.as_deref()),
-        Mode::FreshScope { library } => {
-            snapshot::print_fresh_scopes(&snapshot::fresh_scopes(codemode, &library));
+        Mode::Monty { python } => quick::monty(codemode, &python),
+        Mode::FreshScope => {
+            snapshot::print_fresh_scopes(&snapshot::fresh_scopes(
+                codemode,
+                &measure::v8_library(codemode),
+            ));
         }
         Mode::Exec { isolation, runs } => quick::exec(codemode, &isolation, runs),
         Mode::Engines => quick::engines(codemode),

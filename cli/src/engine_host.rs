@@ -1,8 +1,8 @@
-//! The hidden engine-host mode (`codemode-v8 engine-host`): the program an engine process runs.
+//! The hidden engine-host mode (`codemode engine-host`): the program an engine process runs.
 //! The parent (`codemode run` or `codemode mcp` with the default isolation) starts it with its
-//! standard input as the channel; it runs V8 or QuickJS cells (`--engine`) until the parent goes
-//! away. With `--node` and `--library`, it is the launcher of an engine process on the V8 of the
-//! pinned Node 24 instead, and executes `node`.
+//! standard input as the channel. For QuickJS cells it serves them itself until the parent goes
+//! away; for V8 cells (`--engine v8 --node NODE --library LIBRARY`) it is the launcher of an
+//! engine process on the V8 of the pinned Node 24, and executes `node`.
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -35,23 +35,10 @@ pub fn serve(engine: JsEngine) -> ExitCode {
             // The child warms a runtime on each of its first lanes (one thread each), so the
             // engine keeps no pool of its own: it is told the heap limit to warm for.
             match engine {
-                #[cfg(feature = "v8")]
-                JsEngine::V8 => {
-                    codemode_runtime_v8::set_hard_stop_hook(
-                        Duration::from_millis(settings.hard_stop_grace_ms),
-                        on_hard_stop,
-                    );
-                    let engine = codemode_runtime_v8::V8Engine::with_warm_runtimes_for_heap(
-                        0,
-                        settings.warm_heap_limit_bytes,
-                    )
-                    .with_test_globals(settings.test_hooks);
-                    codemode_runtime_v8::v8_available()?;
-                    Ok(Box::new(engine) as Box<dyn codemode_engine::Engine>)
-                }
-                #[cfg(not(feature = "v8"))]
                 JsEngine::V8 => Err(codemode_engine::EngineError::Unavailable(
-                    "this codemode was built without V8".to_owned(),
+                    "V8 cells run only in engine processes on the pinned Node 24's V8: start the \
+                     engine host with --node and --library"
+                        .to_owned(),
                 )),
                 JsEngine::QuickJs => {
                     codemode_runtime_quickjs::set_hard_stop_hook(
@@ -68,13 +55,6 @@ pub fn serve(engine: JsEngine) -> ExitCode {
             }
         },
         // Test builds only: a native probe that tries what an exploit would.
-        NATIVE_ATTACK_PROBE,
+        codemode_engine_process::NATIVE_ATTACK_PROBE,
     )
 }
-
-#[cfg(feature = "v8")]
-use codemode_runtime_v8::NATIVE_ATTACK_PROBE;
-
-/// Without V8 there is no native probe.
-#[cfg(not(feature = "v8"))]
-const NATIVE_ATTACK_PROBE: Option<codemode_engine_process::child::NativeProbe> = None;

@@ -24,9 +24,6 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 /// Run model-written JavaScript that orchestrates tools, in V8 or QuickJS cells.
-///
-/// This is `codemode-v8`, the program the `codemode` launcher runs once it has found V8 (a build
-/// without V8 needs no library, and the launcher runs it at once).
 #[derive(Debug, Parser)]
 #[command(name = "codemode", bin_name = "codemode", version, about)]
 struct Cli {
@@ -65,7 +62,7 @@ enum Command {
         #[arg(long, value_enum, default_value_t = setup::JsEngine::DEFAULT)]
         engine: setup::JsEngine,
         /// Run V8 cells on the V8 of this `node` binary (the pinned Node 24), loading the engine
-        /// library `--library` into it, instead of on the V8 this program links.
+        /// library `--library` into it (V8 cells need both).
         #[arg(long, value_name = "PATH", requires = "library")]
         node: Option<std::path::PathBuf>,
         /// The engine library (`libcodemode_v8_engine.so`) that `--node` loads.

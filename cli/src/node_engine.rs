@@ -1,9 +1,8 @@
-//! Which V8 runs V8 cells in engine processes: the V8 13.6 of the pinned official Node 24 (the
-//! `node` binary loading the engine library, `libcodemode_v8_engine.so`) wherever one is
-//! installed, else the V8 10.2 this program links.
+//! Where V8 cells run: engine processes that are the pinned official Node 24 (V8 13.6), the `node`
+//! binary, loading the engine library (`libcodemode_v8_engine.so`). This program links no V8.
 //!
-//! `--v8-library PATH` (or `CODEMODE_V8_LIBRARY`) names the library, `--v8-library linked` asks
-//! for the linked V8. Otherwise the library is looked for, in order:
+//! `--v8-library PATH` (or `CODEMODE_V8_LIBRARY`) names the library. Otherwise it is looked for,
+//! in order (and when none is there, the error lists where it looked and how to get one):
 //!
 //! 1. next to this program: `$ORIGIN/../lib/node-engine/` (an unpacked release tarball);
 //! 2. in a debug build, the repository it was built from: `target/node-engine/release/`
@@ -17,9 +16,6 @@ use std::path::{Path, PathBuf};
 
 /// The engine library's file name.
 const LIBRARY: &str = "libcodemode_v8_engine.so";
-
-/// The value of `--v8-library` that asks for the V8 this program links.
-pub const LINKED: &str = "linked";
 
 /// The `node` binary and the engine library that V8 engine processes run on.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -84,6 +80,22 @@ impl Environment {
 /// Why no engine could be chosen.
 #[derive(Debug, thiserror::Error)]
 pub enum NodeEngineError {
+    /// No engine library is installed where this program looks.
+    #[error(
+        "V8 cells run on the V8 of the pinned Node 24, in engine processes that load codemode's \
+         engine library ({LIBRARY}), and none is installed where codemode looks:\n{}\n\
+         Fix it with one of:\n  \
+         cargo xtask setup-v8        from a clone of the codemode repository (installs Node 24 \
+         and the library for your user)\n  \
+         --v8-library PATH           an engine library installed elsewhere (the release \
+         tarball's lib/node-engine/ carries one)\n\
+         or run the cells on QuickJS, which needs neither: --engine quickjs",
+        looked_in.iter().map(|folder| format!("  {}", folder.display())).collect::<Vec<_>>().join("\n")
+    )]
+    NotInstalled {
+        /// The folders looked in, in order.
+        looked_in: Vec<PathBuf>,
+    },
     /// The library named cannot be read.
     #[error(
         "--v8-library {path}: {error} (build it with `cargo xtask build-engine-library --release`)"
@@ -171,25 +183,28 @@ fn closed_to(path: &Path, wanted: u32, uid: u32, gid: u32) -> Option<PathBuf> {
         .or_else(|| (!allows(path, wanted)).then(|| path.to_path_buf()))
 }
 
-/// Node's V8 for engine processes, or `None` for the linked V8: the library `named` (a path, or
-/// [`LINKED`]), else the first one installed; `node` is the one named, else the one beside it.
+/// Node's V8 for engine processes: the library `named`, else the first one installed; `node` is
+/// the one named, else the one beside it.
 pub fn choose(
     named: Option<&Path>,
     node: Option<&Path>,
     environment: &Environment,
-) -> Result<Option<NodeEngine>, NodeEngineError> {
+) -> Result<NodeEngine, NodeEngineError> {
     let library = match named {
-        Some(named) if named == Path::new(LINKED) => return Ok(None),
         Some(named) => named.to_path_buf(),
         None => {
-            let found = environment
-                .candidates()
-                .into_iter()
+            let candidates = environment.candidates();
+            let found = candidates
+                .iter()
                 .map(|folder| folder.join(LIBRARY))
                 .find(|library| library.is_file());
             match found {
                 Some(library) => library,
-                None => return Ok(None),
+                None => {
+                    return Err(NodeEngineError::NotInstalled {
+                        looked_in: candidates,
+                    });
+                }
             }
         }
     };
@@ -202,7 +217,7 @@ pub fn choose(
         path: node.clone(),
         error,
     })?;
-    Ok(Some(NodeEngine { node, library }))
+    Ok(NodeEngine { node, library })
 }
 
 #[cfg(test)]
@@ -236,13 +251,9 @@ mod tests {
             home: Some(root.join("home")),
         };
         std::fs::create_dir_all(root.join("dist/bin")).unwrap();
-        assert_eq!(choose(None, None, &environment).unwrap(), None);
         install(&root.join("data/codemode/node-engine"));
-        let chosen = |environment: &Environment| {
-            choose(None, None, environment)
-                .unwrap()
-                .expect("a library is installed")
-        };
+        let chosen =
+            |environment: &Environment| choose(None, None, environment).expect("one is installed");
         assert_eq!(
             chosen(&environment).library,
             root.join("data/codemode/node-engine")
@@ -283,19 +294,30 @@ mod tests {
     }
 
     #[test]
-    fn linked_asks_for_the_linked_v8_even_when_a_library_is_installed() {
-        let root = scratch("linked");
-        install(&root.join("lib/node-engine"));
-        std::fs::create_dir_all(root.join("bin")).unwrap();
+    fn with_no_library_installed_the_error_lists_where_it_looked_and_how_to_get_one() {
+        let root = scratch("none");
         let environment = Environment {
             origin: Some(root.join("bin")),
-            ..Environment::default()
+            repository: Some(root.join("repo")),
+            xdg_data_home: None,
+            home: Some(root.join("home")),
         };
-        assert!(choose(None, None, &environment).unwrap().is_some());
-        assert_eq!(
-            choose(Some(Path::new(LINKED)), None, &environment).unwrap(),
-            None
+        let error = choose(None, None, &environment).unwrap_err();
+        assert!(
+            matches!(&error, NodeEngineError::NotInstalled { looked_in } if *looked_in == environment.candidates()),
+            "{error:?}"
         );
+        let message = error.to_string();
+        for folder in environment.candidates() {
+            assert!(message.contains(&folder.display().to_string()), "{message}");
+        }
+        for fix in [
+            "cargo xtask setup-v8",
+            "--v8-library PATH",
+            "--engine quickjs",
+        ] {
+            assert!(message.contains(fix), "{message}");
+        }
         std::fs::remove_dir_all(&root).unwrap();
     }
 

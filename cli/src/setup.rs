@@ -12,8 +12,6 @@ use codemode_host_adapters::{
 };
 use codemode_protocol::normalize_identifier;
 use codemode_runtime_quickjs::QuickJsEngine;
-#[cfg(feature = "v8")]
-use codemode_runtime_v8::V8Engine;
 use codemode_session::{Session, SessionConfig, SessionKey, Store};
 use serde_json::{Value, json};
 
@@ -75,13 +73,12 @@ pub struct SessionArgs {
     pub cells_per_process: usize,
     /// Run engine processes as this user (with --isolation process): for a server started as root,
     /// so that native code in an engine process holds no file of root's (see SECURITY.md). The
-    /// user must be able to read this program and V8's libraries.
+    /// user must be able to read this program, and for V8 cells `node` and the engine library.
     #[arg(long, value_name = "USER")]
     pub engine_user: Option<String>,
     /// The engine library on the V8 of the pinned official Node 24 (V8 13.6) that V8 engine
-    /// processes run (they become that `node` loading it), or `linked` for the V8 10.2 this
-    /// program links. By default the one installed beside this program, or for this user by
-    /// `cargo xtask setup-v8`; the linked V8 when there is none. With --isolation process only.
+    /// processes run (they become that `node` loading it). By default the one installed beside
+    /// this program, or for this user by `cargo xtask setup-v8`.
     #[arg(long, value_name = "PATH", env = "CODEMODE_V8_LIBRARY")]
     pub v8_library: Option<PathBuf>,
     /// The `node` binary that loads the engine library (by default the `node` beside it).
@@ -94,16 +91,16 @@ pub struct SessionArgs {
 pub enum Isolation {
     /// In sandboxed child engine processes.
     Process,
-    /// In this process (V8 cells then run on the V8 10.2 this program links: the pinned Node
-    /// 24's V8 13.6 is reachable only from an engine process).
+    /// In this process: QuickJS cells only (the pinned Node 24's V8 is reachable only from an
+    /// engine process).
     InProcess,
 }
 
 /// The JavaScript engine of the cells.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum JsEngine {
-    /// V8: in engine processes the pinned Node 24's V8 13.6 wherever its engine library is
-    /// installed, else (and in-process) the V8 10.2 of Debian's libnode108 this program links.
+    /// V8: the pinned Node 24's V8 13.6, in engine processes that are that `node` loading the
+    /// engine library.
     V8,
     /// QuickJS-NG, built into this program.
     #[value(name = "quickjs")]
@@ -135,10 +132,6 @@ pub enum DemoTools {
     /// Left out (what `codemode mcp` does unless asked): the model sees only real tools.
     LeftOut,
 }
-
-/// Set by the launcher when it put V8's folder on the library path: the user's own value, which
-/// the processes codemode starts get back.
-const ORIGINAL_LIBRARY_PATH: &str = "CODEMODE_ORIGINAL_LD_LIBRARY_PATH";
 
 /// What setting up went wrong with, and whether it is the user's input (exit status 2).
 pub struct SetupError {
@@ -227,15 +220,15 @@ impl SessionArgs {
             });
         }
         let engine: Arc<dyn codemode_engine::Engine> = match (self.isolation, self.engine) {
-            #[cfg(feature = "v8")]
             (Isolation::InProcess, JsEngine::V8) => {
-                Arc::new(V8Engine::with_warm_runtimes_for_heap(
-                    codemode_runtime_v8::DEFAULT_WARM_RUNTIMES,
-                    config.heap_limit_bytes,
-                ))
+                return Err(SetupError {
+                    message: "V8 cells run only in engine processes (the pinned Node 24's V8 is \
+                              reachable only there): drop --isolation in-process, or run \
+                              in-process cells on QuickJS with --engine quickjs"
+                        .to_owned(),
+                    usage: true,
+                });
             }
-            #[cfg(not(feature = "v8"))]
-            (Isolation::InProcess, JsEngine::V8) => unreachable!("refused above"),
             (Isolation::InProcess, JsEngine::QuickJs) => {
                 Arc::new(QuickJsEngine::with_warm_runtimes_for_heap(
                     codemode_runtime_quickjs::DEFAULT_WARM_RUNTIMES,
@@ -253,49 +246,28 @@ impl SessionArgs {
         Ok(Arc::clone(ENGINE.get_or_init(|| engine)))
     }
 
-    /// `node` and the engine library it loads, when V8 cells are to run on Node's V8 (see
-    /// [`crate::node_engine`]); `None` for the V8 this program links.
+    /// `node` and the engine library it loads, for V8 cells (see [`crate::node_engine`]); `None`
+    /// for QuickJS cells, which need neither.
     fn node_engine(&self) -> Result<Option<NodeEngine>, SetupError> {
         if self.engine != JsEngine::V8 {
             return Ok(None);
         }
-        let named = self.v8_library.as_deref();
-        if self.isolation != Isolation::Process {
-            if named.is_some_and(|named| named != std::path::Path::new(node_engine::LINKED)) {
-                return Err(SetupError {
-                    message: "--v8-library runs V8 cells in engine processes only: drop \
-                              --isolation in-process"
-                        .to_owned(),
-                    usage: true,
-                });
-            }
-            return Ok(None);
-        }
         let environment = node_engine::Environment::current();
-        let chosen =
-            node_engine::choose(named, self.node.as_deref(), &environment).map_err(|error| {
-                SetupError {
-                    message: error.to_string(),
-                    usage: true,
-                }
-            })?;
-        match &chosen {
-            Some(chosen) => tracing::info!(
-                library = %chosen.library.display(),
-                node = %chosen.node.display(),
-                "V8 cells run in engine processes on the V8 of the pinned Node 24"
-            ),
-            // A V8 without security fixes is a weaker first wall: said, not hidden.
-            None if named.is_none() => tracing::warn!(
-                looked_in = ?environment.candidates(),
-                "V8 cells run on the V8 10.2 this program links, which gets no upstream security \
-                 fixes: no engine library on the pinned Node 24's V8 is installed where this \
-                 program looks (`cargo xtask setup-v8` installs one for this user, the release \
-                 tarball carries one; `--v8-library linked` chooses V8 10.2 without this warning)"
-            ),
-            None => {}
-        }
-        Ok(chosen)
+        let chosen = node_engine::choose(
+            self.v8_library.as_deref(),
+            self.node.as_deref(),
+            &environment,
+        )
+        .map_err(|error| SetupError {
+            message: error.to_string(),
+            usage: true,
+        })?;
+        tracing::info!(
+            library = %chosen.library.display(),
+            node = %chosen.node.display(),
+            "V8 cells run in engine processes on the V8 of the pinned Node 24"
+        );
+        Ok(Some(chosen))
     }
 
     /// Whether the process's engine can start a cell now (a readiness probe): runs a trivial
@@ -366,8 +338,8 @@ static ENGINE: std::sync::OnceLock<Arc<dyn codemode_engine::Engine>> = std::sync
 /// How long the readiness probe's trivial cell may take.
 const PROBE_YIELD_MS: u64 = 5_000;
 
-/// Engine processes that run this program in its engine-host mode (for V8 on Node's V8, as the
-/// launcher that executes `node`).
+/// Engine processes that run this program in its engine-host mode (for V8 cells, as the launcher
+/// that executes `node` to load the engine library).
 fn process_engine(
     engine: JsEngine,
     heap_limit_bytes: usize,
@@ -426,9 +398,9 @@ fn process_engine(
     if let Some((uid, gid)) = user {
         config = config.with_user(uid, gid);
     }
-    // The child's whole environment: the library path its loader needs to find V8, and whether
-    // V8 makes each global scope from a startup snapshot (`CODEMODE_V8_SNAPSHOT=off`: it does not).
-    // (The second is `codemode_runtime_v8::SNAPSHOT_VARIABLE`, named here for builds without V8.)
+    // The child's whole environment: the library path its loader needs, and whether V8 makes each
+    // global scope from a startup snapshot (`CODEMODE_V8_SNAPSHOT=off`: it does not; the engine
+    // library's `codemode_runtime_v8::SNAPSHOT_VARIABLE`, which this program does not link).
     for name in ["LD_LIBRARY_PATH", "CODEMODE_V8_SNAPSHOT"] {
         if let Some(value) = std::env::var_os(name) {
             config = config.with_env(name, value);
@@ -477,20 +449,10 @@ pub fn demo_tools() -> InProcessTools {
         )
 }
 
-/// The environment the user started codemode with: what a downstream stdio server starts from
-/// (its configuration's `env` goes on top). The launcher's changes are undone: `LD_LIBRARY_PATH`
-/// is the user's again (absent if the user had none) and the launcher's variable is gone.
+/// The environment the user started codemode with, unchanged (codemode sets no variable of its
+/// own in it): what a downstream stdio server starts from (its configuration's `env` goes on top).
 pub fn user_environment() -> Vec<(std::ffi::OsString, std::ffi::OsString)> {
-    let original = std::env::var_os(ORIGINAL_LIBRARY_PATH);
-    let mut environment: Vec<_> = std::env::vars_os()
-        .filter(|(name, _)| {
-            name != ORIGINAL_LIBRARY_PATH && !(original.is_some() && name == "LD_LIBRARY_PATH")
-        })
-        .collect();
-    if let Some(original) = original.filter(|original| !original.is_empty()) {
-        environment.push(("LD_LIBRARY_PATH".into(), original));
-    }
-    environment
+    std::env::vars_os().collect()
 }
 
 /// `'COMMAND ARGS'` or `'NAME=COMMAND ARGS'` as a downstream server.

@@ -1,10 +1,9 @@
 //! The conformance suite every engine must pass (`codemode_test_support::conformance`), on the
 //! V8 of the pinned official Node 24 (V8 13.6): cells run in engine processes that are `node`
 //! loading the engine library (`cargo xtask setup-v8` builds it with test hooks; or name one with
-//! `CODEMODE_V8_LIBRARY`), launched by the real `codemode-v8` binary. It runs every built-in of
+//! `CODEMODE_V8_LIBRARY`), launched by the real `codemode` binary. It runs every built-in of
 //! today that the suite holds: this V8 has no differences of its own.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use codemode_engine::Engine;
@@ -12,26 +11,13 @@ use codemode_engine_process::{ProcessEngine, ProcessEngineConfig};
 use codemode_protocol::limits::DEFAULT_HEAP_LIMIT_BYTES;
 use codemode_test_support::conformance::{Dialect, Subject};
 
-/// The engine library with test hooks (`CODEMODE_V8_LIBRARY`, else the one `setup-v8` built).
-fn library() -> PathBuf {
-    let library = codemode_test_support::engine_host::v8_library().unwrap_or_else(|| {
-        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join("../target/node-engine-test-hooks/debug/libcodemode_v8_engine.so")
-    });
-    assert!(
-        library.exists(),
-        "no engine library at {}: run `cargo xtask setup-v8` (it installs the pinned Node 24 and \
-         builds the library on its V8)",
-        library.display()
-    );
-    library
-}
-
 /// Engine processes on Node's V8, keeping `warm` runtimes ready in each; with `test_hooks`, its
 /// cells have `__codemode_test_panic()`.
 fn config(warm: usize, test_hooks: bool) -> Arc<dyn Engine> {
-    let arguments = codemode_test_support::engine_host::arguments_in_node(library());
-    let mut config = ProcessEngineConfig::new(env!("CARGO_BIN_EXE_codemode-v8"), arguments)
+    let arguments = codemode_test_support::engine_host::arguments_in_node(
+        codemode_test_support::engine_host::v8_library(),
+    );
+    let mut config = ProcessEngineConfig::new(env!("CARGO_BIN_EXE_codemode"), arguments)
         .with_warm_runtimes(warm, DEFAULT_HEAP_LIMIT_BYTES);
     if test_hooks {
         config = config.with_test_hooks();

@@ -1,4 +1,4 @@
-//! Cells in engine processes: the real `codemode-v8` binary in its engine-host mode, driven
+//! Cells in engine processes: the real `codemode` binary in its engine-host mode, driven
 //! through the `ProcessEngine` library API. What a crash, a hard stop and the sandbox do to the
 //! cells of a process, and that nothing else is touched.
 
@@ -19,21 +19,17 @@ fn config() -> ProcessEngineConfig {
     config_for("v8")
 }
 
-/// Engine processes of the engine named `engine` (`v8` or `quickjs`). V8 is Node's when
-/// `CODEMODE_V8_LIBRARY` names an engine library, as for the binary (`--v8-library`).
+/// Engine processes of the engine named `engine` (`v8` or `quickjs`). V8's are the pinned Node 24
+/// loading the engine library with test hooks (`CODEMODE_V8_LIBRARY`, else the one `cargo xtask
+/// setup-v8` built).
 fn config_for(engine: &str) -> ProcessEngineConfig {
     let arguments = codemode_test_support::engine_host::arguments(engine);
     let mut config =
-        ProcessEngineConfig::new(env!("CARGO_BIN_EXE_codemode-v8"), arguments).with_test_hooks();
+        ProcessEngineConfig::new(env!("CARGO_BIN_EXE_codemode"), arguments).with_test_hooks();
     if let Some(path) = std::env::var_os("LD_LIBRARY_PATH") {
         config = config.with_env("LD_LIBRARY_PATH", path);
     }
     config
-}
-
-/// Whether V8 engine processes run on Node's V8 in this run (`CODEMODE_V8_LIBRARY`).
-fn in_node() -> bool {
-    codemode_test_support::engine_host::v8_library().is_some()
 }
 
 /// The engine named in the engine processes' check (`v8` or `quickjs`).
@@ -352,7 +348,7 @@ fn assert_sandboxed(config: ProcessEngineConfig) {
         })
         .collect();
     // In Node, libuv is told to make no io_uring instance for files.
-    let node_home = in_node() && what_engine(&engine) == "v8";
+    let node_home = what_engine(&engine) == "v8";
     let allowed_names: &[&str] = if node_home {
         &["LD_LIBRARY_PATH", "UV_USE_IO_URING"]
     } else {
@@ -462,16 +458,12 @@ fn the_memory_ceiling_ends_only_the_process_that_reaches_it() {
         let ceiling = 600u64 << 20;
         let [soft, hard] = [0, 1].map(|at| limit("Max data size")[at].parse::<u64>().unwrap());
         assert_eq!(soft, hard);
-        if in_node() {
-            // Counted from what Node and the warm isolates reserved before serving (their code
-            // ranges, mapped writable): Node's own 512 MiB and 64 MiB per isolate.
-            assert!(
-                (ceiling + (512 << 20)..ceiling + (2 << 30)).contains(&soft),
-                "{soft}"
-            );
-        } else {
-            assert_eq!(soft, ceiling);
-        }
+        // Counted from what Node and the warm isolates reserved before serving (their code
+        // ranges, mapped writable): Node's own 512 MiB and 64 MiB per isolate.
+        assert!(
+            (ceiling + (512 << 20)..ceiling + (2 << 30)).contains(&soft),
+            "{soft}"
+        );
         assert_eq!(limit("Max core file size"), ["0", "0"]);
     }
     let mut greedy =
@@ -1342,8 +1334,8 @@ fn each_cell_on_a_lane_starts_from_fresh_globals() {
     assert!(most_before > 0, "no isolate served a second cell");
 }
 
-/// On Node's V8 13.6 every cell's global scope is deserialised from the engine process's startup
-/// snapshot of a bootstrapped one (V8 10.2 runs the bootstrap for each): on a fresh isolate and on
+/// Every cell's global scope is deserialised from the engine process's startup snapshot of a
+/// bootstrapped one: on a fresh isolate and on
 /// a kept one alike, each scope still has what V8 adds to it (the built-ins it ships behind
 /// flags, native rather than the prelude's), none of what a cell must not have (V8 adds
 /// `WebAssembly` back to every scope it makes), and random numbers of its own.
@@ -1367,16 +1359,14 @@ fn each_global_scope_comes_from_the_startup_snapshot_on_node_s_v8() {
             Some(&None),
             "round {round}: {ended:?}"
         );
-        assert_eq!(ended.texts[0], in_node().to_string(), "round {round}");
+        assert_eq!(ended.texts[0], "true", "round {round}");
         reused |= ended.texts[1] != "0";
         assert_eq!(
             ended.texts[2], "undefined,undefined,undefined,undefined",
             "round {round}"
         );
-        if in_node() {
-            assert_eq!(ended.texts[3], "true,true,true,true", "round {round}");
-            assert_eq!(ended.texts[4], "\\x61\\.b 5 function", "round {round}");
-        }
+        assert_eq!(ended.texts[3], "true,true,true,true", "round {round}");
+        assert_eq!(ended.texts[4], "\\x61\\.b 5 function", "round {round}");
         randoms.insert(ended.texts[5].clone());
     }
     assert!(reused, "no isolate served a second cell");

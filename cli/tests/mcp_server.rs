@@ -548,12 +548,10 @@ async fn replacing_the_binary_under_a_running_server_does_not_break_new_cells() 
     // The server runs from a copy, which is then replaced by something that cannot run: engine
     // processes are started from /proc/self/exe, the program that is running, not its path.
     let folder = codemode_test_support::scratch_folder("replaced-binary");
-    let launcher = folder.join("codemode");
-    let program = folder.join("codemode-v8");
-    std::fs::copy(CODEMODE, &launcher).unwrap();
-    std::fs::copy(env!("CARGO_BIN_EXE_codemode-v8"), &program).unwrap();
+    let program = folder.join("codemode");
+    std::fs::copy(CODEMODE, &program).unwrap();
     let recorder = Recorder::default();
-    let command = tokio::process::Command::new(&launcher).configure(|command| {
+    let command = tokio::process::Command::new(&program).configure(|command| {
         command.args(["mcp", "--cells-per-process", "1"]);
     });
     let client = within(
@@ -566,11 +564,9 @@ async fn replacing_the_binary_under_a_running_server_does_not_break_new_cells() 
         .await
         .unwrap();
     assert!(text_of(&first).contains("before"), "{}", text_of(&first));
-    for path in [&launcher, &program] {
-        std::fs::remove_file(path).unwrap();
-        std::fs::write(path, "not a program").unwrap();
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
-    }
+    std::fs::remove_file(&program).unwrap();
+    std::fs::write(&program, "not a program").unwrap();
+    std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o755)).unwrap();
     // Three cells live at once, one per process: new engine processes must start.
     let mut ids = Vec::new();
     for index in 0..3 {

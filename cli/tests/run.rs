@@ -417,33 +417,35 @@ fn nothing_a_cell_does_reaches_standard_output_beside_the_one_json_object() {
 
 /// V8 cells run in engine processes on the pinned Node 24's V8 13.6 once `cargo xtask setup-v8`
 /// has built its engine library (a debug build finds it in the repository's target), which runs
-/// `using` declarations; `--v8-library linked` runs them on the V8 10.2 this program links, which
-/// does not parse them.
+/// `using` declarations and has `Float16Array`. This program links no V8: in-process V8 cells are
+/// refused with what to do instead, and so is an engine library that is not there.
 #[test]
-fn v8_cells_run_on_node_24s_v8_by_default_and_on_the_linked_v8_when_asked() {
-    let source = "{ using held = { [Symbol.dispose]() { text(`disposed`); } }; }";
-    let on_v8 = ["--engine", "v8", "--isolation", "process"];
-    let (json, code) = run_json(&on_v8, source);
+fn v8_cells_run_on_node_24s_v8_in_engine_processes_and_nowhere_else() {
+    let source =
+        "{ using held = { [Symbol.dispose]() { text(`disposed ${typeof Float16Array}`); } }; }";
+    let (json, code) = run_json(&["--engine", "v8", "--isolation", "process"], source);
     assert_eq!(
         (code, &json["status"]),
         (0, &Value::from("completed")),
         "{json}"
     );
-    assert_eq!(texts(&json), ["disposed"]);
-    let mut linked = on_v8.to_vec();
-    linked.extend(["--v8-library", "linked"]);
-    let (json, code) = run_json(&linked, source);
-    assert_eq!(
-        (code, &json["status"]),
-        (1, &Value::from("failed")),
-        "{json}"
+    assert_eq!(texts(&json), ["disposed function"]);
+    let in_process = codemode(
+        &["run", "--engine", "v8", "--isolation", "in-process", "-"],
+        source,
     );
+    let stderr = String::from_utf8_lossy(&in_process.stderr);
+    assert_eq!(in_process.status.code(), Some(2), "{stderr}");
     assert!(
-        json["error_text"]
-            .as_str()
-            .is_some_and(|error| error.contains("SyntaxError")),
-        "{json}"
+        stderr.contains("V8 cells run only in engine processes")
+            && stderr.contains("--engine quickjs"),
+        "{stderr}"
     );
+    let missing = temporary_directory("no-library") + "/libcodemode_v8_engine.so";
+    let named = codemode(&["run", "--v8-library", &missing, "-"], source);
+    let stderr = String::from_utf8_lossy(&named.stderr);
+    assert_eq!(named.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains(&missing), "{stderr}");
 }
 
 /// Engine processes run as `--engine-user`, which must reach `node` and the engine library: one

@@ -2,15 +2,16 @@
 //! engine process on its V8 13.6, which no program of ours can link (see `../shared/V8.md` in the
 //! project's notes, and `codemode_engine_process::node_host`).
 //!
-//! Built by `cargo xtask build-engine-library`, with `CODEMODE_V8_IN_NODE` pointing
-//! `codemode-runtime-v8` at the pinned Node's headers; V8's symbols stay undefined and are the
-//! `node` executable's. Node calls [`node_register_module_v137`] (its ABI version 137 is Node 24's)
+//! Built against the pinned Node's headers (see `codemode-runtime-v8`'s build script; `cargo xtask
+//! build-engine-library` builds the release and test-hooks libraries the binaries and tests load);
+//! V8's symbols stay undefined and are the `node` executable's. Node calls [`node_register_module_v137`] (its ABI version 137 is Node 24's)
 //! on its main thread; it finds Node's V8 platform, then serves the engine-process channel (its
 //! standard input) there until the parent goes away, and ends the process. It never returns to
 //! Node.
 //!
 //! This crate must not know sessions, tools or servers: it is an engine process and nothing else.
-//! Built in the ordinary workspace (against libnode108), the library exists but is never loaded.
+//! No test binary can link it (V8's symbols are Node's): its tests are the `codemode-cli` tests,
+//! which run engine processes on it.
 //!
 //! The `unsafe` here is one attribute: the exported symbol's name, which Node looks up.
 
@@ -43,7 +44,7 @@ fn serve() -> ExitCode {
     }
     codemode_engine_process::node_host::serve_in_node(
         make_engine,
-        codemode_runtime_v8::NATIVE_ATTACK_PROBE,
+        codemode_engine_process::NATIVE_ATTACK_PROBE,
     )
 }
 

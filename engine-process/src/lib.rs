@@ -46,6 +46,8 @@ mod config;
 mod descriptors;
 mod lane;
 mod log;
+#[allow(unsafe_code)]
+mod native_probe;
 pub mod node_host;
 mod process;
 mod sandbox;
@@ -60,6 +62,7 @@ pub use crate::config::{
     DEFAULT_THREADS_PER_PROCESS, ProcessEngineConfig,
 };
 pub use crate::descriptors::close_inherited_descriptors;
+pub use crate::native_probe::NATIVE_ATTACK_PROBE;
 #[cfg(feature = "test-hooks")]
 pub use crate::wire::{Forgery, Probe};
 

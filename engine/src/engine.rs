@@ -7,10 +7,11 @@ use crate::lane;
 use crate::start::CellStart;
 use crate::stats::EngineStats;
 
-/// A JavaScript engine that can run cells. Implemented by `runtime-v8`; a scripted engine can
-/// implement it in tests that need exact control of event order.
+/// A JavaScript engine that can run cells. Implemented by `runtime-v8`, `runtime-quickjs` and
+/// `engine-process`; a scripted engine can implement it in tests that need exact control of event
+/// order.
 pub trait Engine: Send + Sync + 'static {
-    /// A short human-readable name and version, such as `V8 10.2.154.26`.
+    /// A short human-readable name and version, such as `V8 13.6.233.17-node.37`.
     fn describe(&self) -> String;
 
     /// Starts `cell` on a new OS thread (or in another process). The run sends

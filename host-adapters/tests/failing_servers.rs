@@ -11,7 +11,7 @@ use codemode_host_adapters::{
     CompositeTools, McpServerConfig, McpTools, McpTransport, MemoryStore,
 };
 use codemode_protocol::{ExecuteRequest, OutputItem};
-use codemode_runtime_v8::V8Engine;
+use codemode_runtime_quickjs::QuickJsEngine;
 use codemode_session::{CellEvent, Session, SessionConfig, ToolProvider};
 use codemode_test_support::within;
 
@@ -66,7 +66,7 @@ async fn broken_servers_are_left_out_with_their_reasons_and_the_healthy_one_serv
         "the session opens though two servers are down",
         Session::open(
             "failing",
-            Arc::new(V8Engine::new()),
+            Arc::new(QuickJsEngine::new()),
             Arc::new(MemoryStore::new()),
             Arc::clone(&tools) as Arc<dyn ToolProvider>,
             SessionConfig::default(),
@@ -192,7 +192,7 @@ async fn a_call_the_server_refuses_resolves_as_an_error_result_with_its_message(
         "open",
         Session::open(
             "refused",
-            Arc::new(V8Engine::new()),
+            Arc::new(QuickJsEngine::new()),
             Arc::new(MemoryStore::new()),
             Arc::clone(&tools) as Arc<dyn ToolProvider>,
             SessionConfig::default(),

@@ -8,7 +8,7 @@ use codemode_host_adapters::{
     CompositeTools, InProcessTools, McpServerConfig, McpTools, McpTransport, MemoryStore,
 };
 use codemode_protocol::{ExecuteRequest, ImageDetail, ImageItem, OutputItem, ToolKind, ToolName};
-use codemode_runtime_v8::V8Engine;
+use codemode_runtime_quickjs::QuickJsEngine;
 use codemode_session::{
     CellEvent, Session, SessionConfig, ToolCallContext, ToolCallFate, ToolErrorKind,
     ToolInvocation, ToolListErrorKind, ToolProvider, WaitOutcome,
@@ -29,7 +29,7 @@ fn stdio_server(namespace: &str) -> McpTools {
 async fn session(tools: impl ToolProvider) -> Session {
     Session::open(
         "mcp",
-        Arc::new(V8Engine::new()),
+        Arc::new(QuickJsEngine::new()),
         Arc::new(MemoryStore::new()),
         Arc::new(tools),
         SessionConfig::default(),
@@ -230,7 +230,7 @@ async fn a_server_killed_between_two_calls_is_started_again_for_the_next() {
     let tools = Arc::new(stdio_server("test"));
     let session = Session::open(
         "mcp",
-        Arc::new(V8Engine::new()),
+        Arc::new(QuickJsEngine::new()),
         Arc::new(MemoryStore::new()),
         Arc::clone(&tools) as Arc<dyn ToolProvider>,
         SessionConfig::default(),
@@ -334,7 +334,7 @@ async fn a_calls_trace_context_reaches_an_http_server_in_meta_and_as_its_header(
     }));
     let session = Session::open(
         "mcp",
-        Arc::new(V8Engine::new()),
+        Arc::new(QuickJsEngine::new()),
         Arc::new(MemoryStore::new()),
         Arc::new(tools),
         config,

@@ -1,10 +1,7 @@
-// The V8 platform the shim runs on, in one of two homes (build.rs compiles exactly one):
-//
-// - platform_libnode.cc: a process that links Debian's libnode108 (V8 10.2) and owns V8: the shim
-//   initialises V8 once with V8's default platform, and makes isolates with `Isolate::New`.
-// - platform_node.cc: the engine library inside the official Node 24 binary (V8 13.6): Node has
-//   initialised V8 and owns the platform; the shim only registers each isolate it makes with it,
-//   runs that isolate's foreground tasks itself, and never initialises or disposes V8.
+// The V8 platform the shim runs on (platform_node.cc): the engine library inside the official
+// Node 24 binary (V8 13.6). Node has initialised V8 and owns the platform; the shim only registers
+// each isolate it makes with it, runs that isolate's foreground tasks itself, and never
+// initialises or disposes V8.
 //
 // Ownership: the platform lives as long as the process. An isolate made by `NewIsolate` is freed
 // only by `DisposeIsolate`, on the thread that made it, after every `Global` into it is reset.
@@ -23,7 +20,7 @@ bool InitializePlatform();
 v8::Isolate* NewIsolate(const v8::Isolate::CreateParams& params);
 
 // An isolate allocated and registered with the platform but not initialised, for a
-// `v8::SnapshotCreator` to initialise (only inside Node, where the shim makes snapshots), or NULL.
+// `v8::SnapshotCreator` to initialise, or NULL.
 // Disposed of with DisposeIsolate.
 v8::Isolate* AllocateIsolate();
 

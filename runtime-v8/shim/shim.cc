@@ -1,5 +1,5 @@
-// codemode's native shim over V8: Debian's libnode108 (V8 10.2), or the official Node 24 binary's
-// V8 13.6 when the shim is part of the engine library Node loads (platform.h says which is which).
+// codemode's native shim over V8: the official Node 24 binary's V8 13.6, reached from the engine
+// library that Node loads (platform.h says how the shim shares Node's platform).
 //
 // A narrow C ABI: create and delete a runtime (one isolate, one context, limits), run the bootstrap
 // script that installs the globals, evaluate the cell's ES module, call the bootstrap's dispatcher,
@@ -21,7 +21,7 @@
 // - No C++ exception crosses the ABI: every entry point catches and reports `CM_INTERNAL_ERROR`.
 // - The V8 platform lives as long as the process (platform.h); so does the bootstrap's code cache
 //   (`g_bootstrap_cache`), which every runtime compiles the bootstrap from once it exists.
-// - The startup snapshot (`cm_snapshot_prepare`, V8 13.6 only) is made at most once and lives as
+// - The startup snapshot (`cm_snapshot_prepare`) is made at most once and lives as
 //   long as the process: every isolate made afterwards is made from its blob, and keeps a pointer
 //   to it. Its objects point to native code only through `kExternalReferences`.
 // - The fatal hook (`cm_set_fatal_hook`) is a plain function pointer held for the process's life;
@@ -59,10 +59,9 @@
 #include <string>
 #include <vector>
 
-static_assert((V8_MAJOR_VERSION == 10 && V8_MINOR_VERSION == 2) ||
-                  (V8_MAJOR_VERSION == 13 && V8_MINOR_VERSION == 6),
-              "the shim is written for V8 10.2 (libnode108) and 13.6 (Node 24); point the build at "
-              "the headers of one of them");
+static_assert(V8_MAJOR_VERSION == 13 && V8_MINOR_VERSION == 6,
+              "the shim is written for V8 13.6 (Node 24); point the build at the pinned Node's "
+              "headers (cargo xtask setup-v8)");
 static_assert(sizeof(size_t) == sizeof(void*), "cm_str assumes size_t is pointer-sized");
 static_assert(sizeof(clockid_t) == sizeof(int32_t), "CPU clocks cross the ABI as int32_t");
 
@@ -264,14 +263,9 @@ Local<String> NewString(Isolate* isolate, const std::string& text) {
 }
 
 std::string ToStdString(Isolate* isolate, Local<Value> value) {
-  // A lone surrogate crosses as its own three bytes (as V8 10.2 writes it), which the host
-  // detects and refuses where a value must be exact (stored keys and values); V8 13.6 would write
-  // U+FFFD instead unless told not to.
-#if V8_MAJOR_VERSION >= 13
+  // A lone surrogate crosses as its own three bytes (NO_OPTIONS: V8 would write U+FFFD instead),
+  // which the host detects and refuses where a value must be exact (stored keys and values).
   String::Utf8Value utf8(isolate, value, String::NO_OPTIONS);
-#else
-  String::Utf8Value utf8(isolate, value);
-#endif
   if (*utf8 == nullptr) return std::string();
   return std::string(*utf8, utf8.length());
 }
@@ -469,7 +463,7 @@ MaybeLocal<Value> EvaluateThrowSiteModule(Local<Context> context, Local<Module> 
   cm_runtime* rt = static_cast<cm_runtime*>(isolate->GetData(0));
   Local<Function> getter;
   Local<Function> setter;
-  // V8 10.2 needs both halves of an accessor; reading the property gives undefined.
+  // Both halves of the accessor are given; reading the property gives undefined.
   if (!Function::New(context, [](const FunctionCallbackInfo<Value>&) {}).ToLocal(&getter) ||
       !Function::New(context, ThrowAtSite, External::New(isolate, rt)).ToLocal(&setter)) {
     return MaybeLocal<Value>();
@@ -496,11 +490,7 @@ MaybeLocal<Module> ResolveCellImport(Local<Context> context, Local<String> speci
   Isolate* isolate = context->GetIsolate();
   if (ToStdString(isolate, specifier) == kThrowSiteModule) {
     std::vector<Local<String>> exports = {NewString(isolate, kThrowSiteBinding)};
-#if V8_MAJOR_VERSION >= 13
     MemorySpan<const Local<String>> export_names(exports.data(), exports.size());
-#else
-    const std::vector<Local<String>>& export_names = exports;
-#endif
     return Module::CreateSyntheticModule(isolate, NewString(isolate, kThrowSiteModule),
                                          export_names, EvaluateThrowSiteModule);
   }
@@ -542,11 +532,7 @@ bool SameText(const std::string& text, cm_str other) {
 // `code_cache`, compiles from V8's code cache of the bootstrap once one exists, and makes it.
 MaybeLocal<Function> InstallGlobals(Isolate* isolate, Local<Context> context, cm_str source,
                                     cm_str config, bool code_cache, std::string* error) {
-#if V8_MAJOR_VERSION >= 13
   ScriptOrigin origin(NewString(isolate, kBootstrapResourceName));
-#else
-  ScriptOrigin origin(isolate, NewString(isolate, kBootstrapResourceName));
-#endif
   Local<Script> script;
   Local<Value> installer;
   // Every isolate compiles the same bootstrap: after the first, from V8's code cache of it.
@@ -598,7 +584,6 @@ MaybeLocal<Function> InstallGlobals(Isolate* isolate, Local<Context> context, cm
   return dispatch.As<Function>();
 }
 
-#if V8_MAJOR_VERSION >= 13
 // The native functions a snapshot's objects may point to: V8 stores an index into this list, and
 // every isolate made from the snapshot is given the same list.
 const intptr_t kExternalReferences[] = {reinterpret_cast<intptr_t>(HostCall), 0};
@@ -670,7 +655,6 @@ std::unique_ptr<Snapshot> MakeSnapshot(cm_str source, cm_str config, cm_str snap
   snapshot->blob = blob;
   return snapshot;
 }
-#endif
 
 // The process's fatal hook (cm_set_fatal_hook), or null: told of a fatal error before V8 ends
 // the process, on the thread that hit it.
@@ -687,12 +671,8 @@ void OnFatalError(const char* location, const char* message) {
 
 // V8 calls a heap that cannot grow a heap OOM whether the heap reached its limit or the process
 // could not get memory (its ceiling, or the machine's): only the first is the cell's heap limit.
-#if V8_MAJOR_VERSION >= 13
 void OnOutOfMemory(const char* location, const OOMDetails& details) {
   bool is_heap_oom = details.is_heap_oom;
-#else
-void OnOutOfMemory(const char* location, bool is_heap_oom) {
-#endif
   bool heap_limit = is_heap_oom && location && std::strstr(location, "heap limit") != nullptr;
   ReportFatal(heap_limit ? CM_FATAL_HEAP_LIMIT : CM_FATAL_OUT_OF_MEMORY, location,
               heap_limit ? "JavaScript heap out of memory" : "process out of memory");
@@ -747,7 +727,6 @@ cm_runtime* cm_runtime_new(size_t heap_limit_bytes, cm_host_fn host, void* host_
     Isolate::CreateParams params;
     params.array_buffer_allocator = rt->allocator.get();
     params.constraints.ConfigureDefaultsFromHeapSize(0, heap_limit_bytes);
-#if V8_MAJOR_VERSION >= 13
     // V8 13.6 reserves each isolate's code range writable (counted by RLIMIT_DATA) and 512 MiB by
     // default; a cell's compiled code fits a small fraction of this.
     params.constraints.set_code_range_size_in_bytes(kCodeRangeBytes);
@@ -757,7 +736,6 @@ cm_runtime* cm_runtime_new(size_t heap_limit_bytes, cm_host_fn host, void* host_
       params.external_references = kExternalReferences;
       rt->snapshot = snapshot;
     }
-#endif
     rt->isolate = cm::NewIsolate(params);
     if (!rt->isolate) {
       delete rt;
@@ -903,11 +881,10 @@ int32_t cm_runtime_bootstrap(cm_runtime* rt, cm_str source, cm_str config) {
 // leaves alone what V8 adds to each context it deserialises) in a context kept in the snapshot. Runtimes created afterwards are made from it.
 // Only one snapshot exists per process, made by the first call; later calls only say whether it
 // fits. Returns 0 when the snapshot for this source and config exists, 1 when there is none for
-// them (V8 10.2 has none; one was made for another config), CM_INTERNAL_ERROR when making it
+// them (one was made for another config), CM_INTERNAL_ERROR when making it
 // failed, with `*error` set to why (text valid for the process's life). Thread-safe.
 int32_t cm_snapshot_prepare(cm_str source, cm_str config, cm_str snapshot_config, cm_str* error) {
   *error = {nullptr, 0};
-#if V8_MAJOR_VERSION >= 13
   try {
     std::lock_guard<std::mutex> lock(g_snapshot_mutex);
     if (const Snapshot* made = g_snapshot.load(std::memory_order_acquire)) {
@@ -929,12 +906,6 @@ int32_t cm_snapshot_prepare(cm_str source, cm_str config, cm_str snapshot_config
   } catch (...) {
     return CM_INTERNAL_ERROR;
   }
-#else
-  (void)source;
-  (void)config;
-  (void)snapshot_config;
-  return 1;
-#endif
 }
 
 // Compiles, instantiates and evaluates the cell's source as an ES module; its evaluation promise is
@@ -947,13 +918,8 @@ int32_t cm_runtime_evaluate_module(cm_runtime* rt, cm_str source) {
   Local<Context> context = entered.context;
   TryCatch try_catch(isolate);
   try_catch.SetVerbose(false);
-#if V8_MAJOR_VERSION >= 13
   ScriptOrigin origin(NewString(isolate, kCellResourceName), 0, 0, false, -1, Local<Value>(),
                       false, false, /*is_module=*/true);
-#else
-  ScriptOrigin origin(isolate, NewString(isolate, kCellResourceName), 0, 0, false, -1,
-                      Local<Value>(), false, false, /*is_module=*/true);
-#endif
   ScriptCompiler::Source compiler_source(NewString(isolate, source.ptr, source.len), origin);
   Local<Module> module;
   if (!ScriptCompiler::CompileModule(isolate, &compiler_source).ToLocal(&module)) {

@@ -68,7 +68,6 @@ type FatalFn = extern "C" fn(i32, *const std::ffi::c_char, *const std::ffi::c_ch
 unsafe extern "C" {
     fn cm_v8_version() -> *const std::ffi::c_char;
     fn cm_v8_initialize() -> i32;
-    #[cfg(v8_in_node)]
     fn cm_node_attach() -> i32;
     fn _exit(code: i32) -> !;
     fn cm_runtime_new(
@@ -97,7 +96,7 @@ unsafe extern "C" {
     fn cm_cpu_clock_nanos(clock: i32) -> i64;
 }
 
-/// The V8 version the shim is linked against, such as `10.2.154.26-node.36`.
+/// The V8 version the shim runs on, such as `13.6.233.17-node.37`.
 pub fn version() -> String {
     // SAFETY: V8::GetVersion returns a static NUL-terminated string; it needs no initialisation.
     unsafe { CStr::from_ptr(cm_v8_version()) }
@@ -164,49 +163,6 @@ pub fn set_fatal_hook(hook: fn(FatalKind, &str)) {
     }
 }
 
-#[cfg(feature = "test-hooks")]
-unsafe extern "C" {
-    fn cm_attack_probe(
-        attack: *const std::ffi::c_char,
-        target: *const std::ffi::c_char,
-        detail: *mut std::ffi::c_char,
-        detail_len: usize,
-    ) -> i32;
-}
-
-/// Runs one test-only native attack (see `shim/attack_probe.cc`) against `target`: `Ok(what
-/// happened)` if it succeeded, `Err(why not)` if it was refused.
-#[cfg(feature = "test-hooks")]
-pub fn attack_probe(attack: &str, target: &str) -> Result<String, String> {
-    let (Ok(attack), Ok(target)) = (
-        std::ffi::CString::new(attack),
-        std::ffi::CString::new(target),
-    ) else {
-        return Err("a name with a NUL byte".to_owned());
-    };
-    let mut detail = vec![0u8; 512];
-    // SAFETY: both strings are NUL-terminated and live across the call; `detail` is a writable
-    // buffer of the length passed, which the probe NUL-terminates within it.
-    let allowed = unsafe {
-        cm_attack_probe(
-            attack.as_ptr(),
-            target.as_ptr(),
-            detail.as_mut_ptr().cast(),
-            detail.len(),
-        )
-    };
-    let end = detail
-        .iter()
-        .position(|&byte| byte == 0)
-        .unwrap_or(detail.len());
-    let detail = String::from_utf8_lossy(&detail[..end]).into_owned();
-    if allowed == 1 {
-        Ok(detail)
-    } else {
-        Err(detail)
-    }
-}
-
 /// V8 refused to initialise: the library loaded is not the one the shim was built against.
 #[derive(Debug, Clone, Copy, thiserror::Error)]
 #[error(
@@ -230,7 +186,7 @@ pub fn initialize() -> Result<(), InitializeError> {
 /// Whether the process has a startup snapshot for runtimes bootstrapped with `source` and
 /// `config`, after making it if no snapshot exists yet: the bootstrap runs once, with
 /// `snapshot_config`, in a context kept in the snapshot, and every runtime created afterwards
-/// deserialises that context instead of running the bootstrap (V8 13.6; V8 10.2 makes none).
+/// deserialises that context instead of running the bootstrap.
 /// `Ok(false)` when there is none for them; `Err` says why making it failed (it is not tried
 /// again). Thread-safe.
 pub fn prepare_snapshot(source: &str, config: &str, snapshot_config: &str) -> Result<bool, String> {
@@ -258,7 +214,6 @@ pub fn prepare_snapshot(source: &str, config: &str, snapshot_config: &str) -> Re
 /// Inside the `node` binary (the engine library): finds Node's V8 platform, which every isolate
 /// of this crate is then registered with. Must be called on Node's main thread while Node runs
 /// JavaScript (the library's module initialiser), before [`initialize`].
-#[cfg(v8_in_node)]
 pub fn attach_to_node() -> Result<(), InitializeError> {
     // SAFETY: the shim's rules for cm_node_attach: called on Node's main thread with Node's
     // isolate entered, which the caller's contract guarantees; it only reads Node's state.
@@ -274,12 +229,6 @@ pub fn attach_to_node() -> Result<(), InitializeError> {
 pub fn end_process(code: i32) -> ! {
     // SAFETY: _exit takes a plain integer and never returns; it touches no memory of ours.
     unsafe { _exit(code) }
-}
-
-/// See the other `attach_to_node`: built against libnode108, there is no Node to attach to.
-#[cfg(not(v8_in_node))]
-pub fn attach_to_node() -> Result<(), InitializeError> {
-    Err(InitializeError)
 }
 
 /// The CPU-time clock of one thread, readable from any thread.
@@ -550,49 +499,5 @@ impl<H: Host> Drop for V8Runtime<H> {
         // SAFETY: the runtime that could call back into `slot` is gone; `slot` came from
         // Box::into_raw in `new` and is freed exactly once.
         drop(unsafe { Box::from_raw(self.slot) });
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A host that answers every call with `undefined`.
-    struct Silent;
-
-    impl Host for Silent {
-        fn call(&mut self, _op: i32, _a: Option<&[u8]>, _b: Option<&[u8]>) -> HostReply {
-            HostReply::Undefined
-        }
-    }
-
-    /// A runtime has a global scope only once its bootstrap made one (the shim no longer makes a
-    /// context when the runtime is created or reset): JavaScript asked to run before then is
-    /// refused with an error, never run in an absent context.
-    #[test]
-    fn nothing_runs_before_the_bootstrap_made_a_global_scope() {
-        initialize().unwrap();
-        let mut runtime = V8Runtime::new(64 << 20, Silent).unwrap();
-        let refused = |status: RunStatus| match status {
-            RunStatus::Exception(error) => assert!(error.contains("bootstrap it first"), "{error}"),
-            other => panic!("ran without a global scope: {other:?}"),
-        };
-        refused(runtime.evaluate_module("1"));
-        refused(runtime.dispatch(1, "id", None));
-        refused(runtime.run_microtasks());
-        assert!(
-            matches!(runtime.module_state(), ModuleState::Rejected(error) if error.contains("bootstrap it first"))
-        );
-        // Once bootstrapped it runs; reset drops the scope again until the next bootstrap.
-        let bootstrap = "(function (host, config) { return function dispatch() {}; })";
-        assert_eq!(runtime.bootstrap(bootstrap, "{}"), RunStatus::Ok);
-        assert_eq!(runtime.evaluate_module("globalThis.x = 1;"), RunStatus::Ok);
-        assert!(runtime.reset(Silent));
-        refused(runtime.evaluate_module("1"));
-        assert_eq!(runtime.bootstrap(bootstrap, "{}"), RunStatus::Ok);
-        assert_eq!(
-            runtime.evaluate_module("if (globalThis.x !== undefined) throw new Error('kept');"),
-            RunStatus::Ok
-        );
     }
 }

@@ -62,8 +62,8 @@ impl ScriptRuntime for V8Runtime<CellHost> {
         V8Runtime::heap_limit_hit(self)
     }
 
-    fn prepare_bootstrap(source: &str, config: &str) {
-        snapshot::prepare(source, config);
+    fn prepare_bootstrap(source: &str, config: &str, snapshot_config: &str) {
+        snapshot::prepare(source, config, snapshot_config);
     }
 
     fn bootstrap(&mut self, source: &str, config: &str) -> RunStatus {

@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use codemode_protocol::ToolDefinition;
-use codemode_runtime_v8::V8Engine;
+use codemode_runtime_quickjs::QuickJsEngine;
 use codemode_session::{
     Session, SessionConfig, SessionKey, Store, StoreError, ToolCallContext, ToolError,
     ToolInvocation, ToolListError, ToolProvider, render_text,
@@ -85,7 +85,7 @@ async fn main() {
         // A new session with the same id sees what the earlier one stored.
         let session = Session::open(
             "example",
-            Arc::new(V8Engine::new()),
+            Arc::new(QuickJsEngine::new()),
             store.clone(),
             Arc::new(NoTools),
             SessionConfig::default(),

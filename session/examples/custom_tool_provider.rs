@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use codemode_protocol::{ToolDefinition, ToolName};
-use codemode_runtime_v8::V8Engine;
+use codemode_runtime_quickjs::QuickJsEngine;
 use codemode_session::{
     JsonText, Session, SessionConfig, SessionKey, Store, StoreError, ToolCallContext, ToolError,
     ToolInvocation, ToolListError, ToolProvider, render_text,
@@ -110,7 +110,7 @@ impl Store for NoStore {
 async fn main() {
     let session = Session::open(
         "example",
-        Arc::new(V8Engine::new()),
+        Arc::new(QuickJsEngine::new()),
         Arc::new(NoStore),
         Arc::new(WeatherTools),
         SessionConfig::default(),

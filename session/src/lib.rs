@@ -3,11 +3,11 @@
 //! A [`Session`] owns its cells (ids `"1"`, `"2"`, …), its stored values and its enabled tools. It
 //! sits on three pluggable pieces: an engine (`codemode_engine::Engine`), a [`Store`] for stored
 //! values, and a [`ToolProvider`] for tools; `host-adapters` has ready-made stores and providers.
-//! For the engine: `codemode_runtime_v8::V8Engine` (JIT speed on heavy cells; needs the system's
-//! V8), `codemode_runtime_quickjs::QuickJsEngine` (no system library, a fresh runtime in a fraction
-//! of a millisecond, small memory; an interpreter), or either inside sandboxed child processes
-//! with `codemode_engine_process::ProcessEngine`, which is what to give model-written code in a
-//! server. Both engines pass one conformance suite, so a session behaves the same on either. The
+//! For the engine: `codemode_engine_process::ProcessEngine`, which runs cells in sandboxed child
+//! processes, on V8 (JIT speed on heavy cells; the official Node 24 binary's V8, reachable only in
+//! such processes) or on QuickJS, and is what to give model-written code in a server; or
+//! `codemode_runtime_quickjs::QuickJsEngine` in the embedder's own process (no system library, a
+//! fresh runtime in a fraction of a millisecond, small memory; an interpreter). Both engines pass one conformance suite, so a session behaves the same on either. The
 //! operations (`execute`, `wait`, `terminate`, `execute_to_pending`, `wait_to_pending`,
 //! `shutdown`) return [`CellReport`]s; the model-facing layer (`exec_tool`, `wait_tool`, their
 //! descriptions) parses pragmas and renders reports as the output contract says, with error hints (actionable errors).

@@ -1,5 +1,5 @@
 //! What the model sees: the exec and wait descriptions, renderings, and error hints, as reviewed
-//! snapshots. Cells run on real V8; wall times are pinned before rendering.
+//! snapshots. Cells run on QuickJS; wall times are pinned before rendering.
 
 mod common;
 
@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use codemode_protocol::{ToolDefinition, ToolKind, ToolName, WaitRequest};
-use codemode_runtime_v8::V8Engine;
+use codemode_runtime_quickjs::QuickJsEngine;
 use codemode_session::{
     CellReport, Session, SessionConfig, ToolCallContext, ToolError, ToolInvocation, ToolListError,
     ToolProvider, render_report, render_text,
@@ -180,7 +180,7 @@ impl ToolProvider for RealisticTools {
 async fn the_exec_and_wait_descriptions_declare_every_tool() {
     let session = Session::open(
         "descriptions",
-        Arc::new(V8Engine::new()),
+        Arc::new(QuickJsEngine::new()),
         Arc::new(MemoryStore::default()),
         Arc::new(RealisticTools),
         SessionConfig::default(),
@@ -361,7 +361,7 @@ impl ToolProvider for GeneratedTools {
 async fn description_for(count: usize) -> String {
     let session = Session::open(
         "generated",
-        Arc::new(V8Engine::new()),
+        Arc::new(QuickJsEngine::new()),
         Arc::new(MemoryStore::default()),
         Arc::new(GeneratedTools(count)),
         SessionConfig::default(),

@@ -1,4 +1,4 @@
-//! Session behaviour on real V8: stored values, concurrency, limits, shutdown, completion push.
+//! Session behaviour on QuickJS: stored values, concurrency, limits, shutdown, completion push.
 
 mod common;
 

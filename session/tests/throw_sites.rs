@@ -1,4 +1,4 @@
-//! A thrown value that is not an `Error` still has its position, on real V8: the session marks
+//! A thrown value that is not an `Error` still has its position, on QuickJS: the session marks
 //! each `throw` (positions kept), the engine records where a marked throw threw.
 
 mod common;

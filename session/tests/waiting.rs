@@ -1,4 +1,4 @@
-//! Waits that cost nothing, on real V8: a `wait` with nothing new holds on until its cell has
+//! Waits that cost nothing, on QuickJS: a `wait` with nothing new holds on until its cell has
 //! news (output, its end, a call waiting for the user) or the session's maximum passes; one wait
 //! watches several cells; a quiet result says what the cell waits on.
 

@@ -4,12 +4,11 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::node::{LibraryBuild, build_engine_library};
+use crate::node::LibraryBuild;
 use crate::shell::{run, workspace_root};
-use crate::v8::setup_v8;
 
 pub(crate) fn bench() -> Result<(), String> {
-    setup_v8()?;
+    crate::setup()?;
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
     let root = workspace_root();
     run(Command::new(&cargo)
@@ -37,13 +36,10 @@ pub(crate) fn bench() -> Result<(), String> {
     if let Some(python) = install_monty(&root) {
         bench.arg("--monty-python").arg(python);
     }
-    // Engine processes on the pinned Node 24's V8 13.6 beside those on the linked V8.
-    match build_engine_library(LibraryBuild::Release) {
-        Ok(library) => {
-            bench.arg("--v8-library").arg(library);
-        }
-        Err(error) => eprintln!("the bench goes on without V8 13.6: {error}"),
-    }
+    // V8 engine processes on the release engine library (setup built it).
+    bench
+        .arg("--v8-library")
+        .arg(LibraryBuild::Release.library());
     run(&mut bench)
 }
 

@@ -1,37 +1,18 @@
 //! `cargo xtask dist` and `cargo xtask dist-check`: the release tarball, and the proof that it
 //! runs where it is unpacked.
 //!
-//! The tarball holds `bin/codemode` (the launcher), `bin/codemode-v8` (run path `$ORIGIN/../lib`
-//! only), `lib/` with V8 and every library it needs that a base Debian or Ubuntu system lacks (as
-//! `ldd` reports them; the C and C++ runtimes and zlib are the system's), `lib/node-engine/` with
-//! the pinned official `node` and the engine library it loads (V8 engine processes run on its V8
-//! 13.6), `licenses/` with the Debian copyright file of each bundled library and Node's licence,
-//! and a README.
+//! The tarball holds `bin/codemode` (which links no V8 and needs only the C and C++ runtimes of
+//! the system), `lib/node-engine/` with the pinned official `node` and the engine library it loads
+//! (V8 engine processes run on its V8 13.6), `licenses/node.LICENSE`, and a README.
 
-use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use crate::node::{LibraryBuild, build_engine_library, stage_node_engine};
+use crate::node::{LibraryBuild, build_engine_library, node_package, stage_node_engine};
 use crate::shell::{copy, run, workspace_root};
-use crate::v8::{PREFIX_LIB, V8_RUNTIME_LIBRARIES, setup_v8, stage_library, v8_prefix};
-
-/// Libraries every Debian and Ubuntu system has: never bundled.
-const BASE_SYSTEM: [&str; 10] = [
-    "linux-vdso.so.1",
-    "libc.so.6",
-    "libm.so.6",
-    "libpthread.so.0",
-    "libdl.so.2",
-    "librt.so.1",
-    "libgcc_s.so.1",
-    "libstdc++.so.6",
-    "libz.so.1",
-    "ld-linux-x86-64.so.2",
-];
 
 const TARGET: &str = "x86_64-linux-gnu";
 
@@ -45,7 +26,6 @@ fn package_name() -> String {
 
 /// Builds the tarball and returns its path.
 pub fn dist() -> Result<PathBuf, String> {
-    setup_v8()?;
     let root = workspace_root();
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
     run(Command::new(&cargo)
@@ -59,12 +39,10 @@ pub fn dist() -> Result<PathBuf, String> {
         std::fs::create_dir_all(staging.join(folder))
             .map_err(|error| format!("cannot create {}: {error}", staging.display()))?;
     }
-    for program in ["codemode", "codemode-v8"] {
-        let shipped = staging.join("bin").join(program);
-        copy(&release.join(program), &shipped)?;
-        // Symbols are for debugging a build, not for running it; keep going without `strip`.
-        let _ = Command::new("strip").arg(&shipped).status();
-    }
+    let shipped = staging.join("bin/codemode");
+    copy(&release.join("codemode"), &shipped)?;
+    // Symbols are for debugging a build, not for running it; keep going without `strip`.
+    let _ = Command::new("strip").arg(&shipped).status();
     // V8 engine processes: the pinned Node and the engine library on its V8.
     let library = build_engine_library(LibraryBuild::Release)?;
     stage_node_engine(
@@ -75,15 +53,9 @@ pub fn dist() -> Result<PathBuf, String> {
     let _ = Command::new("strip")
         .arg(staging.join("lib/node-engine/libcodemode_v8_engine.so"))
         .status();
-    let v8_lib = v8_prefix().join(PREFIX_LIB);
-    let bundled = libraries_to_bundle(&staging.join("bin/codemode-v8"), &v8_lib)?;
-    for (soname, path) in &bundled {
-        let (package, copyright) = copyright_of(soname, path)?;
-        stage_library(&staging, soname, path, &package, &copyright)?;
-    }
     std::fs::write(
         staging.join("README.md"),
-        readme(&bundled, &crate::node::pinned_version()?),
+        readme(&crate::node::pinned_version()?),
     )
     .map_err(|error| format!("cannot write the README: {error}"))?;
     let tarball = dist.join(format!("{}.tar.gz", package_name()));
@@ -99,107 +71,25 @@ pub fn dist() -> Result<PathBuf, String> {
     Ok(tarball)
 }
 
-/// Every library `program` loads (with V8's folder on the library path) that a base system
-/// lacks, by soname, with where it is now.
-fn libraries_to_bundle(program: &Path, v8_lib: &Path) -> Result<BTreeMap<String, PathBuf>, String> {
-    let output = Command::new("ldd")
-        .arg(program)
-        .env("LD_LIBRARY_PATH", v8_lib)
-        .output()
-        .map_err(|error| format!("cannot run ldd: {error}"))?;
-    let text = String::from_utf8_lossy(&output.stdout);
-    let mut libraries = BTreeMap::new();
-    for line in text.lines() {
-        let line = line.trim();
-        let Some((soname, rest)) = line.split_once(" => ") else {
-            continue;
-        };
-        if BASE_SYSTEM.contains(&soname) {
-            continue;
-        }
-        let path = rest.split(" (").next().unwrap_or_default().trim();
-        if path == "not found" || path.is_empty() {
-            return Err(format!(
-                "{} needs {soname}, which ldd cannot find",
-                program.display()
-            ));
-        }
-        libraries.insert(soname.to_owned(), PathBuf::from(path));
-    }
-    if !libraries.contains_key("libnode.so.108") {
-        return Err(format!(
-            "ldd does not list libnode.so.108 for {}:\n{text}",
-            program.display()
-        ));
-    }
-    Ok(libraries)
-}
-
-/// The Debian package a library comes from, and its copyright file.
-fn copyright_of(soname: &str, path: &Path) -> Result<(String, PathBuf), String> {
-    if let Some((_, package)) = V8_RUNTIME_LIBRARIES
-        .iter()
-        .find(|(name, _)| *name == soname)
-    {
-        let copyright = v8_prefix()
-            .join("usr/share/doc")
-            .join(package)
-            .join("copyright");
-        return Ok(((*package).to_owned(), copyright));
-    }
-    // With merged /usr, dpkg may know the file under /usr/lib or under /lib.
-    let mut candidates = vec![path.to_path_buf()];
-    if let Ok(stripped) = path.strip_prefix("/lib") {
-        candidates.push(Path::new("/usr/lib").join(stripped));
-    }
-    if let Ok(stripped) = path.strip_prefix("/usr/lib") {
-        candidates.push(Path::new("/lib").join(stripped));
-    }
-    for candidate in candidates {
-        let Ok(output) = Command::new("dpkg").arg("-S").arg(&candidate).output() else {
-            continue;
-        };
-        if !output.status.success() {
-            continue;
-        }
-        let text = String::from_utf8_lossy(&output.stdout);
-        if let Some(package) = text.lines().next().and_then(|line| line.split(':').next()) {
-            let copyright = Path::new("/usr/share/doc").join(package).join("copyright");
-            if copyright.exists() {
-                return Ok((package.to_owned(), copyright));
-            }
-        }
-    }
-    Err(format!(
-        "cannot tell which package {} comes from, for its licence",
-        path.display()
-    ))
-}
-
-fn readme(bundled: &BTreeMap<String, PathBuf>, node_version: &str) -> String {
-    let libraries: Vec<&str> = bundled.keys().map(String::as_str).collect();
+fn readme(node_version: &str) -> String {
     format!(
         "# codemode {version} ({TARGET})\n\n\
          Run model-written JavaScript that orchestrates tools, in V8 cells.\n\n\
          - `bin/codemode run script.js`: run a cell from the shell.\n\
          - `bin/codemode mcp --config ~/.config/mcp.json`: serve `exec` and `wait` to any MCP client, with \
          the tools of the servers in an `mcpServers` file.\n\n\
-         Unpack anywhere; `bin/codemode` finds V8 in `lib/` beside it. Nothing else is needed on a \
-         Debian 12 or Ubuntu 22.04+ system (x86-64).\n\n\
+         Unpack anywhere. Nothing else is needed on a Debian 12 or Ubuntu 22.04+ system (x86-64).\n\n\
          V8 cells run in engine processes on the V8 13.6 of the official Node.js {node} binary in \
-         `lib/node-engine/` (with the engine library it loads; `--v8-library linked` runs them on \
-         the V8 10.2 in `lib/` instead). `lib/` carries that V8 (Debian's libnode108, for \
-         `--isolation in-process` too) and the libraries it needs that a base system lacks: {}. \
-         Their licences, and Node's, are in `licenses/`. These copies get no security updates \
-         from your system: unpack a newer release to update them.\n",
-        libraries.join(", "),
+         `lib/node-engine/`, with the engine library it loads; `bin/codemode` finds them there. \
+         Node's licence is in `licenses/`. This copy of Node gets no security updates from your \
+         system: unpack a newer release to update it.\n",
         version = version(),
         node = node_version,
     )
 }
 
 /// Builds the tarball, unpacks it into a fresh folder and, from another working directory, with
-/// the repository's V8 renamed out of sight and an empty environment, runs a cell and an MCP
+/// the repository's Node renamed out of sight and an empty environment, runs a cell and an MCP
 /// `initialize` + `tools/list` + `exec` round trip with it.
 pub fn check() -> Result<(), String> {
     let tarball = dist()?;
@@ -217,10 +107,8 @@ pub fn check() -> Result<(), String> {
         .arg("-C")
         .arg(&unpacked))?;
     let bin = unpacked.join(package_name()).join("bin");
-    for program in ["codemode", "codemode-v8"] {
-        check_no_absolute_run_path(&bin.join(program))?;
-    }
-    let _hidden = HiddenFolder::hide(&v8_prefix())?;
+    check_no_absolute_run_path(&bin.join("codemode"))?;
+    let _hidden = HiddenFolder::hide(&node_package())?;
     let codemode = bin.join("codemode");
     let clean = |command: &mut Command| {
         command
@@ -237,8 +125,8 @@ pub fn check() -> Result<(), String> {
     if !output.contains("relocated 2") {
         return Err(format!("the unpacked codemode ran no cell: {output}"));
     }
-    // On the V8 13.6 of the tarball's Node, which runs `using` declarations (V8 10.2 does not
-    // parse them).
+    // On the V8 13.6 of the tarball's Node, which runs `using` declarations and has
+    // `Float16Array` (QuickJS, the other engine, has no `Float16Array`).
     let mut modern = Command::new(&codemode);
     modern.args(["run", "--json", "-"]);
     clean(&mut modern);
@@ -265,9 +153,10 @@ pub fn check() -> Result<(), String> {
     Ok(())
 }
 
-/// Builds `codemode` without V8 (`--no-default-features`, release) and, with the repository's V8
-/// renamed out of sight and an empty environment, checks that its program links no V8 and runs a
-/// cell on QuickJS. Run it last: it leaves `target/release/codemode*` built without V8.
+/// Builds `codemode` without V8 (`--no-default-features`, release) and, with the repository's Node
+/// renamed out of sight and an empty environment, checks that it runs a cell on QuickJS and that
+/// asked for V8 it says how to get a build with it. Run it last: it leaves
+/// `target/release/codemode` built without V8.
 pub fn no_v8_check() -> Result<(), String> {
     let root = workspace_root();
     run(
@@ -282,40 +171,49 @@ pub fn no_v8_check() -> Result<(), String> {
             ]),
     )?;
     let bin = root.join("target/release");
-    let needed = Command::new("readelf")
-        .arg("-d")
-        .arg(bin.join("codemode-v8"))
-        .output()
-        .map_err(|error| format!("cannot run readelf: {error}"))?;
-    let needed = String::from_utf8_lossy(&needed.stdout);
-    if needed.contains("libnode") {
-        return Err(format!(
-            "the build without V8 still links libnode:\n{needed}"
-        ));
-    }
     let scratch = std::env::temp_dir().join(format!("codemode-no-v8-check-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&scratch);
     std::fs::create_dir_all(&scratch)
         .map_err(|error| format!("cannot create {}: {error}", scratch.display()))?;
-    let _hidden = HiddenFolder::hide(&v8_prefix())?;
+    let _hidden = HiddenFolder::hide(&node_package())?;
+    let clean = |command: &mut Command| {
+        command
+            .env_clear()
+            .env("PATH", "/usr/bin:/bin")
+            .env("HOME", &scratch)
+            .current_dir(&scratch);
+    };
     let mut cell = Command::new(bin.join("codemode"));
-    cell.args(["run", "--json", "-"])
-        .env_clear()
-        .env("PATH", "/usr/bin:/bin")
-        .env("HOME", &scratch)
-        .current_dir(&scratch);
+    cell.args(["run", "--json", "-"]);
+    clean(&mut cell);
     // QuickJS has no Intl: the cell says which engine ran it.
     let output = run_with_input(
         &mut cell,
         "text(`without V8 ${1 + 1}, Intl ${typeof Intl}`)",
-    )?;
+    );
+    let mut asked_for_v8 = Command::new(bin.join("codemode"));
+    asked_for_v8.args(["run", "--engine", "v8", "-"]);
+    clean(&mut asked_for_v8);
+    let refusal = asked_for_v8
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|error| format!("cannot start {asked_for_v8:?}: {error}"))?;
     let _ = std::fs::remove_dir_all(&scratch);
+    let output = output?;
     if !output.contains("without V8 2, Intl undefined") {
         return Err(format!(
             "the build without V8 ran no QuickJS cell: {output}"
         ));
     }
-    println!("no-v8-check: a codemode built without V8 links no libnode and runs QuickJS cells");
+    let refusal_text = String::from_utf8_lossy(&refusal.stderr);
+    if refusal.status.success() || !refusal_text.contains("built without V8") {
+        return Err(format!(
+            "the build without V8, asked for V8, did not say it was built without it: {refusal:?}"
+        ));
+    }
+    println!(
+        "no-v8-check: a codemode built without V8 runs QuickJS cells and says so when asked for V8"
+    );
     Ok(())
 }
 

@@ -1,25 +1,22 @@
 //! `cargo xtask <task>`: project chores that need more than a cargo command.
 //!
-//! - `setup-v8`: unpack Debian's V8 (inside `libnode108`, V8 10.2) and its headers into the
-//!   git-ignored `.v8/` folder at the workspace root, touching nothing system-wide. The
-//!   `runtime-v8` build finds it there (or wherever `CODEMODE_V8_PREFIX` points). It also copies
-//!   the run-time libraries to the per-user location the `codemode` launcher searches
-//!   (`${XDG_DATA_HOME:-$HOME/.local/share}/codemode/v8/lib`), so that an installed binary keeps
-//!   working once the checkout is gone.
-//!   It also installs the pinned official Node 24 (`engine-library/node/`, from the npm registry)
-//!   and builds the engine library on its V8 13.6 twice (`node`): with test hooks, for the tests,
-//!   and for release, which it installs with `node` in the per-user `codemode/node-engine/`,
-//!   where the binaries find it and run V8 cells on it.
+//! - `setup-v8`: install the pinned official Node 24 (V8 13.6; `engine-library/node/`, from the
+//!   npm registry) into the git-ignored `engine-library/node/node_modules/`, whose headers the
+//!   `runtime-v8` build compiles against, and build the engine library on its V8 twice (`node`):
+//!   with test hooks, for the tests, and for release, which it installs with `node` in the
+//!   per-user `${XDG_DATA_HOME:-$HOME/.local/share}/codemode/node-engine/`, where the binaries
+//!   find it and run V8 cells on it (so an installed binary keeps working once the checkout is
+//!   gone). It touches nothing system-wide.
 //! - `build-engine-library [--release]`: that library alone; `--release` builds the one without
 //!   test hooks, which `--v8-library` is for.
 //! - `dist`: a release tarball, `target/dist/codemode-<version>-x86_64-linux-gnu.tar.gz`, with
-//!   V8 and the libraries it needs beyond a base system, and their licences.
+//!   the pinned `node`, the engine library, and Node's licence.
 //! - `bench`: the benchmark suite (`cli/examples/bench.rs`) on a release build: one table of
 //!   figures beside yardsticks measured in the same run, also written to `target/bench/bench.json`.
 //! - `dist-check`: unpacks that tarball elsewhere and runs a cell and an MCP round trip with it,
-//!   with the repository's V8 out of sight.
-//! - `no-v8-check`: builds `codemode` without V8 (`--no-default-features`) and, with V8 out of
-//!   sight, checks that it links no libnode and runs a QuickJS cell.
+//!   with the repository's Node out of sight.
+//! - `no-v8-check`: builds `codemode` without V8 (`--no-default-features`) and, with Node out of
+//!   sight, checks that it runs a QuickJS cell and refuses V8 saying why.
 //! - `setup-mcp-servers`: the real third-party MCP servers the end-to-end tests drive (npm and
 //!   PyPI, pinned) into `target/mcp-servers/`.
 //! - `ci`: what `.ci/run` runs: setup-v8, `cargo fmt --check`, clippy with warnings denied,
@@ -31,13 +28,11 @@ mod bench;
 mod dist;
 mod node;
 mod shell;
-mod v8;
 
 use std::process::{Command, ExitCode};
 
 use bench::bench;
 use shell::{run, workspace_root};
-use v8::setup_v8;
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -66,8 +61,8 @@ fn main() -> ExitCode {
         _ => {
             eprintln!(
                 "usage: cargo xtask <task>\n\n\
-                 tasks:\n  setup-v8   unpack the system V8 into .v8/ (needed before building), install the\n             \
-                 pinned Node 24, build the engine library on its V8 and install it for this user\n  \
+                 tasks:\n  setup-v8   install the pinned Node 24 (needed before building), build the engine\n             \
+                 library on its V8 and install it for this user\n  \
                  build-engine-library [--release]  the engine library on Node 24's V8 (release: \
                  no test hooks)\n  \
                  ci         setup-v8, fmt --check, clippy -D warnings, docs, tests, dist-check\n  \
@@ -89,10 +84,10 @@ fn main() -> ExitCode {
     }
 }
 
-/// `setup-v8`: both V8s, and the engine library on Node's: with test hooks for the tests, and
-/// the release one installed for this user, which the binaries run V8 cells on.
-fn setup() -> Result<(), String> {
-    setup_v8()?;
+/// `setup-v8`: the pinned Node 24, and the engine library on its V8: with test hooks for the
+/// tests, and the release one installed for this user, which the binaries run V8 cells on.
+pub(crate) fn setup() -> Result<(), String> {
+    node::setup_node()?;
     node::build_engine_library(node::LibraryBuild::TestHooks)?;
     let library = node::build_engine_library(node::LibraryBuild::Release)?;
     node::install_for_user(&library)

@@ -1,12 +1,11 @@
-//! The engines' table: V8 and QuickJS side by side on the same rows, in-process and in engine
-//! processes.
+//! The engines' table: V8 and QuickJS side by side on the same rows in engine processes, and
+//! QuickJS in-process (V8 runs only in engine processes).
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use codemode_engine::Engine;
 use codemode_runtime_quickjs::QuickJsEngine;
-use codemode_runtime_v8::V8Engine;
 use serde_json::{Value, json};
 
 use crate::measure::{
@@ -14,29 +13,27 @@ use crate::measure::{
 };
 use crate::memory::parked_cells;
 
-/// One row of the engines' table: V8 and QuickJS, in-process and in engine processes.
+/// One row of the engines' table.
 pub(crate) struct EngineRow {
     pub(crate) name: String,
     pub(crate) unit: &'static str,
-    /// V8 in-process, QuickJS in-process, V8 engine processes, QuickJS engine processes.
-    pub(crate) figures: [Stats; 4],
+    /// QuickJS in-process, V8 engine processes, QuickJS engine processes.
+    pub(crate) figures: [Stats; 3],
 }
 
 /// Prints the engines' table; returns its rows as JSON.
 pub(crate) fn print_engines(rows: &[EngineRow]) -> Vec<Value> {
     println!(
-        "\n| figure | V8 in-process | QuickJS in-process | QuickJS / V8 | V8 engine processes | QuickJS engine processes | QuickJS / V8 |"
+        "\n| figure | QuickJS in-process | V8 engine processes | QuickJS engine processes | QuickJS / V8 |"
     );
-    println!("|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|");
     rows.iter()
         .map(|row| {
-            let [v8, quickjs, v8_process, quickjs_process] = row.figures;
+            let [quickjs, v8_process, quickjs_process] = row.figures;
             println!(
-                "| {} | {:.3} {unit} | {:.3} {unit} | {:.2} | {:.3} {unit} | {:.3} {unit} | {:.2} |",
+                "| {} | {:.3} {unit} | {:.3} {unit} | {:.3} {unit} | {:.2} |",
                 row.name,
-                v8.median,
                 quickjs.median,
-                quickjs.median / v8.median,
                 v8_process.median,
                 quickjs_process.median,
                 quickjs_process.median / v8_process.median,
@@ -44,7 +41,6 @@ pub(crate) fn print_engines(rows: &[EngineRow]) -> Vec<Value> {
             );
             json!({
                 "figure": row.name, "unit": row.unit,
-                "v8_in_process": {"median": v8.median, "p99": v8.p99},
                 "quickjs_in_process": {"median": quickjs.median, "p99": quickjs.p99},
                 "v8_engine_processes": {"median": v8_process.median, "p99": v8_process.p99},
                 "quickjs_engine_processes": {"median": quickjs_process.median, "p99": quickjs_process.p99},
@@ -64,8 +60,7 @@ pub(crate) fn engine_comparison(
         median: value,
         p99: value,
     };
-    let cold: [Box<dyn Engine>; 4] = [
-        Box::new(V8Engine::with_warm_runtimes(0)),
+    let cold: [Box<dyn Engine>; 3] = [
         Box::new(QuickJsEngine::with_warm_runtimes(0)),
         Box::new(process_engine_for(codemode, "v8", 0)),
         Box::new(process_engine_for(codemode, "quickjs", 0)),
@@ -77,8 +72,7 @@ pub(crate) fn engine_comparison(
             .each_ref()
             .map(|engine| stats(spaced(engine.as_ref(), runs, Duration::from_millis(20)))),
     });
-    let warm: [Arc<dyn Engine>; 4] = [
-        Arc::new(V8Engine::new()),
+    let warm: [Arc<dyn Engine>; 3] = [
         Arc::new(QuickJsEngine::new()),
         Arc::new(process_engine_for(codemode, "v8", 2)),
         Arc::new(process_engine_for(codemode, "quickjs", 2)),
@@ -114,7 +108,6 @@ pub(crate) fn engine_comparison(
         name: "memory per parked cell (1,000)".into(),
         unit: "MiB",
         figures: [
-            single(parked_cells(&V8Engine::with_warm_runtimes(0), None, 1000)),
             single(parked_cells(
                 &QuickJsEngine::with_warm_runtimes(0),
                 None,

@@ -286,8 +286,40 @@ pub(crate) async fn mcp_calls(
     samples
 }
 
-/// Engine processes of the release binary beside `codemode` (the launcher), which this example's
-/// library path (set by cargo) lets start.
+/// The engine library V8 engine processes load: `--v8-library` ([`set_v8_library`]), else the
+/// release one `cargo xtask setup-v8` builds in the target folder of the release binary.
+pub(crate) fn v8_library(codemode: &str) -> String {
+    V8_LIBRARY.get().cloned().unwrap_or_else(|| {
+        let target = std::path::Path::new(codemode)
+            .parent()
+            .and_then(std::path::Path::parent)
+            .unwrap_or(std::path::Path::new("target"));
+        target
+            .join("node-engine/release/libcodemode_v8_engine.so")
+            .display()
+            .to_string()
+    })
+}
+
+/// The engine library `--v8-library` names, once.
+static V8_LIBRARY: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// Makes V8 engine processes load `library` (`--v8-library`).
+pub(crate) fn set_v8_library(library: &str) {
+    let _ = V8_LIBRARY.set(library.to_owned());
+}
+
+/// The arguments of `codemode run` or `codemode mcp` for cells `isolation` (`process` or
+/// `in-process`): in-process cells run on QuickJS, the only engine a host's own process runs.
+pub(crate) fn isolation_args(isolation: &str) -> Vec<&str> {
+    match isolation {
+        "in-process" => vec!["--isolation", "in-process", "--engine", "quickjs"],
+        other => vec!["--isolation", other],
+    }
+}
+
+/// Engine processes of the release binary `codemode`: V8 on the pinned Node 24 (see
+/// [`v8_library`]).
 pub(crate) fn process_config(codemode: &str, warm_runtimes: usize) -> ProcessEngineConfig {
     process_config_for(codemode, "v8", warm_runtimes)
 }
@@ -298,10 +330,11 @@ pub(crate) fn process_config_for(
     engine: &str,
     warm_runtimes: usize,
 ) -> ProcessEngineConfig {
-    let program = std::path::Path::new(codemode).with_file_name("codemode-v8");
-    // V8 on Node 24's V8 when CODEMODE_V8_LIBRARY names an engine library, as for the binary.
+    if engine == "v8" {
+        return process_config_in_node(codemode, &v8_library(codemode), warm_runtimes);
+    }
     let arguments = codemode_test_support::engine_host::arguments(engine);
-    let mut config = ProcessEngineConfig::new(program, arguments).with_warm_runtimes(
+    let mut config = ProcessEngineConfig::new(codemode, arguments).with_warm_runtimes(
         warm_runtimes,
         codemode_protocol::limits::DEFAULT_HEAP_LIMIT_BYTES,
     );
@@ -312,25 +345,13 @@ pub(crate) fn process_config_for(
 }
 
 /// Engine processes on the pinned Node 24's V8 13.6: `node` beside `library` loading it.
-pub(crate) fn process_engine_in_node(
-    codemode: &str,
-    library: &str,
-    warm_runtimes: usize,
-) -> ProcessEngine {
-    let engine = ProcessEngine::new(process_config_in_node(codemode, library, warm_runtimes));
-    engine.check().expect("engine processes on V8 13.6 start");
-    engine
-}
-
-/// The configuration of [`process_engine_in_node`].
 pub(crate) fn process_config_in_node(
     codemode: &str,
     library: &str,
     warm_runtimes: usize,
 ) -> ProcessEngineConfig {
-    let program = std::path::Path::new(codemode).with_file_name("codemode-v8");
     let arguments = codemode_test_support::engine_host::arguments_in_node(library.into());
-    let mut config = ProcessEngineConfig::new(program, arguments).with_warm_runtimes(
+    let mut config = ProcessEngineConfig::new(codemode, arguments).with_warm_runtimes(
         warm_runtimes,
         codemode_protocol::limits::DEFAULT_HEAP_LIMIT_BYTES,
     );

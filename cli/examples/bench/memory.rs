@@ -185,7 +185,7 @@ pub(crate) fn process_cost(codemode: &str, runs: usize) -> (Stats, f64) {
     let spawns: Vec<f64> = (0..runs)
         .map(|_| {
             let engine = ProcessEngine::new(
-                process_config(codemode, codemode_runtime_v8::DEFAULT_WARM_RUNTIMES)
+                process_config(codemode, codemode_engine::script::DEFAULT_WARM_RUNTIMES)
                     .with_spare_processes(0),
             );
             let started = Instant::now();
@@ -194,7 +194,7 @@ pub(crate) fn process_cost(codemode: &str, runs: usize) -> (Stats, f64) {
         })
         .collect();
     let engine = ProcessEngine::new(
-        process_config(codemode, codemode_runtime_v8::DEFAULT_WARM_RUNTIMES)
+        process_config(codemode, codemode_engine::script::DEFAULT_WARM_RUNTIMES)
             .with_spare_processes(0),
     );
     engine.check().expect("engine processes start");

@@ -26,9 +26,8 @@ pub(crate) enum Mode {
     Stores,
     /// `--monty-only`: the table beside pydantic-monty (needs `--monty-python`).
     Monty { python: String },
-    /// `--fresh-scope-only`: a fresh global scope on V8 13.6 from the startup snapshot and without
-    /// it (needs `--v8-library`).
-    FreshScope { library: String },
+    /// `--fresh-scope-only`: a fresh global scope on V8 from the startup snapshot and without it.
+    FreshScope,
     /// `--exec-only`: `exec` over MCP back to back beside a trivial MCP tool.
     Exec { isolation: String, runs: usize },
     /// `--engines-only`: the engines' table.
@@ -51,8 +50,8 @@ pub(crate) struct Options {
     pub(crate) json: Option<String>,
     /// The Python of pydantic-monty's environment (`--monty-python`).
     pub(crate) monty_python: Option<String>,
-    /// The engine library on the pinned Node 24's V8 13.6 (`--v8-library`): the table beside
-    /// Monty measures engine processes on it too, beside those on the linked V8.
+    /// The engine library V8 engine processes load (`--v8-library`), else the release one
+    /// `cargo xtask setup-v8` builds.
     pub(crate) v8_library: Option<String>,
 }
 
@@ -126,11 +125,7 @@ pub(crate) fn parse(args: &[String]) -> Result<(Mode, Options), String> {
                 .clone()
                 .ok_or("--monty-only needs --monty-python, the Python of Monty's environment")?,
         },
-        ["--fresh-scope-only"] => Mode::FreshScope {
-            library: options.v8_library.clone().ok_or(
-                "--fresh-scope-only needs --v8-library, the engine library on Node's V8 13.6",
-            )?,
-        },
+        ["--fresh-scope-only"] => Mode::FreshScope,
         ["--exec-only"] => Mode::Exec {
             isolation: flag(args, "--isolation").unwrap_or_else(|| "process".into()),
             runs: count("--runs", 40)?,

@@ -96,41 +96,22 @@ pub struct Subject {
     /// Which V8, as the rows name it.
     pub label: &'static str,
     pub processes: Arc<dyn Engine>,
-    /// What `codemode mcp` is given as `--v8-library` (an engine library, or `linked`), if
-    /// anything.
+    /// What `codemode mcp` is given as `--v8-library`.
     pub v8_library: Option<String>,
 }
 
-/// The V8s the table measures: the linked one, and V8 13.6 when an engine library is given.
+/// The V8 engine processes the table measures: the pinned Node 24's.
 pub struct Subjects(Vec<Subject>);
 
 impl Subjects {
-    /// `processes` (the linked V8 10.2, or the engine library `CODEMODE_V8_LIBRARY` names), and
-    /// engine processes on the V8 13.6 of `v8_library` when given. `codemode mcp` is told the
-    /// same V8 as `processes` (it would otherwise run on the library it finds installed).
-    pub fn new(codemode: &str, processes: Arc<dyn Engine>, v8_library: Option<&str>) -> Self {
-        let named = codemode_test_support::engine_host::v8_library().is_some();
-        let mut subjects = vec![Subject {
-            label: if named {
-                "engine processes (CODEMODE_V8_LIBRARY)"
-            } else {
-                "engine processes on V8 10.2"
-            },
+    /// `processes`, engine processes on the engine library of [`crate::measure::v8_library`],
+    /// which `codemode mcp` is told too.
+    pub fn new(codemode: &str, processes: Arc<dyn Engine>) -> Self {
+        Subjects(vec![Subject {
+            label: "engine processes on V8 13.6",
             processes,
-            v8_library: (!named).then(|| "linked".to_owned()),
-        }];
-        if let Some(library) = v8_library {
-            subjects.push(Subject {
-                label: "engine processes on V8 13.6",
-                processes: Arc::new(crate::measure::process_engine_in_node(
-                    codemode,
-                    library,
-                    codemode_runtime_v8::DEFAULT_WARM_RUNTIMES,
-                )),
-                v8_library: Some(library.to_owned()),
-            });
-        }
-        Subjects(subjects)
+            v8_library: Some(crate::measure::v8_library(codemode)),
+        }])
     }
 }
 

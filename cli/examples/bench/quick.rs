@@ -6,7 +6,6 @@ use std::time::Duration;
 
 use codemode_engine::Engine;
 use codemode_runtime_quickjs::QuickJsEngine;
-use codemode_runtime_v8::V8Engine;
 use rmcp::transport::ConfigureCommandExt;
 use serde_json::json;
 
@@ -27,23 +26,29 @@ fn runtime() -> tokio::runtime::Runtime {
         .unwrap()
 }
 
-/// The in-process engine named `v8` or `quickjs`.
+/// The in-process engine named `quickjs` (V8 runs only in engine processes: named, it ends the
+/// bench with a usage error).
 fn in_process_engine(name: &str) -> Arc<dyn Engine> {
-    match name {
-        "quickjs" => Arc::new(QuickJsEngine::new()),
-        _ => Arc::new(V8Engine::new()),
+    if name != "quickjs" {
+        eprintln!("error: in-process cells run on QuickJS only (--engine quickjs)");
+        std::process::exit(2);
     }
+    Arc::new(QuickJsEngine::new())
 }
 
 /// A quick look at one row, for profiling: not part of the suite's table.
 pub(crate) fn round_trip(codemode: &str, engine: &str) {
     let runtime = runtime();
-    let in_process = in_process_engine(engine);
+    // V8 runs only in engine processes.
+    let in_process = (engine == "quickjs").then(|| in_process_engine(engine));
     let processes: Arc<dyn Engine> = Arc::new(process_engine_for(codemode, engine, 2));
     for _ in 0..3 {
-        let a = runtime.block_on(tool_round_trip(Arc::clone(&in_process), 2000));
+        if let Some(in_process) = &in_process {
+            let a = runtime.block_on(tool_round_trip(Arc::clone(in_process), 2000));
+            println!("tool round trip in-process: {a:.1} µs");
+        }
         let b = runtime.block_on(tool_round_trip(Arc::clone(&processes), 2000));
-        println!("tool round trip: in-process {a:.1} µs, engine processes {b:.1} µs");
+        println!("tool round trip in engine processes: {b:.1} µs");
     }
 }
 
@@ -112,7 +117,10 @@ pub(crate) fn spawn(codemode: &str) {
 pub(crate) fn payload(codemode: &str) {
     let runtime = runtime();
     for (name, engine) in [
-        ("in-process", Arc::new(V8Engine::new()) as Arc<dyn Engine>),
+        (
+            "in-process",
+            Arc::new(QuickJsEngine::new()) as Arc<dyn Engine>,
+        ),
         (
             "engine processes",
             Arc::new(process_engine(codemode, 2)) as Arc<dyn Engine>,
@@ -135,7 +143,7 @@ pub(crate) fn payload(codemode: &str) {
                 peak_run_memory_mib(
                     codemode,
                     PILED_ARGUMENTS,
-                    &[&limits[..], &["--isolation", isolation]].concat(),
+                    &[&limits[..], &crate::measure::isolation_args(isolation)].concat(),
                 )
             })
             .collect();
@@ -149,7 +157,7 @@ pub(crate) fn payload(codemode: &str) {
 /// A quick look at the stored-value rows, for profiling: not part of the suite's table.
 pub(crate) fn stored(codemode: &str) {
     let runtime = runtime();
-    let in_process: Arc<dyn Engine> = Arc::new(V8Engine::new());
+    let in_process: Arc<dyn Engine> = Arc::new(QuickJsEngine::new());
     let processes: Arc<dyn Engine> = Arc::new(process_engine(codemode, 2));
     let keys = many_keys(in_process.as_ref());
     let keys_process = many_keys(processes.as_ref());
@@ -167,16 +175,16 @@ pub(crate) fn stores(codemode: &str) {
 }
 
 /// The table beside Monty alone: not the whole suite.
-pub(crate) fn monty(codemode: &str, python: &str, v8_library: Option<&str>) {
+pub(crate) fn monty(codemode: &str, python: &str) {
     let runtime = runtime();
     let mut yardstick = monty::Monty::start(python).expect("pydantic-monty starts");
     let processes: Arc<dyn Engine> = Arc::new(process_engine(
         codemode,
-        codemode_runtime_v8::DEFAULT_WARM_RUNTIMES,
+        codemode_engine::script::DEFAULT_WARM_RUNTIMES,
     ));
     monty::print_monty(&monty::monty_comparison(
         codemode,
-        &monty::Subjects::new(codemode, processes, v8_library),
+        &monty::Subjects::new(codemode, processes),
         &runtime,
         &mut yardstick,
     ));
@@ -190,7 +198,9 @@ pub(crate) fn exec(codemode: &str, isolation: &str, runs: usize) {
     for _ in 0..7 {
         execs.extend(runtime.block_on(mcp_calls(
             tokio::process::Command::new(codemode).configure(|command| {
-                command.args(["mcp", "--isolation", isolation]);
+                command
+                    .arg("mcp")
+                    .args(crate::measure::isolation_args(isolation));
             }),
             "exec",
             json!({"code": "text(\"hi\")"}),

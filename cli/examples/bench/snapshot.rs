@@ -32,13 +32,13 @@ pub(crate) fn fresh_scopes(codemode: &str, library: &str) -> FreshScopes {
         let mut config = process_config_in_node(
             codemode,
             library,
-            codemode_runtime_v8::DEFAULT_WARM_RUNTIMES,
+            codemode_engine::script::DEFAULT_WARM_RUNTIMES,
         )
         // One process serves every cell of the run, so that its CPU time is all counted.
         .with_cells_per_process_lifetime(100 * BLOCK * BLOCKS)
         .with_spare_processes(0);
         if !snapshot {
-            config = config.with_env(codemode_runtime_v8::SNAPSHOT_VARIABLE, "off");
+            config = config.with_env("CODEMODE_V8_SNAPSHOT", "off");
         }
         let engine = ProcessEngine::new(config);
         engine.check().expect("engine processes on V8 13.6 start");

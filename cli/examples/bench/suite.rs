@@ -1,19 +1,19 @@
-//! The whole suite: the main table (each figure beside its yardstick, in-process and in engine
-//! processes), then the engines', Monty's and the stores' tables, one engine process's cost, and
+//! The whole suite: the main table (each figure beside its yardstick, in-process on QuickJS, the
+//! only engine a host's own process runs, and in V8 engine processes, the binary's default), then the engines', Monty's and the stores' tables, one engine process's cost, and
 //! the JSON file of every figure.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use codemode_engine::Engine;
-use codemode_runtime_v8::V8Engine;
+use codemode_runtime_quickjs::QuickJsEngine;
 use rmcp::transport::ConfigureCommandExt;
 use serde_json::json;
 
 use crate::engines::{engine_comparison, print_engines};
 use crate::measure::{
-    Stats, concurrent, large_round_trip, many_keys, many_keys_loop_only, mcp_calls, ms,
-    process_engine, spaced, stats, termination, tool_round_trip,
+    Stats, concurrent, large_round_trip, many_keys, many_keys_loop_only, mcp_calls, process_engine,
+    spaced, stats, termination, tool_round_trip,
 };
 use crate::memory::{
     PILED_ARGUMENTS, memory_per_stored_byte, parked_cells, peak_run_memory_mib, process_cost,
@@ -55,7 +55,7 @@ impl Row {
 /// What the suite's steps share: the binary, the engines measured side by side, a runtime.
 struct Bench<'a> {
     codemode: &'a str,
-    /// The in-process engine.
+    /// The in-process engine (QuickJS).
     engine: Arc<dyn Engine>,
     /// Engine processes, warmed as the binary warms them.
     process: Arc<dyn Engine>,
@@ -66,20 +66,14 @@ struct Bench<'a> {
 const RUNS: usize = 200;
 
 /// Runs the suite against the release binary `codemode`, beside pydantic-monty when
-/// `monty_python` names its Python (and engine processes on V8 13.6 when `v8_library` names the
-/// engine library), and writes the figures to `json_path` if given.
-pub(crate) fn run(
-    codemode: &str,
-    json_path: Option<String>,
-    monty_python: Option<&str>,
-    v8_library: Option<&str>,
-) {
+/// `monty_python` names its Python, and writes the figures to `json_path` if given.
+pub(crate) fn run(codemode: &str, json_path: Option<String>, monty_python: Option<&str>) {
     let bench = Bench {
         codemode,
-        engine: Arc::new(V8Engine::new()),
+        engine: Arc::new(QuickJsEngine::new()),
         process: Arc::new(process_engine(
             codemode,
-            codemode_runtime_v8::DEFAULT_WARM_RUNTIMES,
+            codemode_engine::script::DEFAULT_WARM_RUNTIMES,
         )),
         runtime: tokio::runtime::Builder::new_multi_thread()
             .enable_all()
@@ -95,7 +89,7 @@ pub(crate) fn run(
     let json_monty = match monty_python.and_then(monty::Monty::start) {
         Some(mut yardstick) => monty::print_monty(&monty::monty_comparison(
             codemode,
-            &monty::Subjects::new(codemode, Arc::clone(&bench.process), v8_library),
+            &monty::Subjects::new(codemode, Arc::clone(&bench.process)),
             &bench.runtime,
             &mut yardstick,
         )),
@@ -106,17 +100,10 @@ pub(crate) fn run(
             Vec::new()
         }
     };
-    let json_fresh_scopes = match v8_library {
-        Some(library) => {
-            crate::snapshot::print_fresh_scopes(&crate::snapshot::fresh_scopes(codemode, library))
-        }
-        None => {
-            println!(
-                "\nNo fresh-scope comparison: no engine library on V8 13.6 was given (--v8-library)."
-            );
-            serde_json::Value::Null
-        }
-    };
+    let json_fresh_scopes = crate::snapshot::print_fresh_scopes(&crate::snapshot::fresh_scopes(
+        codemode,
+        &crate::measure::v8_library(codemode),
+    ));
     let json_stores = stores::store_comparison(codemode, &bench.runtime)
         .map(|rows| stores::print_stores(&rows))
         .unwrap_or_default();
@@ -157,11 +144,8 @@ fn start_rows(bench: &Bench<'_>) -> Vec<Row> {
     let codemode = bench.codemode;
     let runs = RUNS;
     let mut rows = Vec::new();
-    let bare: Vec<f64> = (0..runs)
-        .map(|_| ms(codemode_runtime_v8::bare_isolate_cycle().unwrap()))
-        .collect();
     let cold = spaced(
-        &V8Engine::with_warm_runtimes(0),
+        &QuickJsEngine::with_warm_runtimes(0),
         runs,
         Duration::from_millis(20),
     );
@@ -173,8 +157,8 @@ fn start_rows(bench: &Bench<'_>) -> Vec<Row> {
     rows.push(Row::new(
         "cold start (no pre-warming)",
         stats(cold),
-        "bare isolate + context",
-        Some(stats(bare)),
+        "",
+        None,
         "ms",
         Some(stats(cold_process)),
     ));
@@ -269,7 +253,7 @@ fn memory_rows(bench: &Bench<'_>) -> Vec<Row> {
         &bench.runtime,
     );
     let mut rows = Vec::new();
-    let parked = parked_cells(&V8Engine::with_warm_runtimes(0), None, 1000);
+    let parked = parked_cells(&QuickJsEngine::with_warm_runtimes(0), None, 1000);
     let parked_processes = process_engine(codemode, 0);
     let parked_process = parked_cells(&parked_processes, Some(&parked_processes), 1000);
     let single = |value: f64| Stats {
@@ -328,7 +312,7 @@ fn memory_rows(bench: &Bench<'_>) -> Vec<Row> {
                     peak_run_memory_mib(
                         codemode,
                         source,
-                        &[&limits[..], &["--isolation", isolation]].concat(),
+                        &[&limits[..], &crate::measure::isolation_args(isolation)].concat(),
                     )
                 })
                 .collect(),
@@ -354,7 +338,9 @@ fn mcp_rows(bench: &Bench<'_>) -> Vec<Row> {
         let exec_with = |engine: &'static str| {
             runtime.block_on(mcp_calls(
                 tokio::process::Command::new(codemode).configure(|command| {
-                    command.args(["mcp", "--isolation", engine]);
+                    command
+                        .arg("mcp")
+                        .args(crate::measure::isolation_args(engine));
                 }),
                 "exec",
                 json!({"code": "text(\"hi\")"}),
@@ -388,7 +374,7 @@ fn mcp_rows(bench: &Bench<'_>) -> Vec<Row> {
 /// Prints the main table; its rows as JSON.
 fn print_rows(rows: &[Row]) -> Vec<serde_json::Value> {
     println!(
-        "| figure | in-process median | p99 | yardstick | its median | ratio | engine processes median | p99 | ratio to in-process |"
+        "| figure | QuickJS in-process median | p99 | yardstick | its median | ratio | V8 engine processes median | p99 | ratio to in-process |"
     );
     println!("|---|---|---|---|---|---|---|---|---|");
     let mut json_rows = Vec::new();

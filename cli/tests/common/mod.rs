@@ -16,7 +16,7 @@ use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig
 use rmcp::{RoleClient, ServiceExt};
 use serde_json::json;
 
-/// The `codemode` launcher, as built for these tests.
+/// The `codemode` binary, as built for these tests.
 pub const CODEMODE: &str = env!("CARGO_BIN_EXE_codemode");
 
 /// Runs `codemode ARGS…` with `stdin` on its standard input, to its end.

@@ -133,9 +133,11 @@ pub trait ScriptRuntime: Sized + 'static {
     /// and `config` each time in a process, as a rule): an engine may prepare, once, something its
     /// runtimes share, such as a snapshot of the bootstrapped global scope from which each runtime
     /// makes its own. Whatever it prepares, [`ScriptRuntime::bootstrap`] with the same arguments
-    /// must behave as if the script ran there. The default prepares nothing.
-    fn prepare_bootstrap(source: &str, config: &str) {
-        let _ = (source, config);
+    /// must behave as if the script ran there. `snapshot_config` is `config` for a bootstrap run
+    /// in a scope that is to be snapshotted (`forSnapshot`: it then leaves alone what the engine
+    /// adds or looks for in each scope it makes from the snapshot). The default prepares nothing.
+    fn prepare_bootstrap(source: &str, config: &str, snapshot_config: &str) {
+        let _ = (source, config, snapshot_config);
     }
     /// Gives the runtime a fresh global scope with the bootstrap run in it: runs the script
     /// `source` (an installer) with the host function and `config` (JSON), and keeps the
@@ -176,21 +178,27 @@ struct BootstrapConfig {
     test_hooks: bool,
     /// The number of each op of `host(op, a?, b?)`, by name ([`HostOp::numbers`]).
     ops: std::collections::BTreeMap<&'static str, i32>,
+    /// Whether the bootstrap runs in a scope that is to be snapshotted (see
+    /// [`ScriptRuntime::prepare_bootstrap`]); left out when not.
+    #[serde(rename = "forSnapshot", skip_serializing_if = "std::ops::Not::not")]
+    for_snapshot: bool,
 }
 
 impl BootstrapConfig {
     /// The configuration as the bootstrap reads it (JSON): encoded once per process for each
-    /// value of `test_hooks`, not again for every runtime and every cell a runtime serves.
-    fn json(test_hooks: bool) -> Result<&'static str, EngineError> {
-        static ENCODED: [std::sync::OnceLock<String>; 2] =
-            [std::sync::OnceLock::new(), std::sync::OnceLock::new()];
-        let slot = &ENCODED[usize::from(test_hooks)];
+    /// value of `test_hooks` and `for_snapshot`, not again for every runtime and every cell a
+    /// runtime serves.
+    fn json(test_hooks: bool, for_snapshot: bool) -> Result<&'static str, EngineError> {
+        static ENCODED: [std::sync::OnceLock<String>; 4] =
+            [const { std::sync::OnceLock::new() }; 4];
+        let slot = &ENCODED[usize::from(test_hooks) * 2 + usize::from(for_snapshot)];
         if let Some(json) = slot.get() {
             return Ok(json);
         }
         let json = serde_json::to_string(&BootstrapConfig {
             test_hooks,
             ops: HostOp::numbers(),
+            for_snapshot,
         })
         .map_err(|error| {
             EngineError::Runtime(format!(
@@ -458,7 +466,11 @@ impl<R: ScriptRuntime> WarmRuntime<R> {
     /// Creates the runtime and runs the bootstrap, on the calling thread (which will run the
     /// cell).
     pub fn create(heap_limit_bytes: usize, test_hooks: bool) -> Result<Self, EngineError> {
-        R::prepare_bootstrap(BOOTSTRAP_JS, BootstrapConfig::json(test_hooks)?);
+        R::prepare_bootstrap(
+            BOOTSTRAP_JS,
+            BootstrapConfig::json(test_hooks, false)?,
+            BootstrapConfig::json(test_hooks, true)?,
+        );
         let runtime = R::create(heap_limit_bytes, placeholder_host(test_hooks))?;
         Self::bootstrapped(runtime, heap_limit_bytes, test_hooks, 0)
     }
@@ -483,7 +495,7 @@ impl<R: ScriptRuntime> WarmRuntime<R> {
         test_hooks: bool,
         cells_before: u32,
     ) -> Result<Self, EngineError> {
-        let config = BootstrapConfig::json(test_hooks)?;
+        let config = BootstrapConfig::json(test_hooks, false)?;
         match runtime.bootstrap(BOOTSTRAP_JS, config) {
             RunStatus::Ok => Ok(WarmRuntime {
                 runtime,
@@ -786,5 +798,25 @@ impl<R: ScriptRuntime> CellThread<R> {
             RuntimeCommand::Terminate => return Step::End(EndReason::Terminated),
         };
         self.after(status)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_snapshot_config_is_the_config_marked_for_a_snapshot() {
+        for test_hooks in [false, true] {
+            let config: serde_json::Value =
+                serde_json::from_str(BootstrapConfig::json(test_hooks, false).unwrap()).unwrap();
+            let snapshot: serde_json::Value =
+                serde_json::from_str(BootstrapConfig::json(test_hooks, true).unwrap()).unwrap();
+            assert_eq!(config["testHooks"], test_hooks);
+            assert!(config.get("forSnapshot").is_none());
+            let mut marked = config.clone();
+            marked["forSnapshot"] = serde_json::Value::Bool(true);
+            assert_eq!(snapshot, marked);
+        }
     }
 }

@@ -1,4 +1,4 @@
-//! Test support for sessions on real V8: an in-memory store, and a tool provider whose tools the
+//! Test support for sessions on QuickJS: an in-memory store, and a tool provider whose tools the
 //! test controls (`gate` calls wait until released).
 
 #![allow(dead_code)]
@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use codemode_protocol::{CellId, ExecuteRequest, JsonText, ToolDefinition, ToolName};
-use codemode_runtime_v8::V8Engine;
+use codemode_runtime_quickjs::QuickJsEngine;
 use codemode_session::{
     CellReport, Session, SessionConfig, SessionKey, Store, StoreError, ToolCallContext, ToolError,
     ToolInvocation, ToolListError, ToolProvider, WaitOutcome,
@@ -162,7 +162,7 @@ pub async fn open(
     let tools = Arc::new(TestTools::default());
     let session = Session::open(
         id,
-        Arc::new(V8Engine::new()),
+        Arc::new(QuickJsEngine::new()),
         Arc::clone(store) as Arc<dyn Store>,
         Arc::clone(&tools) as Arc<dyn ToolProvider>,
         config,

@@ -1,11 +1,11 @@
 //! The pool of pre-warmed runtimes refills itself after each cell it serves, off the cell's thread,
-//! and releases its threads (and their isolates) when the engine goes. Alone in its binary: it
+//! and releases its threads (and their runtimes) when the engine goes. Alone in its binary: it
 //! counts this process's threads by name.
 
 use std::time::{Duration, Instant};
 
 use codemode_engine::{CellLimits, CellStart, Engine, PendingMode, RuntimeEvent, event_channel};
-use codemode_runtime_v8::V8Engine;
+use codemode_runtime_quickjs::QuickJsEngine;
 
 /// Threads of this process whose name starts with `prefix` (Linux keeps 15 bytes of a name).
 fn threads_named(prefix: &str) -> usize {
@@ -38,7 +38,7 @@ fn wait_for(what: &str, condition: impl Fn() -> bool) {
 }
 
 /// Runs `text('hi')` to its result.
-fn run_a_cell(engine: &V8Engine) {
+fn run_a_cell(engine: &QuickJsEngine) {
     let (events, mut receiver) = event_channel(None);
     let _handles = engine
         .start(
@@ -66,7 +66,7 @@ fn run_a_cell(engine: &V8Engine) {
 #[test]
 fn the_pool_refills_after_each_cell_and_its_threads_end_when_the_engine_is_dropped() {
     assert_eq!(warm_threads(), 0);
-    let engine = V8Engine::with_warm_runtimes(3);
+    let engine = QuickJsEngine::with_warm_runtimes(3);
     wait_for("three ready warm runtimes", || engine.ready_runtimes() == 3);
     assert_eq!(refillers(), 1, "one refiller per pool");
     for _ in 0..4 {

@@ -1,4 +1,5 @@
-//! The cell actor's lifecycle on real V8 cells.
+//! The cell actor's lifecycle on real cells, on QuickJS (the engine that runs in a host's own
+//! process; V8 runs only in engine processes).
 
 mod common;
 
@@ -11,7 +12,7 @@ use codemode_cell_actor::{
     start_cell,
 };
 use codemode_protocol::{OutputItem, ToolName};
-use codemode_runtime_v8::V8Engine;
+use codemode_runtime_quickjs::QuickJsEngine;
 use common::{TestHost, cell_start, wait_until, within};
 use serde_json::json;
 
@@ -35,7 +36,7 @@ fn start(
         first_observation,
         task,
     } = start_cell(
-        &V8Engine::new(),
+        &QuickJsEngine::new(),
         cell_start(source),
         Arc::clone(host),
         CellConfig::default(),
@@ -254,7 +255,7 @@ async fn a_failing_cell_completes_with_its_error_and_commits_its_writes() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_panicking_tool_rejects_the_promise_inside_v8() {
+async fn a_panicking_tool_rejects_the_promise_inside_the_engine() {
     let host = Arc::new(TestHost::default());
     let (_handle, first, _actor) = start(
         r#"try { await tools.panic(); } catch (error) { text(error.message); }"#,

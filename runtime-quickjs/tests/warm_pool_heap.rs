@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use codemode_runtime_v8::V8Engine;
+use codemode_runtime_quickjs::QuickJsEngine;
 
 fn wait_for(what: &str, condition: impl Fn() -> bool) {
     let started = Instant::now();
@@ -35,7 +35,7 @@ fn a_pool_warmed_for_a_heap_limit_serves_cells_of_that_limit_warm() {
         CellLimits, CellStart, Engine, PendingMode, RuntimeEvent, event_channel,
     };
     let heap = 64 * 1024 * 1024;
-    let engine = V8Engine::with_warm_runtimes_for_heap(1, heap);
+    let engine = QuickJsEngine::with_warm_runtimes_for_heap(1, heap);
     wait_for("a ready warm runtime", || engine.ready_runtimes() == 1);
     assert_eq!(warm_threads(), 1);
     let start = |heap_limit_bytes: usize, call_id: &str| {
