@@ -59,9 +59,10 @@ pub struct SessionArgs {
     /// The JavaScript engine of the cells: V8 (the default: JIT speed on heavy cells), or
     /// QuickJS (no system library, a fresh runtime in a fraction of a millisecond, small memory,
     /// slower on heavy computation). The default comes from `CODEMODE_ENGINE` when it is set;
-    /// a build without V8 runs QuickJS.
-    #[arg(long, value_enum, value_name = "ENGINE", env = "CODEMODE_ENGINE", default_value_t = JsEngine::DEFAULT)]
-    pub engine: JsEngine,
+    /// a build without V8, and --isolation in-process (V8 runs only in engine processes), run
+    /// QuickJS.
+    #[arg(long, value_enum, value_name = "ENGINE", env = "CODEMODE_ENGINE")]
+    pub engine: Option<JsEngine>,
     /// Where cells run: in sandboxed engine processes (the default: a cell that crashes its
     /// engine ends only its own process), or in this process (faster to start, but a fatal
     /// error in the engine ends the whole program).
@@ -208,7 +209,7 @@ impl SessionArgs {
             return Ok(Arc::clone(engine));
         }
         #[cfg(not(feature = "v8"))]
-        if self.engine == JsEngine::V8 {
+        if self.js_engine() == JsEngine::V8 {
             return Err(SetupError {
                 message: concat!(
                     "this codemode was built without V8 (cargo's --no-default-features): run its ",
@@ -219,7 +220,7 @@ impl SessionArgs {
                 usage: true,
             });
         }
-        let engine: Arc<dyn codemode_engine::Engine> = match (self.isolation, self.engine) {
+        let engine: Arc<dyn codemode_engine::Engine> = match (self.isolation, self.js_engine()) {
             (Isolation::InProcess, JsEngine::V8) => {
                 return Err(SetupError {
                     message: "V8 cells run only in engine processes (the pinned Node 24's V8 is \
@@ -246,10 +247,20 @@ impl SessionArgs {
         Ok(Arc::clone(ENGINE.get_or_init(|| engine)))
     }
 
+    /// The engine of the cells: the one named (`--engine`, `CODEMODE_ENGINE`), else QuickJS for
+    /// in-process cells (V8 runs only in engine processes) and [`JsEngine::DEFAULT`] in engine
+    /// processes.
+    pub fn js_engine(&self) -> JsEngine {
+        self.engine.unwrap_or(match self.isolation {
+            Isolation::InProcess => JsEngine::QuickJs,
+            Isolation::Process => JsEngine::DEFAULT,
+        })
+    }
+
     /// `node` and the engine library it loads, for V8 cells (see [`crate::node_engine`]); `None`
     /// for QuickJS cells, which need neither.
     fn node_engine(&self) -> Result<Option<NodeEngine>, SetupError> {
-        if self.engine != JsEngine::V8 {
+        if self.js_engine() != JsEngine::V8 {
             return Ok(None);
         }
         let environment = node_engine::Environment::current();

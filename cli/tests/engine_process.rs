@@ -1337,7 +1337,7 @@ fn each_cell_on_a_lane_starts_from_fresh_globals() {
 /// Every cell's global scope is deserialised from the engine process's startup snapshot of a
 /// bootstrapped one: on a fresh isolate and on
 /// a kept one alike, each scope still has what V8 adds to it (the built-ins it ships behind
-/// flags, native rather than the prelude's), none of what a cell must not have (V8 adds
+/// flags, native), none of what a cell must not have (V8 adds
 /// `WebAssembly` back to every scope it makes), and random numbers of its own.
 #[test]
 fn each_global_scope_comes_from_the_startup_snapshot_on_node_s_v8() {

@@ -417,8 +417,9 @@ fn nothing_a_cell_does_reaches_standard_output_beside_the_one_json_object() {
 
 /// V8 cells run in engine processes on the pinned Node 24's V8 13.6 once `cargo xtask setup-v8`
 /// has built its engine library (a debug build finds it in the repository's target), which runs
-/// `using` declarations and has `Float16Array`. This program links no V8: in-process V8 cells are
-/// refused with what to do instead, and so is an engine library that is not there.
+/// `using` declarations and has `Float16Array`. This program links no V8: in-process cells run on
+/// QuickJS, in-process V8 cells are refused with what to do instead, and so is an engine library
+/// that is not there.
 #[test]
 fn v8_cells_run_on_node_24s_v8_in_engine_processes_and_nowhere_else() {
     let source =
@@ -440,6 +441,13 @@ fn v8_cells_run_on_node_24s_v8_in_engine_processes_and_nowhere_else() {
         stderr.contains("V8 cells run only in engine processes")
             && stderr.contains("--engine quickjs"),
         "{stderr}"
+    );
+    // Unnamed, the engine of in-process cells is QuickJS (which has no `Intl`).
+    let (json, code) = run_json(&["--isolation", "in-process"], "text(typeof Intl)");
+    assert_eq!(
+        (code, texts(&json)),
+        (0, vec!["undefined".to_owned()]),
+        "{json}"
     );
     let missing = temporary_directory("no-library") + "/libcodemode_v8_engine.so";
     let named = codemode(&["run", "--v8-library", &missing, "-"], source);

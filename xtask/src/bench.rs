@@ -8,7 +8,7 @@ use crate::node::LibraryBuild;
 use crate::shell::{run, workspace_root};
 
 pub(crate) fn bench() -> Result<(), String> {
-    crate::setup()?;
+    crate::node::setup()?;
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
     let root = workspace_root();
     run(Command::new(&cargo)

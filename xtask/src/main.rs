@@ -37,7 +37,7 @@ use shell::{run, workspace_root};
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
-        Some("setup-v8") => setup(),
+        Some("setup-v8") => node::setup(),
         Some("build-engine-library") => {
             let build = if args.iter().any(|arg| arg == "--release") {
                 node::LibraryBuild::Release
@@ -84,17 +84,8 @@ fn main() -> ExitCode {
     }
 }
 
-/// `setup-v8`: the pinned Node 24, and the engine library on its V8: with test hooks for the
-/// tests, and the release one installed for this user, which the binaries run V8 cells on.
-pub(crate) fn setup() -> Result<(), String> {
-    node::setup_node()?;
-    node::build_engine_library(node::LibraryBuild::TestHooks)?;
-    let library = node::build_engine_library(node::LibraryBuild::Release)?;
-    node::install_for_user(&library)
-}
-
 fn ci() -> Result<(), String> {
-    setup()?;
+    node::setup()?;
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
     let root = workspace_root();
     run(Command::new(&cargo)

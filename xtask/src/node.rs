@@ -38,6 +38,15 @@ fn installed_version() -> Option<String> {
     package["version"].as_str().map(str::to_owned)
 }
 
+/// `setup-v8`: the pinned Node 24, and the engine library on its V8: with test hooks for the
+/// tests, and the release one installed for this user, which the binaries run V8 cells on.
+pub(crate) fn setup() -> Result<(), String> {
+    setup_node()?;
+    build_engine_library(LibraryBuild::TestHooks)?;
+    let library = build_engine_library(LibraryBuild::Release)?;
+    install_for_user(&library)
+}
+
 /// Installs the pinned Node from the npm registry, unless it is there already.
 pub(crate) fn setup_node() -> Result<(), String> {
     let pinned = pinned_version()?;

@@ -110,6 +110,10 @@ const STRING_ERRORS_ALLOWED: &[(&str, &str)] = &[
         "engine-process/src/native_probe.rs",
         "the test-only native probe, whose answer is a report for the test",
     ),
+    (
+        "runtime-v8/src/ffi.rs",
+        "the shim's own words for why the startup snapshot could not be made, logged once",
+    ),
 ];
 
 /// The most lines a source file outside tests may have.

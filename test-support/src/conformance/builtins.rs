@@ -1,8 +1,7 @@
 //! Today's built-ins: the ES2023–ES2025 library and syntax that model-written cells use (and
 //! explicit resource management, which upstream's current V8 runs). Each engine runs them or
-//! lists them among its [`Difference`](super::Difference)s with the reason; the bootstrap's
-//! prelude supplies the library functions an engine lacks, so what is left are syntax and types
-//! that JavaScript cannot supply.
+//! lists them among its [`Difference`](super::Difference)s with the reason. Both engines the
+//! project ships run all of them natively: the bootstrap supplies no built-in of the language.
 
 use super::harness::texts_of;
 

@@ -440,7 +440,7 @@ pub fn a_thrown_non_error_becomes_its_string() {
 }
 
 /// A conformance test.
-pub fn the_prelude_supplies_array_copy_methods() {
+pub fn the_array_copy_methods_leave_the_array_alone() {
     assert_eq!(
         texts_of(
             r#"
@@ -465,7 +465,7 @@ pub fn the_prelude_supplies_array_copy_methods() {
 }
 
 /// A conformance test.
-pub fn the_prelude_supplies_group_by() {
+pub fn group_by_groups_by_the_callback_s_key() {
     assert_eq!(
         texts_of(
             r#"
@@ -486,7 +486,7 @@ pub fn the_prelude_supplies_group_by() {
 }
 
 /// A conformance test.
-pub fn the_prelude_supplies_promise_with_resolvers_and_array_from_async() {
+pub fn promise_with_resolvers_and_array_from_async_work() {
     assert_eq!(
         texts_of(
             r#"
