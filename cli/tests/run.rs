@@ -450,7 +450,10 @@ fn v8_cells_run_on_node_24s_v8_in_engine_processes_and_nowhere_else() {
         "{json}"
     );
     let missing = temporary_directory("no-library") + "/libcodemode_v8_engine.so";
-    let named = codemode(&["run", "--v8-library", &missing, "-"], source);
+    let named = codemode(
+        &["run", "--engine", "v8", "--v8-library", &missing, "-"],
+        source,
+    );
     let stderr = String::from_utf8_lossy(&named.stderr);
     assert_eq!(named.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains(&missing), "{stderr}");

@@ -7,26 +7,14 @@ use std::time::{Duration, Instant};
 use codemode_engine::{CellLimits, CellStart, Engine, PendingMode, RuntimeEvent, event_channel};
 use codemode_runtime_quickjs::QuickJsEngine;
 
-/// Threads of this process whose name starts with `prefix` (Linux keeps 15 bytes of a name).
-fn threads_named(prefix: &str) -> usize {
-    std::fs::read_dir("/proc/self/task")
-        .expect("this test reads Linux's /proc")
-        .flatten()
-        .filter(|task| {
-            std::fs::read_to_string(task.path().join("comm"))
-                .is_ok_and(|name| name.trim_end().starts_with(prefix))
-        })
-        .count()
-}
-
 /// The pool's warm threads ("codemode-cell-warm").
 fn warm_threads() -> usize {
-    threads_named("codemode-cell-w")
+    codemode_test_support::threads_named("codemode-cell-w")
 }
 
 /// The pool's refiller ("codemode-cell-refill").
 fn refillers() -> usize {
-    threads_named("codemode-cell-r")
+    codemode_test_support::threads_named("codemode-cell-r")
 }
 
 fn wait_for(what: &str, condition: impl Fn() -> bool) {

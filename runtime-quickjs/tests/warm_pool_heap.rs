@@ -14,19 +14,7 @@ fn wait_for(what: &str, condition: impl Fn() -> bool) {
 }
 
 fn warm_threads() -> usize {
-    threads_named("codemode-cell-w")
-}
-
-/// Threads of this process whose name starts with `prefix` (Linux keeps 15 bytes of a name).
-fn threads_named(prefix: &str) -> usize {
-    std::fs::read_dir("/proc/self/task")
-        .expect("this test reads Linux's /proc")
-        .flatten()
-        .filter(|task| {
-            std::fs::read_to_string(task.path().join("comm"))
-                .is_ok_and(|name| name.trim_end().starts_with(prefix))
-        })
-        .count()
+    codemode_test_support::threads_named("codemode-cell-w")
 }
 
 #[test]
@@ -61,11 +49,15 @@ fn a_pool_warmed_for_a_heap_limit_serves_cells_of_that_limit_warm() {
     // "codemode-cell-x…" is the name a cold cell's thread gets for call id "x…".
     let (_warm_handles, mut warm_events) = start(heap, "xwarm");
     assert_eq!(warm_events.blocking_recv(), Some(RuntimeEvent::Started));
-    assert_eq!(threads_named("codemode-cell-x"), 0, "the cell ran cold");
+    assert_eq!(
+        codemode_test_support::threads_named("codemode-cell-x"),
+        0,
+        "the cell ran cold"
+    );
     let (_cold_handles, mut cold_events) = start(heap * 2, "xcold");
     assert_eq!(cold_events.blocking_recv(), Some(RuntimeEvent::Started));
     assert_eq!(
-        threads_named("codemode-cell-x"),
+        codemode_test_support::threads_named("codemode-cell-x"),
         1,
         "another limit takes the cold path"
     );

@@ -51,6 +51,19 @@ pub fn scratch_folder(name: &str) -> std::path::PathBuf {
     folder
 }
 
+/// Threads of this process whose name starts with `prefix` (Linux keeps 15 bytes of a name): for
+/// tests of thread pools, each alone in its test binary.
+pub fn threads_named(prefix: &str) -> usize {
+    std::fs::read_dir("/proc/self/task")
+        .expect("this test reads Linux's /proc")
+        .flatten()
+        .filter(|task| {
+            std::fs::read_to_string(task.path().join("comm"))
+                .is_ok_and(|name| name.trim_end().starts_with(prefix))
+        })
+        .count()
+}
+
 /// A server process started by a test. It printed `listening on <url>` as its first line; it is
 /// killed when this value is dropped, so a failing test leaves no server behind.
 #[derive(Debug)]
