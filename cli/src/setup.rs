@@ -410,9 +410,11 @@ fn process_engine(
         config = config.with_user(uid, gid);
     }
     // The child's whole environment: the library path its loader needs, and whether V8 makes each
-    // global scope from a startup snapshot (`CODEMODE_V8_SNAPSHOT=off`: it does not; the engine
-    // library's `codemode_runtime_v8::SNAPSHOT_VARIABLE`, which this program does not link).
-    for name in ["LD_LIBRARY_PATH", "CODEMODE_V8_SNAPSHOT"] {
+    // global scope from a startup snapshot (`CODEMODE_V8_SNAPSHOT=off`: it does not).
+    for name in [
+        "LD_LIBRARY_PATH",
+        codemode_engine::script::SNAPSHOT_VARIABLE,
+    ] {
         if let Some(value) = std::env::var_os(name) {
             config = config.with_env(name, value);
         }

@@ -99,8 +99,8 @@ pub fn exec_node(node: &Path, library: &Path) -> ExitCode {
         // so a seccomp filter could not refuse them. (Node's event loop never runs here anyway.)
         .env("UV_USE_IO_URING", "0");
     // The log filter, and whether V8 makes each global scope from a startup snapshot (read by
-    // the V8 engine inside, `codemode_runtime_v8::SNAPSHOT_VARIABLE`; `off` turns it off).
-    for name in ["CODEMODE_LOG", "CODEMODE_V8_SNAPSHOT"] {
+    // the V8 engine inside; `off` turns it off).
+    for name in ["CODEMODE_LOG", codemode_engine::script::SNAPSHOT_VARIABLE] {
         if let Some(value) = std::env::var_os(name) {
             command.env(name, value);
         }

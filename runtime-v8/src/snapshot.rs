@@ -7,10 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::ffi;
 
-/// The environment variable that, set to `off` in an engine process's environment, makes it run
-/// the bootstrap in each global scope instead: to measure what the snapshot saves, or as a way out
-/// should it ever misbehave.
-pub const SNAPSHOT_VARIABLE: &str = "CODEMODE_V8_SNAPSHOT";
+pub use codemode_engine::script::SNAPSHOT_VARIABLE;
 
 /// Makes the process's snapshot for runtimes bootstrapped with `source` and `config`, if none
 /// exists yet (unless [`SNAPSHOT_VARIABLE`] is `off`). A snapshot that cannot be made is logged

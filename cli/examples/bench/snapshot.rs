@@ -38,7 +38,7 @@ pub(crate) fn fresh_scopes(codemode: &str, library: &str) -> FreshScopes {
         .with_cells_per_process_lifetime(100 * BLOCK * BLOCKS)
         .with_spare_processes(0);
         if !snapshot {
-            config = config.with_env("CODEMODE_V8_SNAPSHOT", "off");
+            config = config.with_env(codemode_engine::script::SNAPSHOT_VARIABLE, "off");
         }
         let engine = ProcessEngine::new(config);
         engine.check().expect("engine processes on V8 13.6 start");

@@ -36,6 +36,14 @@ pub use lane::serve_lane;
 pub use ops::HostOp;
 pub use pool::{Job, WarmPool};
 
+/// The environment variable that, set to `off` in an engine process's environment, makes an
+/// engine that prepares a snapshot of the bootstrapped global scope
+/// ([`ScriptRuntime::prepare_bootstrap`]; V8's does) run the bootstrap in each global scope
+/// instead: to measure what the snapshot saves, or as a way out should it ever misbehave. Named
+/// here, below every engine, so that the launchers that pass it on need not link the engine
+/// that reads it.
+pub const SNAPSHOT_VARIABLE: &str = "CODEMODE_V8_SNAPSHOT";
+
 use crate::{CellStart, EngineError, EngineHandles, EventSender, TerminateHandle};
 
 /// Starts `cell` on a runtime of `R`: on a warm thread of `pool` when one is ready for its heap
