@@ -2,7 +2,8 @@
 //! (without a token, saying nothing else), `/metrics` (behind the token, or on `--ops-listen`),
 //! parsed by a Prometheus text parser and moving by exactly what a run did, `/readyz` turning
 //! 503 when the store's PostgreSQL stops and while the server drains, a drain that lets a
-//! 3-second cell finish and keeps what it stored, JSON logs, and the spans a real OTLP exporter
+//! 3-second cell finish and keeps what it stored, drains under load that answer every `wait` in
+//! flight or arriving, JSON logs, and the spans a real OTLP exporter
 //! sends to a collector stand-in that decodes them (protobuf and JSON): the span tree of a cell
 //! that calls two downstream tools, no source text, and the downstream server in the same trace.
 
@@ -431,6 +432,91 @@ async fn a_drain_lets_a_three_second_cell_finish_and_keeps_what_it_stored() {
     // under the tenant's folder).
     let kept = files_under(&store);
     assert!(kept.contains("\"drained\""), "{kept}");
+}
+
+/// When a `wait` comes during a drain. Each must be answered with the cell's result, and the
+/// server must then exit cleanly.
+#[derive(Clone, Copy, Debug)]
+enum WaitComes {
+    /// Sent just before SIGTERM, so in flight when the drain begins.
+    InFlight,
+    /// Sent after SIGTERM, while the cell still runs.
+    WhileItRuns,
+    /// Sent after the cell has ended, before its result was collected.
+    AfterItEnded,
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn drains_under_load_answer_every_wait_in_flight_or_arriving() {
+    // Two threads that spin beside the servers, as other work on a busy 2-core machine does:
+    // an answer that leaves its handler must still reach its client before the server stops.
+    let hogging = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let hogs: Vec<_> = (0..2)
+        .map(|_| {
+            let hogging = Arc::clone(&hogging);
+            std::thread::spawn(move || {
+                let mut spin = 0u64;
+                while hogging.load(std::sync::atomic::Ordering::Relaxed) {
+                    spin = std::hint::black_box(spin.wrapping_add(1));
+                }
+            })
+        })
+        .collect();
+    let cases = [
+        WaitComes::InFlight,
+        WaitComes::WhileItRuns,
+        WaitComes::AfterItEnded,
+        WaitComes::InFlight,
+        WaitComes::WhileItRuns,
+        WaitComes::AfterItEnded,
+    ];
+    let drains = cases.iter().enumerate().map(|(index, comes)| async move {
+        let folder = codemode_test_support::scratch_folder(&format!("ops-drains-{index}"));
+        let mut served = Served::spawn(
+            server_command(folder.as_path(), "127.0.0.1:0", &[]),
+            false,
+        );
+        until_status(&format!("{}/readyz", served.base()), 200).await;
+        let client = client(&served.url, ALPHA, None).await;
+        let params = CallToolRequestParams::new("exec").with_arguments(
+            json!({"code": "await new Promise(r => setTimeout(r, 1000)); text('finished');", "yield_time_ms": 100})
+                .as_object()
+                .unwrap()
+                .clone(),
+        );
+        let running = text_of(&within("exec", client.call_tool(params)).await.unwrap());
+        let cell_id = running_cell_id(&running);
+        let finished = match comes {
+            WaitComes::InFlight => {
+                let (finished, ()) = tokio::join!(wait_on(&client, &cell_id), async {
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    served.terminate();
+                });
+                finished
+            }
+            WaitComes::WhileItRuns => {
+                served.terminate();
+                until_status(&format!("{}/readyz", served.base()), 503).await;
+                wait_on(&client, &cell_id).await
+            }
+            WaitComes::AfterItEnded => {
+                served.terminate();
+                tokio::time::sleep(Duration::from_millis(2000)).await;
+                wait_on(&client, &cell_id).await
+            }
+        };
+        assert!(
+            finished.starts_with("Script completed") && finished.contains("finished"),
+            "{comes:?}: {finished}"
+        );
+        let status = served.wait_for_exit();
+        assert!(status.success(), "{comes:?}: {status:?}");
+    });
+    futures::future::join_all(drains).await;
+    hogging.store(false, std::sync::atomic::Ordering::Relaxed);
+    for hog in hogs {
+        hog.join().unwrap();
+    }
 }
 
 /// The text of every file under `folder`.

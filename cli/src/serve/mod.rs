@@ -137,6 +137,7 @@ pub async fn serve(args: McpArgs) -> ExitCode {
             return ExitCode::from(exit::FAILED);
         }
     };
+    let shutting_down = CancellationToken::new();
     let shared = Arc::new(Shared {
         args: args.session.clone(),
         store,
@@ -149,8 +150,9 @@ pub async fn serve(args: McpArgs) -> ExitCode {
         cluster,
         trace_content: args.trace_content,
         calls_in_flight: Default::default(),
+        answering: http::Answering::new(shutting_down.clone()),
         draining: CancellationToken::new(),
-        shutting_down: CancellationToken::new(),
+        shutting_down,
     });
     if let Some(cluster) = &shared.cluster {
         cluster.renew_until(shared.shutting_down.clone());
@@ -228,7 +230,8 @@ pub async fn serve(args: McpArgs) -> ExitCode {
 
 /// On SIGTERM, drains: takes no new session or cell, answers `/readyz` with 503, and lets the
 /// running cells finish for up to `drain_timeout` (their stored values are committed as they
-/// complete); then, or at once on SIGINT or a second SIGTERM, shuts down (what is left is
+/// complete) and their results be collected and sent (a `wait` in flight or arriving meanwhile
+/// is answered); then, or at once on SIGINT or a second SIGTERM, shuts down (what is left is
 /// terminated). A server of a cluster shuts down at once: its sessions go on on the others, as
 /// when a server dies.
 async fn drain_on_signal(shared: Arc<Shared>, drain_timeout: Duration) {
@@ -258,9 +261,8 @@ async fn drain_on_signal(shared: Arc<Shared>, drain_timeout: Duration) {
         loop {
             tokio::select! {
                 _ = look.tick() => {
-                    let calls = shared.calls_in_flight.load(std::sync::atomic::Ordering::Acquire);
-                    if shared.running_cells() == 0 && calls == 0 {
-                        tracing::info!("drained: every cell has ended");
+                    if shared.drained() {
+                        tracing::info!("drained: every cell has ended and its result was sent");
                         break;
                     }
                 }
@@ -568,6 +570,11 @@ async fn serve_http(
             http::bind_sessions,
         ))
         .layer(axum::middleware::from_fn_with_state(gate, http::guard))
+        // Outermost: a drain waits for every response to be sent whole.
+        .layer(axum::middleware::from_fn_with_state(
+            shared.answering.clone(),
+            http::track,
+        ))
         .merge(ops.probes());
     // A parent process (or a test) reads where the server listens from this line.
     println!("listening on http://{}/mcp", listener.local_addr()?);

@@ -43,6 +43,9 @@ pub(super) struct Shared {
     /// The `tools/call` requests being answered now: a drain waits for them too, so that the
     /// `wait` that observes a cell's end gets its answer out.
     pub(super) calls_in_flight: std::sync::atomic::AtomicUsize,
+    /// The HTTP requests whose responses are not sent whole yet: a drain waits for them, so that
+    /// closing the MCP sessions cannot cut an answer off on its way out.
+    pub(super) answering: crate::http::Answering,
     /// Cancelled on SIGTERM: the server drains (opens no session and starts no cell, answers
     /// `/readyz` with 503, lets running cells finish) until `shutting_down`.
     pub(super) draining: CancellationToken,
@@ -79,6 +82,28 @@ impl Shared {
             .iter()
             .map(|live| live.session.running_cells())
             .sum()
+    }
+
+    /// How many cells are registered now, in every session: running, or ended with a result
+    /// not yet collected.
+    pub(super) fn cells_to_collect(&self) -> usize {
+        self.sessions
+            .live_sessions()
+            .iter()
+            .map(|live| live.session.active_cells())
+            .sum()
+    }
+
+    /// Whether a drain is done: no cell runs or has a result to collect, and no call is being
+    /// answered or its response sent.
+    pub(super) fn drained(&self) -> bool {
+        let calls = self
+            .calls_in_flight
+            .load(std::sync::atomic::Ordering::Acquire);
+        self.running_cells() == 0
+            && self.cells_to_collect() == 0
+            && calls == 0
+            && self.answering.open() == 0
     }
 
     /// Terminates every cell of every session and waits for them (stores finish their commits).
