@@ -263,21 +263,32 @@ async fn a_client_with_elicitation_is_asked_and_its_answers_are_followed() {
         asked[0]
     );
 
-    // Deny: the cell gets a catchable error naming the user, and nothing reaches the server.
-    client
-        .call(
-            2,
-            "exec",
-            json!({"code": attempt("tools.demo__note({text: 'denied'})")}),
-            json!({}),
-        )
-        .await;
-    let (_, response) =
-        until_response(&mut client, 2, |_| Some(json!({"action": "decline"}))).await;
-    assert!(
-        raw_text(&response).contains("refused: tools.demo__note was denied by the user"),
-        "{response}"
-    );
+    // A question declined or dismissed without a choice (what `codex exec` and `claude -p`
+    // answer, with nobody to show it): the cell's error says so, names the client, and names the
+    // rule that lets the call run unasked and the file it goes in; nothing reaches the server.
+    for (id, action, how) in [(2, "decline", "declined"), (21, "cancel", "dismissed")] {
+        client
+            .call(
+                id,
+                "exec",
+                json!({"code": attempt("tools.demo__note({text: 'unseen'})")}),
+                json!({}),
+            )
+            .await;
+        let (_, response) =
+            until_response(&mut client, id, |_| Some(json!({"action": action}))).await;
+        let text = raw_text(&response);
+        for expected in [
+            "refused: tools.demo__note was not run: it needs the user's approval".to_owned(),
+            format!("the question was {how} by the MCP client \"raw\" without a choice"),
+            format!("{how} every question, so no one may have seen it"),
+            "Nothing was sent to the tool".to_owned(),
+            format!("add \"demo__note\" to \"permissions\": {{\"allow\": [...]}} in {config}"),
+        ] {
+            assert!(text.contains(&expected), "{expected}\n{response}");
+        }
+        assert!(!text.contains("denied by the user"), "{response}");
+    }
 
     // Allow for the session: asked once, then never again for that tool.
     let twice = format!(
@@ -317,8 +328,10 @@ async fn a_client_with_elicitation_is_asked_and_its_answers_are_followed() {
         .await;
     let (asked, response) = until_response(&mut client, 5, |_| Some(decision("deny"))).await;
     assert_eq!(asked.len(), 1);
+    // An explicit "Deny" is the user's refusal, and says so.
     assert!(
-        raw_text(&response).contains("denied by the user"),
+        raw_text(&response)
+            .contains("refused: tools.demo__forget was denied by the user, who chose \"Deny\""),
         "{response}"
     );
     assert_eq!(
@@ -587,7 +600,11 @@ async fn a_2026_07_28_client_is_asked_in_the_result_and_its_retry_resumes_the_ce
     // rmcp's client answers `input_required` with its handler and retries, as clients do.
     let result = within("exec", client.call_tool(params)).await.unwrap();
     let text = common::text_of(&result);
-    assert!(text.contains("Script completed"), "{text}");
+    // A model that reads only the first line learns the cell's state now, not the state it was
+    // in when the question was put ("Script running with cell ID 1 / Waiting for approval").
+    assert_eq!(text.lines().next(), Some("Script completed"), "{text}");
+    assert!(!text.contains("Waiting for approval"), "{text}");
+    assert!(!text.contains("Script running"), "{text}");
     let before = text.find("before").unwrap_or_else(|| panic!("{text}"));
     let after = text.find("after").unwrap_or_else(|| panic!("{text}"));
     assert!(before < after, "{text}");

@@ -44,21 +44,27 @@ pub enum GateDecision {
     AllowedByUser,
     /// The user's rules, or a limit, refused it.
     Denied,
-    /// The user was asked and refused it.
+    /// The user was asked and chose to refuse it.
     DeniedByUser,
+    /// The question was declined without a choice (perhaps by a client with nobody to show it).
+    Declined,
+    /// The question was dismissed (perhaps by a client with nobody to show it).
+    Dismissed,
     /// It needed the user's approval and nobody could be asked.
     Unanswered,
 }
 
 impl GateDecision {
     /// Its name in metrics and traces: `allowed`, `allowed_by_user`, `denied`,
-    /// `denied_by_user`, `unanswered`.
+    /// `denied_by_user`, `declined`, `dismissed`, `unanswered`.
     pub fn as_str(self) -> &'static str {
         match self {
             GateDecision::Allowed => "allowed",
             GateDecision::AllowedByUser => "allowed_by_user",
             GateDecision::Denied => "denied",
             GateDecision::DeniedByUser => "denied_by_user",
+            GateDecision::Declined => "declined",
+            GateDecision::Dismissed => "dismissed",
             GateDecision::Unanswered => "unanswered",
         }
     }
@@ -170,7 +176,9 @@ impl Gate {
         } else {
             String::new()
         };
-        let ruled = |verdict: &str, by: &str| record(session, cell_id, tool, &digest, verdict, by);
+        let ruled = |decision: GateDecision, by: &str| {
+            record(session, cell_id, tool, &digest, decision, by)
+        };
         let permissions = Arc::clone(&self.permissions.lock());
         let mut ruling = permissions.decide_by_name(tool, annotations);
         if ruling.verdict != Verdict::Deny
@@ -181,7 +189,7 @@ impl Gate {
             ruling.reason = Reason::AllowedForSession;
         }
         if ruling.verdict == Verdict::Deny {
-            ruled("deny", &ruling.reason.to_string());
+            ruled(GateDecision::Denied, &ruling.reason.to_string());
             return (
                 GateDecision::Denied,
                 Err(ToolError::denied(format!(
@@ -199,7 +207,7 @@ impl Gate {
             if made >= max {
                 cell.writes
                     .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
-                ruled("deny", "--max-writes-per-cell");
+                ruled(GateDecision::Denied, "--max-writes-per-cell");
                 return (
                     GateDecision::Denied,
                     Err(ToolError::denied(format!(
@@ -230,21 +238,21 @@ impl Gate {
             None => {
                 // The common path: no string is made for a log that does not record it.
                 if tracing::enabled!(target: "codemode::gate", tracing::Level::INFO) {
-                    ruled("allow", &ruling.reason.to_string());
+                    ruled(GateDecision::Allowed, &ruling.reason.to_string());
                 }
                 (GateDecision::Allowed, None)
             }
             Some(Approval::AllowOnce) => {
-                ruled("allow", "the user, once");
+                ruled(GateDecision::AllowedByUser, "the user, once");
                 (GateDecision::AllowedByUser, None)
             }
             Some(Approval::AllowForSession) => {
                 self.granted.lock().insert(tool.to_owned());
-                ruled("allow", "the user, for the session");
+                ruled(GateDecision::AllowedByUser, "the user, for the session");
                 (GateDecision::AllowedByUser, None)
             }
             Some(Approval::Deny { by }) => {
-                ruled("deny", &by);
+                ruled(GateDecision::DeniedByUser, &by);
                 (
                     GateDecision::DeniedByUser,
                     Some(format!(
@@ -252,15 +260,47 @@ impl Gate {
                     )),
                 )
             }
+            Some(Approval::Declined { by }) => {
+                ruled(
+                    GateDecision::Declined,
+                    &format!("{by}, which declined the question"),
+                );
+                (
+                    GateDecision::Declined,
+                    Some(unseen_refusal(
+                        tool,
+                        &ruling.reason,
+                        &by,
+                        "declined",
+                        &permissions,
+                    )),
+                )
+            }
+            Some(Approval::Dismissed { by }) => {
+                ruled(
+                    GateDecision::Dismissed,
+                    &format!("{by}, which dismissed the question"),
+                );
+                (
+                    GateDecision::Dismissed,
+                    Some(unseen_refusal(
+                        tool,
+                        &ruling.reason,
+                        &by,
+                        "dismissed",
+                        &permissions,
+                    )),
+                )
+            }
             Some(Approval::Unavailable { why }) => {
-                ruled("deny", "nobody could be asked");
+                ruled(GateDecision::Unanswered, "nobody could be asked");
                 (
                     GateDecision::Unanswered,
                     Some(format!(
                         "tools.{tool} needs the user's approval ({} asks), and nobody could be asked: \
-                     {why}. Nothing was sent to the tool. To let it run without asking, add \
-                     \"{tool}\" to \"permissions\": {{\"allow\": [...]}} in the configuration",
-                        ruling.reason
+                     {why}. Nothing was sent to the tool. To let it run without asking, {}",
+                        ruling.reason,
+                        permissions.how_to_allow(tool)
                     )),
                 )
             }
@@ -305,8 +345,39 @@ impl Gate {
     }
 }
 
-/// One ruling, as a structured event.
-fn record(session: &str, cell_id: &CellId, tool: &str, digest: &str, verdict: &str, by: &str) {
+/// The error of a call whose question was declined or dismissed (`how`) without a choice: what
+/// a client with nobody to show it answers (`codex exec` declines, `claude -p` dismisses), so it
+/// says that no one may have seen it, and names the rule that lets the call run unasked.
+fn unseen_refusal(
+    tool: &str,
+    reason: &crate::permissions::Reason,
+    by: &str,
+    how: &str,
+    permissions: &Permissions,
+) -> String {
+    format!(
+        "tools.{tool} was not run: it needs the user's approval ({reason} asks), and the question \
+         was {how} by {by} without a choice being made. A client running without a person (CI, `codex \
+         exec`, `claude -p`) {how} every question, so no one may have seen it. Nothing was sent \
+         to the tool. To let it run without asking, {}",
+        permissions.how_to_allow(tool)
+    )
+}
+
+/// One ruling, as a structured event: the verdict (`allow`, `deny`), the decision that tells how
+/// it was reached (`declined`, `dismissed`, `denied_by_user`, ...), and who decided.
+fn record(
+    session: &str,
+    cell_id: &CellId,
+    tool: &str,
+    digest: &str,
+    decision: GateDecision,
+    by: &str,
+) {
+    let verdict = match decision {
+        GateDecision::Allowed | GateDecision::AllowedByUser => "allow",
+        _ => "deny",
+    };
     tracing::info!(
         target: "codemode::gate",
         session,
@@ -314,6 +385,7 @@ fn record(session: &str, cell_id: &CellId, tool: &str, digest: &str, verdict: &s
         tool,
         arguments_sha256 = digest,
         verdict,
+        decision = decision.as_str(),
         decided_by = by,
         "tool call ruled"
     );

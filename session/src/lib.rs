@@ -61,7 +61,7 @@ pub use gate::{AwaitingApproval, GateDecision};
 pub use hints::error_hints;
 pub use in_flight::CallInFlight;
 pub use model::{ExecOptions, ToolResult};
-pub use permissions::{Permissions, Reason, Ruling, ToolPattern, Verdict};
+pub use permissions::{Permissions, Reason, RulesFile, Ruling, ToolPattern, Verdict};
 pub use ports::{
     SessionKey, Store, StoreError, StoreErrorKind, ToolCallContext, ToolListError,
     ToolListErrorKind, ToolProgress, ToolProvider,

@@ -144,6 +144,26 @@ pub struct Permissions {
     pub deny: Vec<ToolPattern>,
     /// What a call no rule matches gets (a read-only tool is allowed first).
     pub default: Verdict,
+    /// Where these rules are written, if in a file: an error that tells the user how to let a
+    /// call run names the line to add and the file it goes in.
+    pub written_in: Option<RulesFile>,
+}
+
+/// The file a user's rules are written in, and its syntax.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RulesFile {
+    /// A JSON configuration: `"permissions": {"allow": [...]}` at its top level.
+    Json {
+        /// The file's path, as the user would open it.
+        path: String,
+    },
+    /// A TOML configuration (codex's `config.toml`): `allow = [...]` in its `[permissions]`
+    /// table.
+    Toml {
+        /// The file's path, as the user would open it.
+        path: String,
+    },
 }
 
 impl Default for Permissions {
@@ -162,6 +182,7 @@ impl Permissions {
             ask: Vec::new(),
             deny: Vec::new(),
             default: Verdict::Allow,
+            written_in: None,
         }
     }
 
@@ -177,6 +198,29 @@ impl Permissions {
     pub fn with_default(mut self, default: Verdict) -> Self {
         self.default = default;
         self
+    }
+
+    /// These permissions, written in `file`.
+    pub fn with_file(mut self, file: RulesFile) -> Self {
+        self.written_in = Some(file);
+        self
+    }
+
+    /// What the user does to let calls of `tool` run without asking: the rule to add, and where
+    /// (`add "demo__note" to "permissions": {"allow": [...]} in /home/u/.mcp.json`).
+    pub fn how_to_allow(&self, tool: &str) -> String {
+        match &self.written_in {
+            Some(RulesFile::Json { path }) => {
+                format!("add \"{tool}\" to \"permissions\": {{\"allow\": [...]}} in {path}")
+            }
+            Some(RulesFile::Toml { path }) => {
+                format!("add \"{tool}\" to allow = [...] in the [permissions] table of {path}")
+            }
+            None => format!(
+                "add \"{tool}\" to \"permissions\": {{\"allow\": [...]}} in codemode's \
+                 configuration (--config FILE)"
+            ),
+        }
     }
 
     /// These permissions with one more rule: `pattern` in the `verdict` list.
@@ -263,6 +307,30 @@ mod tests {
         // Many stars against a long name that does not match: still quick.
         let long = "a".repeat(10_000);
         assert!(!ToolPattern::new("*a*a*a*a*a*a*a*b").matches(&long));
+    }
+
+    #[test]
+    fn how_to_allow_names_the_rule_and_the_file_in_its_syntax() {
+        let json = Permissions::ask_by_default().with_file(RulesFile::Json {
+            path: "/home/u/.mcp.json".to_owned(),
+        });
+        assert_eq!(
+            json.how_to_allow("demo__note"),
+            "add \"demo__note\" to \"permissions\": {\"allow\": [...]} in /home/u/.mcp.json"
+        );
+        let toml = Permissions::ask_by_default().with_file(RulesFile::Toml {
+            path: "/home/u/.codex/config.toml".to_owned(),
+        });
+        assert_eq!(
+            toml.how_to_allow("demo__note"),
+            "add \"demo__note\" to allow = [...] in the [permissions] table of \
+             /home/u/.codex/config.toml"
+        );
+        assert!(
+            Permissions::ask_by_default()
+                .how_to_allow("demo__note")
+                .ends_with("in codemode's configuration (--config FILE)")
+        );
     }
 
     #[test]

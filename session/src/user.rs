@@ -65,9 +65,23 @@ pub enum Approval {
     AllowOnce,
     /// Run this call, and every later call of the same tool in this session without asking.
     AllowForSession,
-    /// Refuse the call.
+    /// Refuse the call: a choice to deny, made by a person or a policy.
     Deny {
         /// Who refused it, for the cell's error (`the user`, `--approve reads`).
+        by: String,
+    },
+    /// The question was declined without a choice (MCP elicitation's `decline`). A client that
+    /// runs without a person (`codex exec`) declines every question, so nobody may have seen
+    /// it; the call is refused, and its error says how to let it run without asking.
+    Declined {
+        /// Who declined it (`the MCP client "codex-mcp-client"`).
+        by: String,
+    },
+    /// The question was dismissed (MCP elicitation's `cancel`). A client that runs without a
+    /// person (`claude -p`) dismisses every question, so nobody may have seen it; the call is
+    /// refused, and its error says how to let it run without asking.
+    Dismissed {
+        /// Who dismissed it (`the MCP client "claude-code"`).
         by: String,
     },
     /// Nobody could be asked (a client without elicitation, no terminal): the call fails closed.

@@ -133,3 +133,108 @@ async fn every_ruling_of_the_gate_is_an_event_with_a_digest_not_the_arguments() 
         .collect();
     assert_eq!(called, ["echo"]);
 }
+
+/// A user channel that answers the questions in turn with the answers it was given.
+struct Answers(Mutex<Vec<codemode_session::Approval>>);
+
+#[async_trait::async_trait]
+impl codemode_session::UserChannel for Answers {
+    async fn ask_approval(
+        &self,
+        _request: &codemode_session::ApprovalRequest,
+    ) -> codemode_session::Approval {
+        self.0.lock().unwrap().remove(0)
+    }
+}
+
+#[tokio::test]
+async fn a_question_declined_dismissed_or_denied_is_told_apart_in_the_error_and_the_event() {
+    use codemode_session::{Approval, Permissions, RulesFile};
+    let captured = Captured::default();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(captured.clone())
+        .with_max_level(tracing::Level::INFO)
+        .with_ansi(false)
+        .finish();
+    let _default = tracing::subscriber::set_default(subscriber);
+    let store = Arc::new(MemoryStore::default());
+    let answers = Answers(Mutex::new(vec![
+        Approval::Declined {
+            by: "the MCP client \"codex-mcp-client\"".to_owned(),
+        },
+        Approval::Dismissed {
+            by: "the MCP client \"claude-code\"".to_owned(),
+        },
+        Approval::Deny {
+            by: "the user, who chose \"Deny\"".to_owned(),
+        },
+    ]));
+    let permissions = Permissions::ask_by_default().with_file(RulesFile::Json {
+        path: "/home/u/project/.mcp.json".to_owned(),
+    });
+    let config = SessionConfig::default()
+        .with_permissions(permissions)
+        .with_user(Arc::new(answers));
+    let (session, tools) = open("asked", &store, config).await;
+    let report = execute(
+        &session,
+        "cell",
+        request(
+            r#"for (const i of [1, 2, 3]) {
+                 try { await tools.echo({ i }); } catch (e) { text(e.message); }
+               }"#,
+        ),
+    )
+    .await;
+    let texts: Vec<String> = report
+        .event
+        .output()
+        .clone()
+        .into_items()
+        .into_iter()
+        .filter_map(|item| match item {
+            codemode_protocol::OutputItem::Text { text } => Some(text),
+            _ => None,
+        })
+        .collect();
+    let all = texts.join("\n");
+    let errors: Vec<&str> = all.lines().collect();
+    assert_eq!(errors.len(), 3, "{all}");
+    let allow_rule =
+        "add \"echo\" to \"permissions\": {\"allow\": [...]} in /home/u/project/.mcp.json";
+    assert!(
+        errors[0].contains(
+            "the question was declined by the MCP client \"codex-mcp-client\" without a choice"
+        ) && errors[0].contains("no one may have seen it")
+            && errors[0].contains(allow_rule),
+        "{all}"
+    );
+    assert!(
+        errors[1].contains(
+            "the question was dismissed by the MCP client \"claude-code\" without a choice"
+        ) && errors[1].contains("no one may have seen it")
+            && errors[1].contains(allow_rule),
+        "{all}"
+    );
+    assert_eq!(
+        errors[2],
+        "tools.echo was denied by the user, who chose \"Deny\"; nothing was sent to the tool"
+    );
+    let log = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    let rulings: Vec<&str> = log
+        .lines()
+        .filter(|line| line.contains("tool call ruled"))
+        .collect();
+    assert_eq!(rulings.len(), 3, "{log}");
+    for (ruling, decision) in rulings
+        .iter()
+        .zip(["declined", "dismissed", "denied_by_user"])
+    {
+        assert!(ruling.contains("verdict=\"deny\""), "{ruling}");
+        assert!(
+            ruling.contains(&format!("decision=\"{decision}\"")),
+            "{decision}: {ruling}"
+        );
+    }
+    assert!(tools.calls.lock().unwrap().is_empty());
+}

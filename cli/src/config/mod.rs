@@ -37,7 +37,7 @@ use std::path::{Path, PathBuf};
 
 use codemode_host_adapters::McpServerConfig;
 use codemode_protocol::ToolName;
-use codemode_session::{Permissions, Verdict};
+use codemode_session::{Permissions, RulesFile, Verdict};
 use serde_json::Value;
 
 pub use entry::{EntryReport, Outcome};
@@ -118,8 +118,17 @@ pub fn read(path: &Path, environment: BTreeMap<String, String>) -> Result<Config
     let toml = path
         .extension()
         .is_some_and(|extension| extension == "toml");
-    parse(&text, toml, variables(Some(path), environment))
-        .map_err(|error| format!("{}: {error}", path.display()))
+    let mut config = parse(&text, toml, variables(Some(path), environment))
+        .map_err(|error| format!("{}: {error}", path.display()))?;
+    // A refused call names the rule that would let it run, and this file.
+    let shown = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    let shown = shown.display().to_string();
+    let file = match config.format {
+        Format::Codex => RulesFile::Toml { path: shown },
+        Format::McpServers | Format::VsCode => RulesFile::Json { path: shown },
+    };
+    config.permissions = std::mem::take(&mut config.permissions).with_file(file);
+    Ok(config)
 }
 
 /// Checks the text of a configuration file: TOML when `toml` says so (or when it is not JSON and

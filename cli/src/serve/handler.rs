@@ -25,7 +25,7 @@ use super::live::LiveSession;
 use super::progress::{self, Watched, request_id_text};
 use super::push::{LogThreshold, push_completions};
 use super::results::to_call_tool_result;
-use super::retries::{answers_by_retry, apply_answers, ask_or_answer, with_held};
+use super::retries::{self, answers_by_retry, apply_answers};
 use super::sessions::{McpSessionState, Shared};
 use super::tasks::{EXEC_TASK_POLL_INTERVAL, EXEC_TASK_TTL, duration_ms, follow_cell};
 use super::user::{ClientUser, RootsCache};
@@ -241,7 +241,7 @@ impl CodemodeServer {
         let running = result.running_cell_id.clone();
         let result = to_call_tool_result(result);
         if answers_by_retry(&context.meta) {
-            return Ok(ask_or_answer(
+            return Ok(retries::answer(
                 &live,
                 &self.shared.request_state,
                 result,
@@ -259,7 +259,8 @@ impl CodemodeServer {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let live = self.session(&context.extensions, &context.peer).await?;
-        let cell_id = apply_answers(&live, &self.shared.request_state, &request).await?;
+        let client = super::user::client_named(&context.peer);
+        let cell_id = apply_answers(&live, &self.shared.request_state, &request, &client).await?;
         let mut arguments = Map::new();
         arguments.insert("cell_id".to_owned(), Value::String(cell_id.to_string()));
         if let Some(yield_time) = request
@@ -391,21 +392,14 @@ impl CodemodeServer {
         drop(registration);
         live.touch();
         match result {
-            // A 2026-07-28 client: the output held back by an approval asked comes first, and a
-            // call waiting for approval is asked in the result.
-            Some(result) if answers_by_retry(&context.meta) => {
-                let result = to_call_tool_result(result);
-                let result = match &cell_id {
-                    Some(cell_id) => with_held(&live, cell_id, result),
-                    None => result,
-                };
-                Ok(ask_or_answer(
-                    &live,
-                    &self.shared.request_state,
-                    result,
-                    cell_id.as_ref(),
-                ))
-            }
+            // A 2026-07-28 client: the cell's state now, then the output held back by an
+            // approval asked, and a call waiting for approval asked in the result.
+            Some(result) if answers_by_retry(&context.meta) => Ok(retries::answer(
+                &live,
+                &self.shared.request_state,
+                to_call_tool_result(result),
+                cell_id.as_ref(),
+            )),
             Some(result) => Ok(to_call_tool_result(result).into()),
             None => Err(ErrorData::internal_error(
                 "the client cancelled this wait; the cell goes on, and the next wait picks it up",

@@ -2,7 +2,7 @@
 //! the cell an `exec` or `wait` observed has calls waiting for approval, the result is
 //! `input_required`, one approval form per call, with the output it would have carried held
 //! back; the client's retry of the same call brings the answers and the sealed request state,
-//! and is answered as a `wait` on the cell (the held output first). The state is sealed with a
+//! and is answered as a `wait` on the cell (its state now first, then the held output). The state is sealed with a
 //! key only this server holds (HMAC, with an expiry and the session it belongs to), so a client
 //! can neither forge it nor use another session's.
 
@@ -44,9 +44,13 @@ pub(super) fn state_codec() -> Result<RequestStateCodec, Box<dyn std::error::Err
     Ok(RequestStateCodec::try_new(key.to_vec())?)
 }
 
-/// `result` as the client gets it: as it is, or (when the cell it observed has calls waiting
-/// for approval) `input_required` with a form for each, `result`'s items held for the retry.
-pub(super) fn ask_or_answer(
+/// What a 2026-07-28 client gets for an observation of `cell_id` (an `exec` that left it
+/// running, a `wait`, a retry): the one step that puts a result together for a client that
+/// answers by retrying. The cell's state now comes first (the new result's header: a header held
+/// from an interrupted result is stale and is never shown), then the output an earlier question
+/// held back, then the new output; and when calls of the cell wait for approval, `input_required`
+/// with a form for each instead, that output held for the retry.
+pub(super) fn answer(
     live: &LiveSession,
     codec: &RequestStateCodec,
     result: CallToolResult,
@@ -55,6 +59,18 @@ pub(super) fn ask_or_answer(
     let Some(cell_id) = cell_id else {
         return result.into();
     };
+    let result = with_held(live, cell_id, result);
+    ask_or_answer(live, codec, result, cell_id)
+}
+
+/// `result` as it is, or (when calls of `cell_id` wait for approval) `input_required` with a
+/// form for each, `result`'s output (all but its header) held for the retry.
+fn ask_or_answer(
+    live: &LiveSession,
+    codec: &RequestStateCodec,
+    result: CallToolResult,
+    cell_id: &CellId,
+) -> CallToolResponse {
     // The gate shows a call as waiting only once its question is up here.
     let questions = live.questions.of_cell(cell_id);
     if questions.is_empty() {
@@ -74,7 +90,12 @@ pub(super) fn ask_or_answer(
     let Ok(sealed) = sealed else {
         return result.into();
     };
-    live.questions.hold(cell_id, result.content);
+    // The header says what the cell was doing when the question was put: the retry's own
+    // result says what it does then.
+    live.questions.hold(
+        cell_id,
+        result.content.into_iter().skip(HEADER_BLOCKS).collect(),
+    );
     let requests: BTreeMap<String, InputRequest> = questions
         .into_iter()
         .map(|(key, request)| {
@@ -89,7 +110,12 @@ pub(super) fn ask_or_answer(
     CallToolResponse::InputRequired(InputRequiredResult::new(Some(requests), Some(sealed)))
 }
 
-/// Applies a retry's answers to the questions its sealed state names, and lets the cell take
+/// How many blocks an observation's rendering starts with that say the cell's state (status,
+/// waits, wall time): one text block (`codemode_session::render_report`).
+const HEADER_BLOCKS: usize = 1;
+
+/// Applies a retry's answers (from `client`, as [`super::user::client_named`] names it) to the
+/// questions its sealed state names, and lets the cell take
 /// them up (so that the questions answered are not news to the wait that follows); returns the
 /// cell to observe. A state that is not this server's, has expired, or names another session is
 /// refused.
@@ -97,6 +123,7 @@ pub(super) async fn apply_answers(
     live: &LiveSession,
     codec: &RequestStateCodec,
     params: &CallToolRequestParams,
+    client: &str,
 ) -> Result<CellId, ErrorData> {
     let refused = |why: &str| {
         ErrorData::invalid_params(
@@ -119,7 +146,7 @@ pub(super) async fn apply_answers(
             continue;
         };
         let approval = serde_json::from_value::<ElicitResult>(response.clone())
-            .map(|answer| approval_of(&answer))
+            .map(|answer| approval_of(&answer, client))
             .unwrap_or(codemode_session::Approval::Deny {
                 by: "the user (an answer that is not an elicitation result)".to_owned(),
             });
@@ -147,16 +174,16 @@ pub(super) async fn apply_answers(
     Ok(cell_id)
 }
 
-/// The retry's result items: those held from the interrupted result, then the new ones.
-pub(super) fn with_held(
-    live: &LiveSession,
-    cell_id: &CellId,
-    mut result: CallToolResult,
-) -> CallToolResult {
-    let mut content: Vec<ContentBlock> = live.questions.take_held(cell_id);
-    if !content.is_empty() {
-        content.append(&mut result.content);
-        result.content = content;
+/// The result's header, then the output held from an interrupted result, then the new output.
+fn with_held(live: &LiveSession, cell_id: &CellId, mut result: CallToolResult) -> CallToolResult {
+    let held: Vec<ContentBlock> = live.questions.take_held(cell_id);
+    if held.is_empty() {
+        return result;
     }
+    let new_output = result
+        .content
+        .split_off(HEADER_BLOCKS.min(result.content.len()));
+    result.content.extend(held);
+    result.content.extend(new_output);
     result
 }

@@ -183,8 +183,10 @@ pub(super) fn form() -> ElicitationSchema {
     ElicitationSchema::from_json_schema(schema).expect("the approval form is a valid schema")
 }
 
-/// The user's answer to the approval form, as an [`Approval`].
-pub(super) fn approval_of(answer: &rmcp::model::ElicitResult) -> Approval {
+/// The user's answer to the approval form, as an [`Approval`]; `client` is who answered (see
+/// [`client_named`]). Only a choice of "Deny" is a user's refusal: a form declined or dismissed
+/// without a choice is what a client with nobody to show it answers, and is told apart.
+pub(super) fn approval_of(answer: &rmcp::model::ElicitResult, client: &str) -> Approval {
     match answer.action {
         ElicitationAction::Accept => {
             let decision = answer
@@ -196,7 +198,7 @@ pub(super) fn approval_of(answer: &rmcp::model::ElicitResult) -> Approval {
                 Some(ALLOW_ONCE) => Approval::AllowOnce,
                 Some(ALLOW_SESSION) => Approval::AllowForSession,
                 Some(DENY) => Approval::Deny {
-                    by: "the user".to_owned(),
+                    by: "the user, who chose \"Deny\"".to_owned(),
                 },
                 // Anything else is not a yes.
                 other => Approval::Deny {
@@ -207,13 +209,30 @@ pub(super) fn approval_of(answer: &rmcp::model::ElicitResult) -> Approval {
                 },
             }
         }
-        ElicitationAction::Decline => Approval::Deny {
-            by: "the user".to_owned(),
+        ElicitationAction::Decline => Approval::Declined {
+            by: client.to_owned(),
         },
         // Cancel, or an action this server does not know: not a yes.
-        _ => Approval::Deny {
-            by: "the user (who dismissed the question)".to_owned(),
+        _ => Approval::Dismissed {
+            by: client.to_owned(),
         },
+    }
+}
+
+/// The client as a cell's error names it: `the MCP client "codex-mcp-client"` (the name it gave
+/// when it initialised, cut and kept printable), or `the MCP client`.
+pub(super) fn client_named(peer: &Peer<RoleServer>) -> String {
+    let name = peer.peer_info().map(|info| {
+        info.client_info
+            .name
+            .chars()
+            .filter(|c| !c.is_control())
+            .take(64)
+            .collect::<String>()
+    });
+    match name {
+        Some(name) if !name.trim().is_empty() => format!("the MCP client \"{name}\""),
+        _ => "the MCP client".to_owned(),
     }
 }
 
@@ -247,7 +266,7 @@ impl UserChannel for ClientUser {
                 };
             }
         };
-        approval_of(&answer)
+        approval_of(&answer, &client_named(&self.peer))
     }
 
     async fn relay(&self, request: RelayedRequest) -> Result<Value, RelayError> {
