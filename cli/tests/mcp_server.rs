@@ -107,7 +107,92 @@ async fn the_server_offers_exec_and_wait_with_their_descriptions() {
     assert!(exec.contains("TypeScript is accepted"), "{exec}");
     assert_eq!(tools[0].input_schema["required"], json!(["code"]));
     assert_eq!(tools[1].input_schema["required"], json!(["cell_id"]));
+    // What clients read to decide whether to ask before a call: exec reaches other servers and
+    // may write there (each call passing codemode's own gate); wait reaches nothing outside.
+    let exec_hints = tools[0].annotations.clone().expect("exec is annotated");
+    assert_eq!(
+        (
+            exec_hints.read_only_hint,
+            exec_hints.destructive_hint,
+            exec_hints.open_world_hint
+        ),
+        (Some(false), Some(true), Some(true))
+    );
+    let wait_hints = tools[1].annotations.clone().expect("wait is annotated");
+    assert_eq!(
+        (wait_hints.destructive_hint, wait_hints.open_world_hint),
+        (Some(false), Some(false))
+    );
+    // Claude Code loads both with the first request, and its tool search finds exec by what
+    // the downstream tools do.
+    for tool in &tools {
+        let meta = tool.meta.as_ref().expect("hints for clients");
+        assert_eq!(meta.0["anthropic/alwaysLoad"], json!(true), "{}", tool.name);
+    }
+    let hint = tools[0].meta.as_ref().unwrap().0["anthropic/searchHint"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(hint.contains("javascript"), "{hint}");
+    assert!(hint.contains("echo") && hint.contains("sleep"), "{hint}");
     client.cancel().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_downstream_server_does_not_hold_the_first_tools_list_and_arrives_with_list_changed()
+{
+    let folder = codemode_test_support::scratch_folder("mcp-startup-window");
+    let config = folder.as_path().join("mcp.json");
+    let slow = format!("sleep 4; exec '{CODEMODE}' demo-mcp-server");
+    std::fs::write(
+        &config,
+        json!({"mcpServers": {
+            "quick": {"command": CODEMODE, "args": ["demo-mcp-server"]},
+            "slow": {"command": "sh", "args": ["-c", slow]}
+        }})
+        .to_string(),
+    )
+    .unwrap();
+    let config = config.display().to_string();
+    let mut client = RawClient::start_with(
+        &["--config", &config, "--startup-window-ms", "1000"],
+        json!({}),
+    )
+    .await;
+    client
+        .send(json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}))
+        .await;
+    let first = client.response(1).await;
+    let exec = first["result"]["tools"][0]["description"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    // The slow server's tools are not declared yet, and the description says it is starting.
+    assert!(!exec.contains("slow__add("), "{exec}");
+    assert!(exec.contains("still starting"), "{exec}");
+    // When it answers, the client is told, and lists again (on a loaded machine the quick
+    // server may have missed the window too, and be told of first).
+    let mut id = 1;
+    let exec = loop {
+        let message = client.next().await;
+        if message["method"] != "notifications/tools/list_changed" {
+            continue;
+        }
+        id += 1;
+        client
+            .send(json!({"jsonrpc": "2.0", "id": id, "method": "tools/list"}))
+            .await;
+        let later = client.response(id).await;
+        let exec = later["result"]["tools"][0]["description"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        if exec.contains("slow__add(") {
+            break exec;
+        }
+    };
+    assert!(exec.contains("quick__add("), "{exec}");
+    assert!(!exec.contains("still starting"), "{exec}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -218,3 +218,76 @@ async fn a_call_the_server_refuses_resolves_as_an_error_result_with_its_message(
     );
     tools.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_still_starting_past_the_startup_window_arrives_later_started_once() {
+    let folder = codemode_test_support::scratch_folder("composite-startup-window");
+    let starts = folder.as_path().join("starts");
+    // Says each start in a file, then takes 4 s before it speaks MCP.
+    let late = format!(
+        "echo started >> '{}'; sleep 4; exec '{SERVER}'",
+        starts.display()
+    );
+    let tools = Arc::new(
+        CompositeTools::new()
+            .with_named("test", server("test", SERVER, &[]))
+            .with_named("late", server("late", "sh", &["-c", &late])),
+    );
+    tools.set_startup_window(Some(Duration::from_millis(500)));
+    let before = tools.tools_version();
+    let first = within(
+        "the first listing, bounded by the window",
+        tools.list_tools(),
+    )
+    .await
+    .unwrap();
+    assert!(
+        first
+            .iter()
+            .all(|tool| tool.name.namespace.as_deref() != Some("late")),
+        "{first:?}"
+    );
+    let starting: Vec<_> = tools
+        .unavailable()
+        .into_iter()
+        .filter(|down| down.name == "late")
+        .collect();
+    assert_eq!(starting.len(), 1, "{starting:?}");
+    assert!(
+        starting[0].reason.contains("still starting"),
+        "{starting:?}"
+    );
+    // A listing meanwhile leaves it starting, and does not start it again.
+    within("a second listing", tools.list_tools())
+        .await
+        .unwrap();
+    // When it answers, the version moves, and the next listing has its tools.
+    within("the late server's start", async {
+        loop {
+            if tools.tools_version() != before
+                && tools.unavailable().iter().all(|down| down.name != "late")
+            {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    let later = within("the listing after it started", tools.list_tools())
+        .await
+        .unwrap();
+    for namespace in ["test", "late"] {
+        assert!(
+            later
+                .iter()
+                .any(|tool| tool.name.namespace.as_deref() == Some(namespace)),
+            "{namespace}: {later:?}"
+        );
+    }
+    assert_eq!(
+        std::fs::read_to_string(&starts).unwrap().lines().count(),
+        1,
+        "the late server was started once"
+    );
+    tools.shutdown().await;
+}

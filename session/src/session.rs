@@ -135,9 +135,10 @@ impl Session {
     }
 
     /// Lists the tools again if the provider says they may have changed since the last listing
-    /// (a downstream server's `tools/list_changed`, or a restart). A listing that fails keeps
-    /// the tools as they were.
-    async fn refresh_tools(&self) {
+    /// (a downstream server's `tools/list_changed`, a server that started late, a restart); each
+    /// cell's start does it, and a server should before it describes `exec`. A listing that
+    /// fails keeps the tools as they were.
+    pub async fn refresh_tools(&self) {
         let shared = &self.shared;
         let version = shared.provider.tools_version();
         if shared.tools.lock().version == version {

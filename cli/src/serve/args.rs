@@ -92,6 +92,13 @@ pub struct McpArgs {
     /// token and /metrics with one.
     #[arg(long, value_name = "ADDR")]
     pub ops_listen: Option<String>,
+    /// How many milliseconds a client's first `tools/list` waits for the downstream servers to
+    /// start. Those still starting then are left out of `exec`'s declarations (the description
+    /// says they are starting) and arrive when they answer, with
+    /// `notifications/tools/list_changed`; 0 waits for every server, however long it takes.
+    /// Keep it under your client's own startup timeout (codex: 10 s).
+    #[arg(long, value_name = "MS", default_value_t = DEFAULT_STARTUP_WINDOW_MS)]
+    pub startup_window_ms: u64,
     /// On SIGTERM, how many seconds running cells get to finish (the server takes no new
     /// session or cell meanwhile, and /readyz answers 503) before what is left is terminated. A
     /// second SIGTERM, or SIGINT, ends the wait. In a cluster the server leaves at once: its
@@ -132,6 +139,10 @@ pub enum McpSessions {
     /// No MCP sessions: every request stands alone.
     Off,
 }
+
+/// Default of `--startup-window-ms`: well inside the startup timeouts of the clients that wait
+/// for MCP servers (codex 10 s, Claude Code 30 s).
+const DEFAULT_STARTUP_WINDOW_MS: u64 = 5_000;
 
 /// Default of `--drain-timeout`.
 const DEFAULT_DRAIN_TIMEOUT_SECS: u64 = 30;

@@ -23,7 +23,7 @@ use super::cluster::{ProgressRelay, was_forwarded};
 use super::identity::Identity;
 use super::live::LiveSession;
 use super::progress::{self, Watched, request_id_text};
-use super::push::{LogThreshold, push_completions};
+use super::push::{LogThreshold, announce_tool_changes, push_completions};
 use super::results::to_call_tool_result;
 use super::retries::{self, answers_by_retry, apply_answers};
 use super::sessions::{McpSessionState, Shared};
@@ -37,6 +37,72 @@ pub(super) fn exec_tool_description(session: &Session) -> String {
          also be given as arguments; they win over the pragma line.",
         session.exec_description()
     )
+}
+
+/// What `exec` says of itself, truthfully: it reaches other servers (open world), and what it
+/// does there may write or delete (not read-only, possibly destructive, not idempotent). Each
+/// call a cell makes passes codemode's own gate, which asks the user (or refuses) by the user's
+/// permissions; a client that asks before every tool that is not read-only asks for `exec` too,
+/// unless the user lets it run (the README's settings for each client say how).
+pub(super) fn exec_annotations() -> rmcp::model::ToolAnnotations {
+    rmcp::model::ToolAnnotations::with_title("Run JavaScript that calls your MCP tools")
+        .read_only(false)
+        .destructive(true)
+        .idempotent(false)
+        .open_world(true)
+}
+
+/// What `wait` says of itself: it observes a cell this server runs (or, asked to, ends it),
+/// and reaches nothing outside: neither destructive nor open world.
+pub(super) fn wait_annotations() -> rmcp::model::ToolAnnotations {
+    rmcp::model::ToolAnnotations::with_title("Wait for a running script")
+        .read_only(false)
+        .destructive(false)
+        .idempotent(false)
+        .open_world(false)
+}
+
+/// The hints clients read in a tool's `_meta`: Claude Code loads a tool marked
+/// `anthropic/alwaysLoad` with the first request instead of deferring it behind its tool
+/// search, and matches `anthropic/searchHint` when it searches.
+pub(super) fn client_hints(search_hint: String) -> rmcp::model::MetaObject {
+    let mut meta = rmcp::model::MetaObject::new();
+    meta.0
+        .insert("anthropic/alwaysLoad".to_owned(), Value::Bool(true));
+    meta.0.insert(
+        "anthropic/searchHint".to_owned(),
+        Value::String(search_hint),
+    );
+    meta
+}
+
+/// The longest search hint, in characters: the servers and tools past it are left out.
+const SEARCH_HINT_CHARS: usize = 1024;
+
+/// What a search for `exec` should match: what it is, and the servers and tools a cell calls
+/// through it (a user's "delete a note" finds `exec` when `notes__delete_note` is among them).
+pub(super) fn search_hint(session: &Session) -> String {
+    let mut by_server: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+    for tool in session.tools().iter() {
+        let server = tool.name.namespace.clone().unwrap_or_default();
+        by_server
+            .entry(server)
+            .or_default()
+            .push(tool.name.name.replace(['_', '-'], " "));
+    }
+    let mut hint = "run javascript typescript code mode script that calls tools".to_owned();
+    for (server, tools) in by_server {
+        let part = if server.is_empty() {
+            format!("; {}", tools.join(", "))
+        } else {
+            format!("; {server}: {}", tools.join(", "))
+        };
+        if hint.chars().count() + part.chars().count() > SEARCH_HINT_CHARS {
+            break;
+        }
+        hint.push_str(&part);
+    }
+    hint
 }
 
 /// How often an open `subscriptions/listen` stream looks whether the downstream tools changed.
@@ -560,6 +626,13 @@ impl ServerHandler for CodemodeServer {
     }
 
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
+        // A downstream server that answers after the startup window reaches the client's model
+        // when the client lists the tools again.
+        announce_tool_changes(
+            Arc::clone(&self.shared.tools) as Arc<dyn codemode_session::ToolProvider>,
+            context.peer.clone(),
+            self.shared.shutting_down.clone(),
+        );
         // Open the session now, so that completion push starts with it; a named session, which
         // other MCP sessions may share, tells each of them.
         match self.session(&context.extensions, &context.peer).await {
@@ -720,6 +793,8 @@ impl CodemodeServer {
     ) -> Result<ListToolsResult, ErrorData> {
         let live = self.session(&context.extensions, &context.peer).await?;
         let session = &live.session;
+        // A server that started (or changed its tools) since the session listed them.
+        session.refresh_tools().await;
         let exec_schema = json!({
             "type": "object",
             "properties": {
@@ -741,12 +816,21 @@ impl CodemodeServer {
             "required": ["code"],
             "additionalProperties": false
         });
-        let exec = Tool::new("exec", exec_tool_description(session), object(exec_schema));
+        let exec = Tool::new("exec", exec_tool_description(session), object(exec_schema))
+            .with_title("Run JavaScript that calls your MCP tools")
+            .with_annotations(exec_annotations())
+            .with_meta(client_hints(search_hint(session)));
         let wait = Tool::new(
             "wait",
             session.wait_description(),
             object(session.wait_input_schema()),
-        );
+        )
+        .with_title("Wait for a running script")
+        .with_annotations(wait_annotations())
+        .with_meta(client_hints(
+            "wait for a running code mode script (exec cell): its output, result or approvals"
+                .to_owned(),
+        ));
         Ok(ListToolsResult::with_all_items(vec![exec, wait]))
     }
 

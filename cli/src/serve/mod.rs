@@ -81,6 +81,14 @@ pub async fn serve(args: McpArgs) -> ExitCode {
             return ExitCode::from(if usage { exit::USAGE } else { exit::FAILED });
         }
     };
+    // A client's first `tools/list` waits for slow downstream servers only so long (those left
+    // arrive later, with `notifications/tools/list_changed`); printing the description waits
+    // for all of them.
+    if args.startup_window_ms > 0 && !args.print_exec_description {
+        toolset
+            .provider
+            .set_startup_window(Some(Duration::from_millis(args.startup_window_ms)));
+    }
     // Over HTTP the gate (and its tenants) comes first: the limits depend on how many tenants
     // share the server.
     let gate = match &args.http {

@@ -1,5 +1,6 @@
 //! What the server tells a client unprompted: completion push (a cell that finished while nobody
-//! waited on it), as MCP log messages at the level the client set.
+//! waited on it), as MCP log messages at the level the client set; and that the tools `exec`
+//! declares changed (`notifications/tools/list_changed`).
 
 use std::sync::Arc;
 
@@ -35,6 +36,43 @@ pub(super) fn push_completions(session: &Session, peer: Peer<RoleServer>, thresh
                 .is_err()
                 {
                     break;
+                }
+            }
+        }
+    });
+}
+
+/// How often a connected client's tools are looked at for a change.
+const TOOL_CHANGES_CHECK_EVERY: std::time::Duration = std::time::Duration::from_millis(250);
+
+/// Tells the client of an MCP session whenever the tools `exec` declares change (a downstream
+/// server that answered after the startup window, one that came back, a reloaded
+/// configuration), until the client is gone or `stop` is cancelled. The downstream servers'
+/// changes only count a version up, so it is looked at now and then: a client costs a timer.
+pub(super) fn announce_tool_changes(
+    tools: Arc<dyn codemode_session::ToolProvider>,
+    peer: Peer<RoleServer>,
+    stop: tokio_util::sync::CancellationToken,
+) {
+    tokio::spawn(async move {
+        let mut seen = tools.tools_version();
+        let mut look = tokio::time::interval(TOOL_CHANGES_CHECK_EVERY);
+        look.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                () = stop.cancelled() => return,
+                _ = look.tick() => {
+                    if peer.is_transport_closed() {
+                        return;
+                    }
+                    let now = tools.tools_version();
+                    if now != seen {
+                        seen = now;
+                        if let Err(error) = peer.notify_tool_list_changed().await {
+                            tracing::debug!(%error, "cannot tell the client that the tools changed");
+                            return;
+                        }
+                    }
                 }
             }
         }

@@ -12,6 +12,12 @@
 //! does not wait for it. Only a conflict (two tools that cannot both be offered) fails the whole
 //! listing: the configuration must change.
 //!
+//! With a startup window ([`CompositeTools::set_startup_window`], what a server that answers a
+//! client's first `tools/list` sets), a member's first listing is waited for only that long: a
+//! server still starting past it is left out (reported as starting) while its start goes on in
+//! the background, and when it answers the tools version moves, so that its tools arrive
+//! without holding up the others.
+//!
 //! The members can be replaced while sessions use them ([`CompositeTools::reconfigure`], a
 //! reloaded configuration): a member kept (the same provider) keeps its connection, its health
 //! and the calls in flight on it; the tools version moves so that sessions list again.
@@ -44,6 +50,19 @@ struct Member {
     provider: Arc<dyn ToolProvider>,
     /// Stops its retries when it leaves the composite.
     removed: CancellationToken,
+    /// Where its first listing stands (see the module's doc on the startup window).
+    start: Arc<Mutex<Start>>,
+}
+
+/// Where a member's first listing stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Start {
+    /// It has not answered a listing yet.
+    NotYet,
+    /// Its first listing outlasted the startup window and goes on in the background.
+    Starting,
+    /// It has answered a listing: later listings wait for it.
+    Answered,
 }
 
 /// Which members are down, and the version that moves when one comes back.
@@ -66,6 +85,8 @@ pub struct CompositeTools {
     /// Global name to member id, as of the last listing.
     routes: Mutex<HashMap<String, u64>>,
     health: Arc<Health>,
+    /// How long a listing waits for a member's first answer; `None`: as long as it takes.
+    startup_window: Mutex<Option<Duration>>,
 }
 
 impl std::fmt::Debug for CompositeTools {
@@ -122,7 +143,14 @@ impl CompositeTools {
             name,
             provider,
             removed: CancellationToken::new(),
+            start: Arc::new(Mutex::new(Start::NotYet)),
         }
+    }
+
+    /// A listing waits at most `window` for a member that has not answered yet (`None`: as long
+    /// as it takes, the default); see the module's doc.
+    pub fn set_startup_window(&self, window: Option<Duration>) {
+        *self.startup_window.lock() = window;
     }
 
     /// The names of the providers, in order.
@@ -174,10 +202,99 @@ impl CompositeTools {
 
     /// Records `member` as down for `reason`, and starts its retries unless they run.
     fn mark_down(&self, member: &Member, reason: String) {
-        tracing::warn!(server = %member.name, %reason, "left out of the tools until it answers; retrying in the background");
-        let retrying = self.health.down.lock().insert(member.id, reason).is_some();
-        if !retrying {
-            tokio::spawn(retry(member.clone(), Arc::clone(&self.health)));
+        mark_down(&self.health, member, reason);
+    }
+
+    /// `member`'s listing, waited for at most `window` when it has never answered; `None` when
+    /// it is left out for now (its first listing goes on in the background).
+    async fn listing(
+        &self,
+        member: &Member,
+        window: Option<Duration>,
+    ) -> Option<Result<Vec<ToolDefinition>, ToolListError>> {
+        let start = *member.start.lock();
+        let window = match (start, window) {
+            (Start::Starting, _) => return None,
+            (Start::Answered, _) | (Start::NotYet, None) => {
+                return Some(member.provider.list_tools().await);
+            }
+            (Start::NotYet, Some(window)) => window,
+        };
+        // Spawned, so that a start past the window is never dropped half-way (a server is not
+        // started twice).
+        let provider = Arc::clone(&member.provider);
+        let mut first = tokio::spawn(async move { provider.list_tools().await });
+        match tokio::time::timeout(window, &mut first).await {
+            Ok(joined) => Some(joined.unwrap_or_else(|_| {
+                Err(ToolListError::unavailable(
+                    "listing its tools failed unexpectedly",
+                ))
+            })),
+            Err(_) => {
+                let mut state = member.start.lock();
+                if *state != Start::NotYet {
+                    // Another listing left it starting (or saw it answer) meanwhile.
+                    first.abort();
+                    return None;
+                }
+                *state = Start::Starting;
+                drop(state);
+                tracing::info!(
+                    server = %member.name,
+                    window_ms = window.as_millis() as u64,
+                    "still starting past the startup window; its tools are offered once it answers"
+                );
+                tokio::spawn(finish_start(
+                    member.clone(),
+                    Arc::clone(&self.health),
+                    first,
+                ));
+                None
+            }
+        }
+    }
+}
+
+/// Records `member` as down for `reason`, and starts its retries unless they run.
+fn mark_down(health: &Arc<Health>, member: &Member, reason: String) {
+    tracing::warn!(server = %member.name, %reason, "left out of the tools until it answers; retrying in the background");
+    let retrying = health.down.lock().insert(member.id, reason).is_some();
+    if !retrying {
+        tokio::spawn(retry(member.clone(), Arc::clone(health)));
+    }
+}
+
+/// Waits for the first listing of `member`, which outlasted the startup window: when it
+/// answers, the tools version moves (sessions list again, and clients are told); when it fails,
+/// the member is down and retried like any other.
+async fn finish_start(
+    member: Member,
+    health: Arc<Health>,
+    first: tokio::task::JoinHandle<Result<Vec<ToolDefinition>, ToolListError>>,
+) {
+    let abort = first.abort_handle();
+    let listed = tokio::select! {
+        joined = first => joined,
+        () = health.stopped.cancelled() => { abort.abort(); return; }
+        () = member.removed.cancelled() => { abort.abort(); return; }
+    };
+    match listed {
+        Ok(Ok(tools)) => {
+            *member.start.lock() = Start::Answered;
+            tracing::info!(server = %member.name, tools = tools.len(), "started; its tools are offered from now on");
+            health.recovered.fetch_add(1, Ordering::SeqCst);
+        }
+        Ok(Err(error)) => {
+            *member.start.lock() = Start::NotYet;
+            mark_down(&health, &member, error.message);
+        }
+        Err(_) => {
+            *member.start.lock() = Start::NotYet;
+            mark_down(
+                &health,
+                &member,
+                "listing its tools failed unexpectedly".to_owned(),
+            );
         }
     }
 }
@@ -217,13 +334,14 @@ impl ToolProvider for CompositeTools {
         // Every member that is not being retried, at once: a slow server's startup costs its own
         // timeout, not the sum of all of them.
         let down: Vec<u64> = self.health.down.lock().keys().copied().collect();
+        let window = *self.startup_window.lock();
         let listings = futures::future::join_all(members.iter().map(|member| {
             let skip = down.contains(&member.id);
             async move {
                 if skip {
                     None
                 } else {
-                    Some(member.provider.list_tools().await)
+                    self.listing(member, window).await
                 }
             }
         }))
@@ -234,7 +352,10 @@ impl ToolProvider for CompositeTools {
         for (member, listing) in members.iter().zip(listings) {
             let listed = match listing {
                 None => continue,
-                Some(Ok(listed)) => listed,
+                Some(Ok(listed)) => {
+                    *member.start.lock() = Start::Answered;
+                    listed
+                }
                 Some(Err(error)) if error.kind == ToolListErrorKind::Conflict => return Err(error),
                 Some(Err(error)) => {
                     self.mark_down(member, error.message);
@@ -299,6 +420,10 @@ impl ToolProvider for CompositeTools {
             .iter()
             .flat_map(|member| match down.get(&member.id) {
                 Some(reason) => vec![Unavailable::new(member.name.clone(), reason.clone())],
+                None if *member.start.lock() == Start::Starting => vec![Unavailable::new(
+                    member.name.clone(),
+                    "still starting; its tools are offered once it answers".to_owned(),
+                )],
                 None => member.provider.unavailable(),
             })
             .collect()
