@@ -9,7 +9,9 @@
 //! stores, files and PostgreSQL, side by side (`bench/stores.rs`; left out, saying so, on a
 //! machine without PostgreSQL); a fourth puts engine processes beside pydantic-monty's subprocess
 //! workers (`bench/monty.rs`, with the Python given by `--monty-python`; left out, saying so,
-//! without one); a fifth, a fresh global scope with and without V8's startup snapshot. V8 engine
+//! without one); a fifth, a fresh global scope with and without V8's startup snapshot; last, the
+//! time from starting `codemode mcp` to its first `tools/list` with a slow downstream server
+//! (`bench/first_list.rs`). V8 engine
 //! processes load the engine library `--v8-library` names, else the release one `cargo xtask
 //! setup-v8` builds. Run on a quiet machine: the figures are wall-clock times.
 //!
@@ -22,6 +24,8 @@
 
 #[path = "bench/engines.rs"]
 mod engines;
+#[path = "bench/first_list.rs"]
+mod first_list;
 #[path = "bench/measure.rs"]
 mod measure;
 #[path = "bench/memory.rs"]
@@ -78,6 +82,7 @@ fn main() {
         }
         Mode::Exec { isolation, runs } => quick::exec(codemode, &isolation, runs),
         Mode::Engines => quick::engines(codemode),
+        Mode::FirstList => first_list::run(codemode),
         Mode::Tracing { runs, baseline } => quick::tracing(codemode, runs, baseline.as_deref()),
     }
 }

@@ -32,6 +32,9 @@ pub(crate) enum Mode {
     Exec { isolation: String, runs: usize },
     /// `--engines-only`: the engines' table.
     Engines,
+    /// `--first-list-only`: from starting `codemode mcp` to its first `tools/list` answer, with a
+    /// downstream server slow to start, beside its `initialize` answer.
+    FirstList,
     /// `--tracing-only`: `exec` back to back and a tool round trip, with traces off and
     /// exported to a collector stand-in, alternately; with `--baseline BINARY`, beside that
     /// binary too (a build without the telemetry, say), to show what "off" costs.
@@ -71,6 +74,7 @@ const MODE_FLAGS: &[&str] = &[
     "--exec-only",
     "--engines-only",
     "--tracing-only",
+    "--first-list-only",
 ];
 
 /// The value after `--name`, if given.
@@ -131,6 +135,7 @@ pub(crate) fn parse(args: &[String]) -> Result<(Mode, Options), String> {
             runs: count("--runs", 40)?,
         },
         ["--engines-only"] => Mode::Engines,
+        ["--first-list-only"] => Mode::FirstList,
         ["--tracing-only"] => Mode::Tracing {
             runs: count("--runs", 40)?,
             baseline: flag(args, "--baseline"),

@@ -117,6 +117,8 @@ pub(crate) fn run(codemode: &str, json_path: Option<String>, monty_python: Optio
         "Yardstick for the boundary: a one-byte ping-pong over a Unix socket between two blocking threads takes {:.1} µs.",
         ping_pong.median
     );
+    println!();
+    crate::first_list::run(codemode);
     if let Some(path) = json_path {
         if let Some(parent) = std::path::Path::new(&path).parent() {
             let _ = std::fs::create_dir_all(parent);
