@@ -170,14 +170,36 @@ async fn a_slow_downstream_server_does_not_hold_the_first_tools_list_and_arrives
     // The slow server's tools are not declared yet, and the description says it is starting.
     assert!(!exec.contains("slow__add("), "{exec}");
     assert!(exec.contains("still starting"), "{exec}");
+    // A cell that calls it meanwhile waits for its start rather than run without its tools.
+    client
+        .call(
+            2,
+            "exec",
+            json!({"code": "const r = await tools.slow__add({a: 1, b: 2}); text('sum ' + r.structuredContent.sum);"}),
+            json!({}),
+        )
+        .await;
+    let mut told: usize = 0;
+    let ran = loop {
+        let message = client.next().await;
+        if message["method"] == "notifications/tools/list_changed" {
+            told += 1;
+        } else if message["id"] == 2 {
+            break message;
+        }
+    };
+    assert!(raw_text(&ran).contains("sum 3"), "{ran}");
     // When it answers, the client is told, and lists again (on a loaded machine the quick
     // server may have missed the window too, and be told of first).
-    let mut id = 1;
+    let mut id = 2;
     let exec = loop {
-        let message = client.next().await;
-        if message["method"] != "notifications/tools/list_changed" {
-            continue;
+        if told == 0 {
+            let message = client.next().await;
+            if message["method"] != "notifications/tools/list_changed" {
+                continue;
+            }
         }
+        told = told.saturating_sub(1);
         id += 1;
         client
             .send(json!({"jsonrpc": "2.0", "id": id, "method": "tools/list"}))

@@ -261,6 +261,10 @@ impl CodemodeServer {
             .as_ref()
             .is_some_and(|capabilities| capabilities.supports_tasks());
         let live = self.session(&context.extensions, &context.peer).await?;
+        // A downstream server still starting past the startup window spared the client's first
+        // tools/list the wait; a cell, which may call it, waits for it (within its own startup
+        // timeout), and the cell's start lists its tools.
+        self.shared.tools.until_started().await;
         let slot = self.shared.admit_cell(&live.tenant).await?;
         let session = &live.session;
         let call_id = format!("mcp-{}", request_id_text(&context));

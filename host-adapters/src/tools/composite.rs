@@ -74,6 +74,8 @@ struct Health {
     recovered: AtomicU64,
     /// Stops the retry tasks (on shutdown).
     stopped: CancellationToken,
+    /// Woken each time a member's start past the startup window ends, well or not.
+    started: tokio::sync::Notify,
 }
 
 /// Several providers as one. Calls are routed by the tool's global name.
@@ -151,6 +153,24 @@ impl CompositeTools {
     /// as it takes, the default); see the module's doc.
     pub fn set_startup_window(&self, window: Option<Duration>) {
         *self.startup_window.lock() = window;
+    }
+
+    /// Waits until no member is still starting past the startup window (each start ends, well
+    /// or not, within its server's own startup timeout). What a cell's start awaits: the window
+    /// spares a client's listing the wait, and a cell that will call the server should not.
+    pub async fn until_started(&self) {
+        loop {
+            let started = self.health.started.notified();
+            let starting = self
+                .members
+                .lock()
+                .iter()
+                .any(|member| *member.start.lock() == Start::Starting);
+            if !starting {
+                return;
+            }
+            started.await;
+        }
     }
 
     /// The names of the providers, in order.
@@ -274,9 +294,15 @@ async fn finish_start(
 ) {
     let abort = first.abort_handle();
     let listed = tokio::select! {
-        joined = first => joined,
-        () = health.stopped.cancelled() => { abort.abort(); return; }
-        () = member.removed.cancelled() => { abort.abort(); return; }
+        joined = first => Some(joined),
+        () = health.stopped.cancelled() => None,
+        () = member.removed.cancelled() => None,
+    };
+    let Some(listed) = listed else {
+        abort.abort();
+        *member.start.lock() = Start::NotYet;
+        health.started.notify_waiters();
+        return;
     };
     match listed {
         Ok(Ok(tools)) => {
@@ -297,6 +323,7 @@ async fn finish_start(
             );
         }
     }
+    health.started.notify_waiters();
 }
 
 /// Lists `member` again with backoff until it answers; then it is up, and the composite's
