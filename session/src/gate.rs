@@ -234,6 +234,14 @@ impl Gate {
             }
             _ => None,
         };
+        // A question declined or dismissed without a choice (`how`), by `by`.
+        let unseen = |decision: GateDecision, how: &str, by: &str| {
+            ruled(decision, &format!("{by}, which {how} the question"));
+            (
+                decision,
+                Some(unseen_refusal(tool, &ruling.reason, by, how, &permissions)),
+            )
+        };
         let (decision, refusal) = match answer {
             None => {
                 // The common path: no string is made for a log that does not record it.
@@ -260,38 +268,8 @@ impl Gate {
                     )),
                 )
             }
-            Some(Approval::Declined { by }) => {
-                ruled(
-                    GateDecision::Declined,
-                    &format!("{by}, which declined the question"),
-                );
-                (
-                    GateDecision::Declined,
-                    Some(unseen_refusal(
-                        tool,
-                        &ruling.reason,
-                        &by,
-                        "declined",
-                        &permissions,
-                    )),
-                )
-            }
-            Some(Approval::Dismissed { by }) => {
-                ruled(
-                    GateDecision::Dismissed,
-                    &format!("{by}, which dismissed the question"),
-                );
-                (
-                    GateDecision::Dismissed,
-                    Some(unseen_refusal(
-                        tool,
-                        &ruling.reason,
-                        &by,
-                        "dismissed",
-                        &permissions,
-                    )),
-                )
-            }
+            Some(Approval::Declined { by }) => unseen(GateDecision::Declined, "declined", &by),
+            Some(Approval::Dismissed { by }) => unseen(GateDecision::Dismissed, "dismissed", &by),
             Some(Approval::Unavailable { why }) => {
                 ruled(GateDecision::Unanswered, "nobody could be asked");
                 (

@@ -7,7 +7,7 @@ use std::io::Write;
 use std::sync::{Arc, Mutex};
 
 use codemode_session::SessionConfig;
-use common::{MemoryStore, execute, open, request};
+use common::{MemoryStore, execute, open, request, texts};
 use tracing_subscriber::fmt::MakeWriter;
 
 /// Collects everything logged while it is the thread's default subscriber.
@@ -33,22 +33,31 @@ impl<'a> MakeWriter<'a> for Captured {
     }
 }
 
-/// Runs a cell that calls a tool with a secret argument and prints a secret, and returns the log.
-async fn log_of_a_cell(log_content: bool) -> String {
+/// Captures what is logged at `level` and above while the guard is held.
+fn capture(level: tracing::Level) -> (Captured, tracing::subscriber::DefaultGuard) {
     let captured = Captured::default();
     let subscriber = tracing_subscriber::fmt()
         .with_writer(captured.clone())
-        .with_max_level(tracing::Level::DEBUG)
+        .with_max_level(level)
         .with_ansi(false)
         .finish();
-    let _default = tracing::subscriber::set_default(subscriber);
+    (captured, tracing::subscriber::set_default(subscriber))
+}
+
+/// The log captured so far.
+fn log_of(captured: &Captured) -> String {
+    String::from_utf8(captured.0.lock().unwrap().clone()).unwrap()
+}
+
+/// Runs a cell that calls a tool with a secret argument and prints a secret, and returns the log.
+async fn log_of_a_cell(log_content: bool) -> String {
+    let (captured, _default) = capture(tracing::Level::DEBUG);
     let store = Arc::new(MemoryStore::default());
     let config = SessionConfig::default().with_log_content(log_content);
     let (session, _) = open("logged", &store, config).await;
     let report = execute(&session, "cell", request(r#"const r = await tools.echo({ password: "hunter2-argument" }); text("secret-output-text");"#)).await;
     assert!(report.event.is_terminal());
-    let bytes = captured.0.lock().unwrap().clone();
-    String::from_utf8(bytes).unwrap()
+    log_of(&captured)
 }
 
 #[tokio::test]
@@ -80,13 +89,7 @@ async fn an_embedder_can_opt_in_to_logging_tool_content() {
 
 #[tokio::test]
 async fn every_ruling_of_the_gate_is_an_event_with_a_digest_not_the_arguments() {
-    let captured = Captured::default();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(captured.clone())
-        .with_max_level(tracing::Level::INFO)
-        .with_ansi(false)
-        .finish();
-    let _default = tracing::subscriber::set_default(subscriber);
+    let (captured, _default) = capture(tracing::Level::INFO);
     let store = Arc::new(MemoryStore::default());
     let permissions = codemode_session::Permissions::allow_all()
         .with_rule(codemode_session::Verdict::Deny, "fail");
@@ -102,7 +105,7 @@ async fn every_ruling_of_the_gate_is_an_event_with_a_digest_not_the_arguments() 
     )
     .await;
     assert!(report.event.is_terminal());
-    let log = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    let log = log_of(&captured);
     let rulings: Vec<&str> = log
         .lines()
         .filter(|line| line.contains("tool call ruled"))
@@ -150,13 +153,7 @@ impl codemode_session::UserChannel for Answers {
 #[tokio::test]
 async fn a_question_declined_dismissed_or_denied_is_told_apart_in_the_error_and_the_event() {
     use codemode_session::{Approval, Permissions, RulesFile};
-    let captured = Captured::default();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(captured.clone())
-        .with_max_level(tracing::Level::INFO)
-        .with_ansi(false)
-        .finish();
-    let _default = tracing::subscriber::set_default(subscriber);
+    let (captured, _default) = capture(tracing::Level::INFO);
     let store = Arc::new(MemoryStore::default());
     let answers = Answers(Mutex::new(vec![
         Approval::Declined {
@@ -186,18 +183,7 @@ async fn a_question_declined_dismissed_or_denied_is_told_apart_in_the_error_and_
         ),
     )
     .await;
-    let texts: Vec<String> = report
-        .event
-        .output()
-        .clone()
-        .into_items()
-        .into_iter()
-        .filter_map(|item| match item {
-            codemode_protocol::OutputItem::Text { text } => Some(text),
-            _ => None,
-        })
-        .collect();
-    let all = texts.join("\n");
+    let all = texts(&report.event).join("\n");
     let errors: Vec<&str> = all.lines().collect();
     assert_eq!(errors.len(), 3, "{all}");
     let allow_rule =
@@ -220,7 +206,7 @@ async fn a_question_declined_dismissed_or_denied_is_told_apart_in_the_error_and_
         errors[2],
         "tools.echo was denied by the user, who chose \"Deny\"; nothing was sent to the tool"
     );
-    let log = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    let log = log_of(&captured);
     let rulings: Vec<&str> = log
         .lines()
         .filter(|line| line.contains("tool call ruled"))

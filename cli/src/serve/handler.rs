@@ -23,7 +23,7 @@ use super::cluster::{ProgressRelay, was_forwarded};
 use super::identity::Identity;
 use super::live::LiveSession;
 use super::progress::{self, Watched, request_id_text};
-use super::push::{LogThreshold, announce_tool_changes, push_completions};
+use super::push::{LogThreshold, ToolChanges, announce_tool_changes, push_completions};
 use super::results::to_call_tool_result;
 use super::retries::{self, answers_by_retry, apply_answers};
 use super::sessions::{McpSessionState, Shared};
@@ -39,13 +39,19 @@ pub(super) fn exec_tool_description(session: &Session) -> String {
     )
 }
 
+/// `exec`'s title, for clients that show one.
+const EXEC_TITLE: &str = "Run JavaScript that calls your MCP tools";
+
+/// `wait`'s title.
+const WAIT_TITLE: &str = "Wait for a running script";
+
 /// What `exec` says of itself, truthfully: it reaches other servers (open world), and what it
 /// does there may write or delete (not read-only, possibly destructive, not idempotent). Each
 /// call a cell makes passes codemode's own gate, which asks the user (or refuses) by the user's
 /// permissions; a client that asks before every tool that is not read-only asks for `exec` too,
 /// unless the user lets it run (the README's settings for each client say how).
 pub(super) fn exec_annotations() -> rmcp::model::ToolAnnotations {
-    rmcp::model::ToolAnnotations::with_title("Run JavaScript that calls your MCP tools")
+    rmcp::model::ToolAnnotations::with_title(EXEC_TITLE)
         .read_only(false)
         .destructive(true)
         .idempotent(false)
@@ -55,7 +61,7 @@ pub(super) fn exec_annotations() -> rmcp::model::ToolAnnotations {
 /// What `wait` says of itself: it observes a cell this server runs (or, asked to, ends it),
 /// and reaches nothing outside: neither destructive nor open world.
 pub(super) fn wait_annotations() -> rmcp::model::ToolAnnotations {
-    rmcp::model::ToolAnnotations::with_title("Wait for a running script")
+    rmcp::model::ToolAnnotations::with_title(WAIT_TITLE)
         .read_only(false)
         .destructive(false)
         .idempotent(false)
@@ -104,9 +110,6 @@ pub(super) fn search_hint(session: &Session) -> String {
     }
     hint
 }
-
-/// How often an open `subscriptions/listen` stream looks whether the downstream tools changed.
-const LIST_CHANGE_CHECK_EVERY: Duration = Duration::from_millis(250);
 
 /// The arguments `exec` takes.
 pub(super) const EXEC_ARGUMENTS: &[&str] = &["code", "yield_time_ms", "max_output_tokens"];
@@ -530,23 +533,16 @@ impl ServerHandler for CodemodeServer {
         subscription: rmcp::service::SubscriptionContext,
     ) -> Result<(), ErrorData> {
         let wants_tools = subscription.accepted().tools_list_changed == Some(true);
-        let tools = Arc::clone(&self.shared.tools);
-        let mut seen = codemode_session::ToolProvider::tools_version(tools.as_ref());
-        // The downstream servers' notifications only count a version up, so it is looked at
-        // now and then: a subscription costs a timer, not a task per downstream server.
-        let mut look = tokio::time::interval(LIST_CHANGE_CHECK_EVERY);
-        look.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut changes = ToolChanges::new(
+            Arc::clone(&self.shared.tools) as Arc<dyn codemode_session::ToolProvider>
+        );
         loop {
             tokio::select! {
                 () = subscription.cancelled() => return Ok(()),
                 () = self.shared.shutting_down.cancelled() => return Ok(()),
-                _ = look.tick(), if wants_tools => {
-                    let now = codemode_session::ToolProvider::tools_version(tools.as_ref());
-                    if now != seen {
-                        seen = now;
-                        if subscription.sink().notify_tool_list_changed().await.is_err() {
-                            return Ok(());
-                        }
+                () = changes.next(), if wants_tools => {
+                    if subscription.sink().notify_tool_list_changed().await.is_err() {
+                        return Ok(());
                     }
                 }
             }
@@ -821,7 +817,7 @@ impl CodemodeServer {
             "additionalProperties": false
         });
         let exec = Tool::new("exec", exec_tool_description(session), object(exec_schema))
-            .with_title("Run JavaScript that calls your MCP tools")
+            .with_title(EXEC_TITLE)
             .with_annotations(exec_annotations())
             .with_meta(client_hints(search_hint(session)));
         let wait = Tool::new(
@@ -829,7 +825,7 @@ impl CodemodeServer {
             session.wait_description(),
             object(session.wait_input_schema()),
         )
-        .with_title("Wait for a running script")
+        .with_title(WAIT_TITLE)
         .with_annotations(wait_annotations())
         .with_meta(client_hints(
             "wait for a running code mode script (exec cell): its output, result or approvals"

@@ -42,36 +42,66 @@ pub(super) fn push_completions(session: &Session, peer: Peer<RoleServer>, thresh
     });
 }
 
-/// How often a connected client's tools are looked at for a change.
+/// How often a client's tools are looked at for a change.
 const TOOL_CHANGES_CHECK_EVERY: std::time::Duration = std::time::Duration::from_millis(250);
 
-/// Tells the client of an MCP session whenever the tools `exec` declares change (a downstream
-/// server that answered after the startup window, one that came back, a reloaded
-/// configuration), until the client is gone or `stop` is cancelled. The downstream servers'
-/// changes only count a version up, so it is looked at now and then: a client costs a timer.
+/// How often a client's watcher looks whether the client has gone.
+const CLIENT_GONE_CHECK_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// The changes of the tools `exec` declares (a downstream server that answered after the
+/// startup window, one that came back, a reloaded configuration), as one client sees them. The
+/// downstream servers' changes only count a version up, so it is looked at now and then: a
+/// client costs a timer, not a task per downstream server.
+pub(super) struct ToolChanges {
+    tools: Arc<dyn codemode_session::ToolProvider>,
+    seen: u64,
+    look: tokio::time::Interval,
+}
+
+impl ToolChanges {
+    /// Changes from now on.
+    pub(super) fn new(tools: Arc<dyn codemode_session::ToolProvider>) -> Self {
+        let seen = tools.tools_version();
+        let mut look = tokio::time::interval(TOOL_CHANGES_CHECK_EVERY);
+        look.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        ToolChanges { tools, seen, look }
+    }
+
+    /// Returns at the next change.
+    pub(super) async fn next(&mut self) {
+        loop {
+            self.look.tick().await;
+            let now = self.tools.tools_version();
+            if now != self.seen {
+                self.seen = now;
+                return;
+            }
+        }
+    }
+}
+
+/// Tells the client of an MCP session each time the tools `exec` declares change, until the
+/// client is gone or `stop` is cancelled.
 pub(super) fn announce_tool_changes(
     tools: Arc<dyn codemode_session::ToolProvider>,
     peer: Peer<RoleServer>,
     stop: tokio_util::sync::CancellationToken,
 ) {
+    let mut changes = ToolChanges::new(tools);
     tokio::spawn(async move {
-        let mut seen = tools.tools_version();
-        let mut look = tokio::time::interval(TOOL_CHANGES_CHECK_EVERY);
-        look.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
                 () = stop.cancelled() => return,
-                _ = look.tick() => {
-                    if peer.is_transport_closed() {
+                () = changes.next() => {
+                    if let Err(error) = peer.notify_tool_list_changed().await {
+                        tracing::debug!(%error, "cannot tell the client that the tools changed");
                         return;
                     }
-                    let now = tools.tools_version();
-                    if now != seen {
-                        seen = now;
-                        if let Err(error) = peer.notify_tool_list_changed().await {
-                            tracing::debug!(%error, "cannot tell the client that the tools changed");
-                            return;
-                        }
+                }
+                // A client that went away while the tools stayed the same ends it too.
+                () = tokio::time::sleep(CLIENT_GONE_CHECK_EVERY) => {
+                    if peer.is_transport_closed() {
+                        return;
                     }
                 }
             }

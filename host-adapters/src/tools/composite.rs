@@ -220,11 +220,6 @@ impl CompositeTools {
         left
     }
 
-    /// Records `member` as down for `reason`, and starts its retries unless they run.
-    fn mark_down(&self, member: &Member, reason: String) {
-        mark_down(&self.health, member, reason);
-    }
-
     /// `member`'s listing, waited for at most `window` when it has never answered; `None` when
     /// it is left out for now (its first listing goes on in the background).
     async fn listing(
@@ -245,11 +240,7 @@ impl CompositeTools {
         let provider = Arc::clone(&member.provider);
         let mut first = tokio::spawn(async move { provider.list_tools().await });
         match tokio::time::timeout(window, &mut first).await {
-            Ok(joined) => Some(joined.unwrap_or_else(|_| {
-                Err(ToolListError::unavailable(
-                    "listing its tools failed unexpectedly",
-                ))
-            })),
+            Ok(joined) => Some(joined_listing(joined)),
             Err(_) => {
                 let mut state = member.start.lock();
                 if *state != Start::NotYet {
@@ -294,36 +285,38 @@ async fn finish_start(
 ) {
     let abort = first.abort_handle();
     let listed = tokio::select! {
-        joined = first => Some(joined),
+        joined = first => Some(joined_listing(joined)),
         () = health.stopped.cancelled() => None,
         () = member.removed.cancelled() => None,
     };
-    let Some(listed) = listed else {
-        abort.abort();
-        *member.start.lock() = Start::NotYet;
-        health.started.notify_waiters();
-        return;
-    };
     match listed {
-        Ok(Ok(tools)) => {
+        Some(Ok(tools)) => {
             *member.start.lock() = Start::Answered;
             tracing::info!(server = %member.name, tools = tools.len(), "started; its tools are offered from now on");
             health.recovered.fetch_add(1, Ordering::SeqCst);
         }
-        Ok(Err(error)) => {
+        Some(Err(error)) => {
             *member.start.lock() = Start::NotYet;
             mark_down(&health, &member, error.message);
         }
-        Err(_) => {
+        // Shut down, or no longer a member: its start is of no use.
+        None => {
+            abort.abort();
             *member.start.lock() = Start::NotYet;
-            mark_down(
-                &health,
-                &member,
-                "listing its tools failed unexpectedly".to_owned(),
-            );
         }
     }
     health.started.notify_waiters();
+}
+
+/// A spawned listing's outcome: a task that panicked or was aborted is a listing that failed.
+fn joined_listing(
+    joined: Result<Result<Vec<ToolDefinition>, ToolListError>, tokio::task::JoinError>,
+) -> Result<Vec<ToolDefinition>, ToolListError> {
+    joined.unwrap_or_else(|_| {
+        Err(ToolListError::unavailable(
+            "listing its tools failed unexpectedly",
+        ))
+    })
 }
 
 /// Lists `member` again with backoff until it answers; then it is up, and the composite's
@@ -385,7 +378,7 @@ impl ToolProvider for CompositeTools {
                 }
                 Some(Err(error)) if error.kind == ToolListErrorKind::Conflict => return Err(error),
                 Some(Err(error)) => {
-                    self.mark_down(member, error.message);
+                    mark_down(&self.health, member, error.message);
                     continue;
                 }
             };
