@@ -101,10 +101,20 @@ async fn the_server_offers_exec_and_wait_with_their_descriptions() {
         exec.starts_with("Run JavaScript to orchestrate tools"),
         "{exec}"
     );
-    assert!(exec.contains("declare const tools: {"), "{exec}");
-    assert!(exec.contains("sleep(args: {"), "{exec}");
     assert!(exec.ends_with("they win over the pragma line."), "{exec}");
     assert!(exec.contains("TypeScript is accepted"), "{exec}");
+    // Claude Code passes 4,096 characters of a description to its model and cuts the rest: past
+    // that, the declarations are in the `code` argument's description, which it passes whole.
+    assert!(exec.chars().count() <= 4096, "{}", exec.chars().count());
+    assert!(
+        exec.contains("are in the description of the `code` argument"),
+        "{exec}"
+    );
+    let code = tools[0].input_schema["properties"]["code"]["description"]
+        .as_str()
+        .unwrap();
+    assert!(code.contains("declare const tools: {"), "{code}");
+    assert!(code.contains("sleep(args: {"), "{code}");
     assert_eq!(tools[0].input_schema["required"], json!(["code"]));
     assert_eq!(tools[1].input_schema["required"], json!(["cell_id"]));
     // What clients read to decide whether to ask before a call: exec reaches other servers and
@@ -138,6 +148,18 @@ async fn the_server_offers_exec_and_wait_with_their_descriptions() {
     client.cancel().await.unwrap();
 }
 
+/// `exec`'s description and its `code` argument's, from a `tools/list` response.
+fn exec_as_served(listed: &Value) -> String {
+    let exec = &listed["result"]["tools"][0];
+    format!(
+        "{}\n{}",
+        exec["description"].as_str().unwrap(),
+        exec["inputSchema"]["properties"]["code"]["description"]
+            .as_str()
+            .unwrap()
+    )
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_downstream_server_does_not_hold_the_first_tools_list_and_arrives_with_list_changed()
 {
@@ -163,10 +185,7 @@ async fn a_slow_downstream_server_does_not_hold_the_first_tools_list_and_arrives
         .send(json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}))
         .await;
     let first = client.response(1).await;
-    let exec = first["result"]["tools"][0]["description"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let exec = exec_as_served(&first);
     // The slow server's tools are not declared yet, and the description says it is starting.
     assert!(!exec.contains("slow__add("), "{exec}");
     assert!(exec.contains("still starting"), "{exec}");
@@ -205,10 +224,7 @@ async fn a_slow_downstream_server_does_not_hold_the_first_tools_list_and_arrives
             .send(json!({"jsonrpc": "2.0", "id": id, "method": "tools/list"}))
             .await;
         let later = client.response(id).await;
-        let exec = later["result"]["tools"][0]["description"]
-            .as_str()
-            .unwrap()
-            .to_owned();
+        let exec = exec_as_served(&later);
         if exec.contains("slow__add(") {
             break exec;
         }
@@ -271,13 +287,7 @@ async fn a_downstream_servers_tool_is_called_from_a_cell() {
     ])
     .await;
     let tools = within("list", client.list_all_tools()).await.unwrap();
-    assert!(
-        tools[0]
-            .description
-            .as_deref()
-            .unwrap()
-            .contains("demo__add(args: {")
-    );
+    assert!(common::exec_as_served(&tools[0]).contains("demo__add(args: {"));
     let result = call(&client, "exec", json!({"code": "const r = await tools.demo__add({a: 1, b: 2}); text(r.structuredContent.sum); image(await tools.demo__image().then((i) => i.content[0]));"}))
         .await
         .unwrap();

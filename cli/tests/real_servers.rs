@@ -146,7 +146,7 @@ text("DECLARATIONS " + JSON.stringify(ALL_TOOLS.map((tool) => tool.declaration))
     assert!(output.contains("sum The sum of 2 and 3 is 5."), "{output}");
     // The declarations leave the MCP types to the description, which declares them once.
     let tools = within("list", client.list_all_tools()).await.unwrap();
-    let description = tools[0].description.as_deref().unwrap();
+    let description = common::exec_as_served(&tools[0]);
     assert_eq!(
         description.matches("type CallToolResult<").count(),
         1,
@@ -273,10 +273,7 @@ async fn a_downstream_tool_list_change_reaches_the_client_as_a_change_of_exec() 
     .await;
     let tools = within("list", client.list_all_tools()).await.unwrap();
     assert!(
-        tools[0]
-            .description
-            .as_deref()
-            .is_some_and(|description| description.contains("everything__")),
+        common::exec_as_served(&tools[0]).contains("everything__"),
         "{tools:?}"
     );
     client.cancel().await.unwrap();

@@ -209,6 +209,24 @@ impl Session {
     /// The description of the `exec` tool: the globals, then every enabled tool.
     pub fn exec_description(&self) -> String {
         let config = self.config();
+        self.exec_description_with(
+            &tools_section(&self.tools(), config.tool_description_budget_tokens).0,
+        )
+    }
+
+    /// The description of the `exec` tool in two parts, for a client that passes only so much
+    /// of a tool's description to its model (Claude Code: 4,096 characters): the description
+    /// with `tools_are` (where the declarations are instead) in place of the tools, and the
+    /// tools section itself.
+    pub fn exec_description_split(&self, tools_are: &str) -> (String, String) {
+        let config = self.config();
+        let tools = tools_section(&self.tools(), config.tool_description_budget_tokens).0;
+        (self.exec_description_with(&format!("{tools_are}\n")), tools)
+    }
+
+    /// The description of the `exec` tool, `tools` standing for the enabled tools.
+    fn exec_description_with(&self, tools: &str) -> String {
+        let config = self.config();
         format!(
             r#"Run JavaScript to orchestrate tools: call them, loop, branch, and emit output, in one step instead of many tool calls.
 
@@ -241,7 +259,6 @@ Tools:
             yield_ms = config.default_exec_yield_time.as_millis(),
             tokens = config.default_max_output_tokens,
             max_source_mib = codemode_protocol::limits::MAX_SOURCE_BYTES / (1024 * 1024),
-            tools = tools_section(&self.tools(), config.tool_description_budget_tokens).0,
             down = crate::availability::down_section(&self.unavailable()),
             approvals = if config.permissions.default == crate::Verdict::Allow {
                 ""

@@ -30,12 +30,42 @@ use super::sessions::{McpSessionState, Shared};
 use super::tasks::{EXEC_TASK_POLL_INTERVAL, EXEC_TASK_TTL, duration_ms, follow_cell};
 use super::user::{ClientUser, RootsCache};
 
-/// The description of `exec` as this server offers it.
+/// The description of `exec` as this server offers it, whole.
 pub(super) fn exec_tool_description(session: &Session) -> String {
+    with_arguments_note(session.exec_description())
+}
+
+/// `description` with the note on `exec`'s arguments after it.
+fn with_arguments_note(description: String) -> String {
     format!(
-        "{}\n\nPass the source in the `code` argument. `yield_time_ms` and `max_output_tokens` may \
-         also be given as arguments; they win over the pragma line.",
-        session.exec_description()
+        "{description}\n\nPass the source in the `code` argument. `yield_time_ms` and \
+         `max_output_tokens` may also be given as arguments; they win over the pragma line."
+    )
+}
+
+/// The most characters of a tool's description that every client passes whole to its model:
+/// Claude Code cuts a longer one there ("… [truncated]"), and with it the tool declarations.
+const DESCRIPTION_CHARS: usize = 4096;
+
+/// What the `code` argument says of itself.
+const CODE_DESCRIPTION: &str =
+    "JavaScript (or TypeScript) source, optionally starting with a // @exec: {...} pragma line.";
+
+/// `exec`'s description and its `code` argument's, as served: the whole description when it
+/// fits in [`DESCRIPTION_CHARS`]; otherwise the tool declarations move into the `code`
+/// argument's description, which clients pass whole, and the description says they are there.
+pub(super) fn exec_descriptions(session: &Session) -> (String, String) {
+    let whole = exec_tool_description(session);
+    if whole.chars().count() <= DESCRIPTION_CHARS {
+        return (whole, CODE_DESCRIPTION.to_owned());
+    }
+    let (description, tools) = session.exec_description_split(
+        "The TypeScript declarations of every tool (`declare const tools: {...}`) are in the \
+         description of the `code` argument.",
+    );
+    (
+        with_arguments_note(description),
+        format!("{CODE_DESCRIPTION}\n\nTools:\n{tools}"),
     )
 }
 
@@ -795,12 +825,13 @@ impl CodemodeServer {
         let session = &live.session;
         // A server that started (or changed its tools) since the session listed them.
         session.refresh_tools().await;
+        let (exec_description, code_description) = exec_descriptions(session);
         let exec_schema = json!({
             "type": "object",
             "properties": {
                 "code": {
                     "type": "string",
-                    "description": "JavaScript (or TypeScript) source, optionally starting with a // @exec: {...} pragma line."
+                    "description": code_description
                 },
                 "yield_time_ms": {
                     "type": "integer",
@@ -816,7 +847,7 @@ impl CodemodeServer {
             "required": ["code"],
             "additionalProperties": false
         });
-        let exec = Tool::new("exec", exec_tool_description(session), object(exec_schema))
+        let exec = Tool::new("exec", exec_description, object(exec_schema))
             .with_title(EXEC_TITLE)
             .with_annotations(exec_annotations())
             .with_meta(client_hints(search_hint(session)));

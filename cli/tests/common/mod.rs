@@ -183,6 +183,21 @@ pub async fn last_line(client: &Client, code: &str) -> String {
         .to_owned()
 }
 
+/// What `exec` (a listed tool) tells the model: its description, then its `code` argument's,
+/// where the tool declarations go when the description would pass 4,096 characters.
+pub fn exec_as_served(exec: &rmcp::model::Tool) -> String {
+    format!(
+        "{}\n{}",
+        exec.description.as_deref().unwrap_or_default(),
+        exec.input_schema
+            .get("properties")
+            .and_then(|properties| properties.get("code"))
+            .and_then(|code| code.get("description"))
+            .and_then(|description| description.as_str())
+            .unwrap_or_default()
+    )
+}
+
 /// The id of the cell a rendering says is still running.
 pub fn running_cell_id(running: &str) -> String {
     running

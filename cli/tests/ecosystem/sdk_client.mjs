@@ -128,7 +128,9 @@ await check("tools/list offers exec and wait", async () => {
   expect(JSON.stringify(names) === '["exec","wait"]', `tools are ${names}`);
   expect(tools[0].inputSchema.required.includes("code"), "exec does not require code");
   expect(tools[1].inputSchema.required.includes("cell_id"), "wait does not require cell_id");
-  expect(tools[0].description.includes("declare const tools"), "exec does not declare the tools");
+  // Past 4,096 characters the declarations are in the `code` argument's description.
+  const served = `${tools[0].description}\n${tools[0].inputSchema.properties.code.description}`;
+  expect(served.includes("declare const tools"), "exec does not declare the tools");
 });
 
 await check("logging/setLevel is accepted", () => client.setLoggingLevel("debug"));
