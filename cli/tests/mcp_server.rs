@@ -101,20 +101,10 @@ async fn the_server_offers_exec_and_wait_with_their_descriptions() {
         exec.starts_with("Run JavaScript to orchestrate tools"),
         "{exec}"
     );
+    assert!(exec.contains("declare const tools: {"), "{exec}");
+    assert!(exec.contains("sleep(args: {"), "{exec}");
     assert!(exec.ends_with("they win over the pragma line."), "{exec}");
     assert!(exec.contains("TypeScript is accepted"), "{exec}");
-    // Claude Code passes 4,096 characters of a description to its model and cuts the rest: past
-    // that, the declarations are in the `code` argument's description, which it passes whole.
-    assert!(exec.chars().count() <= 4096, "{}", exec.chars().count());
-    assert!(
-        exec.contains("are in the description of the `code` argument"),
-        "{exec}"
-    );
-    let code = tools[0].input_schema["properties"]["code"]["description"]
-        .as_str()
-        .unwrap();
-    assert!(code.contains("declare const tools: {"), "{code}");
-    assert!(code.contains("sleep(args: {"), "{code}");
     assert_eq!(tools[0].input_schema["required"], json!(["code"]));
     assert_eq!(tools[1].input_schema["required"], json!(["cell_id"]));
     // What clients read to decide whether to ask before a call: exec reaches other servers and
@@ -146,6 +136,45 @@ async fn the_server_offers_exec_and_wait_with_their_descriptions() {
     assert!(hint.contains("javascript"), "{hint}");
     assert!(hint.contains("echo") && hint.contains("sleep"), "{hint}");
     client.cancel().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claude_code_gets_the_declarations_in_the_code_argument_when_the_description_is_long() {
+    // Claude Code passes 4,096 characters of a description to its model and cuts the rest; it
+    // passes an argument's description whole.
+    let mut client = RawClient::start_as(&["--demo-tools"], json!({}), "claude-code").await;
+    client
+        .send(json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}))
+        .await;
+    let listed = client.response(1).await;
+    let exec = &listed["result"]["tools"][0];
+    let description = exec["description"].as_str().unwrap();
+    assert!(description.chars().count() <= 4096, "{description}");
+    assert!(
+        description.contains("are in the description of the `code` argument"),
+        "{description}"
+    );
+    assert!(!description.contains("sleep(args: {"), "{description}");
+    assert!(
+        description.ends_with("they win over the pragma line."),
+        "{description}"
+    );
+    let code = exec["inputSchema"]["properties"]["code"]["description"]
+        .as_str()
+        .unwrap();
+    assert!(code.contains("declare const tools: {"), "{code}");
+    assert!(code.contains("sleep(args: {"), "{code}");
+    // Another client gets the whole description, as upstream gives it.
+    let mut other = RawClient::start_with(&["--demo-tools"], json!({})).await;
+    other
+        .send(json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}))
+        .await;
+    let listed = other.response(1).await;
+    let whole = listed["result"]["tools"][0]["description"]
+        .as_str()
+        .unwrap();
+    assert!(whole.chars().count() > 4096);
+    assert!(whole.contains("sleep(args: {"), "{whole}");
 }
 
 /// `exec`'s description and its `code` argument's, from a `tools/list` response.

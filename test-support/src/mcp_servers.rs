@@ -1,6 +1,7 @@
 //! The real third-party MCP servers the end-to-end tests drive, and the MCP ecosystem's own tools
 //! the conformance tests run (the official conformance suite, the MCP Inspector, the TypeScript
-//! SDK, and the Node.js 22 they need), installed from their registries at pinned versions into
+//! SDK, and the Node.js 22 they need) and the agents the agent tests drive (Claude Code, Codex
+//! CLI), installed from their registries at pinned versions into
 //! `target/mcp-servers/` (npm servers under `npm/`, Python packages in a virtual environment
 //! `python/`, each ecosystem tool in a folder of its own under `tools/`), touching nothing
 //! system-wide: by the test that needs them, or
@@ -29,7 +30,7 @@ pub const PYTHON_PACKAGES: [&str; 3] = [
 /// The MCP ecosystem's tools, pinned, each with the folder under `tools/` it goes to: two
 /// releases of one package cannot share one `node_modules`. Node.js 22 comes from the npm
 /// registry's `node` package, as the conformance suite needs 22 or later.
-pub const ECOSYSTEM_TOOLS: [(&str, &str); 7] = [
+pub const ECOSYSTEM_TOOLS: [(&str, &str); 9] = [
     ("node22", "node@22.23.3"),
     (
         "conformance-0.1",
@@ -45,6 +46,10 @@ pub const ECOSYSTEM_TOOLS: [(&str, &str); 7] = [
     // The TypeScript compiler, which checks a tool's declaration against the values it resolves
     // with.
     ("typescript", "typescript@5.9.3"),
+    // The agents people put codemode in front of, driven offline by a scripted model endpoint
+    // (`cli/tests/agents.rs`): each a native program inside its npm package.
+    ("claude-code", "@anthropic-ai/claude-code@2.1.337"),
+    ("codex", "@openai/codex@0.171.0"),
 ];
 
 /// Where they go.
@@ -131,6 +136,16 @@ impl McpServers {
                 String::from_utf8_lossy(&output.stderr)
             ))
         }
+    }
+
+    /// The program `name` (`claude`, `codex`) of the ecosystem tool in `tool` (a folder of
+    /// [`ECOSYSTEM_TOOLS`]).
+    pub fn ecosystem_program(&self, tool: &str, name: &str) -> PathBuf {
+        self.folder
+            .join("tools")
+            .join(tool)
+            .join("node_modules/.bin")
+            .join(name)
     }
 
     /// The installed package `package` (such as `@modelcontextprotocol/conformance`) of the

@@ -43,20 +43,30 @@ fn with_arguments_note(description: String) -> String {
     )
 }
 
-/// The most characters of a tool's description that every client passes whole to its model:
-/// Claude Code cuts a longer one there ("… [truncated]"), and with it the tool declarations.
-const DESCRIPTION_CHARS: usize = 4096;
+/// The most characters of a tool's description that the client named `client` (its
+/// `clientInfo.name`) passes whole to its model, when it cuts the rest: Claude Code cuts a longer
+/// one at 4,096 ("… [truncated]"), and with it the tool declarations, though it passes an
+/// argument's description whole. Codex CLI passes a long description whole but drops the
+/// descriptions of a large argument schema, so the declarations stay in the description for it
+/// and for every client not known to cut.
+fn description_limit(client: Option<&str>) -> Option<usize> {
+    match client {
+        Some("claude-code") => Some(4096),
+        _ => None,
+    }
+}
 
 /// What the `code` argument says of itself.
 const CODE_DESCRIPTION: &str =
     "JavaScript (or TypeScript) source, optionally starting with a // @exec: {...} pragma line.";
 
-/// `exec`'s description and its `code` argument's, as served: the whole description when it
-/// fits in [`DESCRIPTION_CHARS`]; otherwise the tool declarations move into the `code`
-/// argument's description, which clients pass whole, and the description says they are there.
-pub(super) fn exec_descriptions(session: &Session) -> (String, String) {
+/// `exec`'s description and its `code` argument's, as served to the client named `client`: the
+/// whole description when that client passes it whole; otherwise the tool declarations move
+/// into the `code` argument's description, and the description says they are there.
+pub(super) fn exec_descriptions(session: &Session, client: Option<&str>) -> (String, String) {
     let whole = exec_tool_description(session);
-    if whole.chars().count() <= DESCRIPTION_CHARS {
+    let fits = description_limit(client).is_none_or(|limit| whole.chars().count() <= limit);
+    if fits {
         return (whole, CODE_DESCRIPTION.to_owned());
     }
     let (description, tools) = session.exec_description_split(
@@ -253,6 +263,7 @@ impl CodemodeServer {
             capabilities,
             self.log_threshold.clone(),
             Arc::clone(&self.roots),
+            super::user::client_named(context.client_info().as_ref()),
         );
         if answers_by_retry(&context.meta) {
             user.answering_by_retry(Arc::clone(&live.questions))
@@ -362,7 +373,7 @@ impl CodemodeServer {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let live = self.session(&context.extensions, &context.peer).await?;
-        let client = super::user::client_named(&context.peer);
+        let client = super::user::client_named(context.client_info().as_ref());
         let cell_id = apply_answers(&live, &self.shared.request_state, &request, &client).await?;
         let mut arguments = Map::new();
         arguments.insert("cell_id".to_owned(), Value::String(cell_id.to_string()));
@@ -825,7 +836,9 @@ impl CodemodeServer {
         let session = &live.session;
         // A server that started (or changed its tools) since the session listed them.
         session.refresh_tools().await;
-        let (exec_description, code_description) = exec_descriptions(session);
+        // Named in the request (2026-07-28, as Claude Code speaks) or at initialisation.
+        let client = context.client_info().map(|info| info.name);
+        let (exec_description, code_description) = exec_descriptions(session, client.as_deref());
         let exec_schema = json!({
             "type": "object",
             "properties": {

@@ -40,6 +40,8 @@ pub(super) struct ClientUser {
     roots: RootsCache,
     /// For a 2026-07-28 client: where questions wait for its retry (it takes no requests).
     retries: Option<Arc<Questions>>,
+    /// The client as a cell's error names it ([`client_named`]).
+    client: String,
 }
 
 impl ClientUser {
@@ -48,6 +50,7 @@ impl ClientUser {
         capabilities: Option<rmcp::model::ClientCapabilities>,
         log_threshold: LogThreshold,
         roots: RootsCache,
+        client: String,
     ) -> Self {
         ClientUser {
             peer,
@@ -55,6 +58,7 @@ impl ClientUser {
             log_threshold,
             roots,
             retries: None,
+            client,
         }
     }
 
@@ -219,12 +223,12 @@ pub(super) fn approval_of(answer: &rmcp::model::ElicitResult, client: &str) -> A
     }
 }
 
-/// The client as a cell's error names it: `the MCP client "codex-mcp-client"` (the name it gave
-/// when it initialised, cut and kept printable), or `the MCP client`.
-pub(super) fn client_named(peer: &Peer<RoleServer>) -> String {
-    let name = peer.peer_info().map(|info| {
-        info.client_info
-            .name
+/// The client as a cell's error names it: `the MCP client "codex-mcp-client"` (the name the
+/// request says it has, or it gave when it initialised: `RequestContext::client_info`; cut and
+/// kept printable), or `the MCP client`.
+pub(super) fn client_named(client: Option<&rmcp::model::Implementation>) -> String {
+    let name = client.map(|info| {
+        info.name
             .chars()
             .filter(|c| !c.is_control())
             .take(64)
@@ -266,7 +270,7 @@ impl UserChannel for ClientUser {
                 };
             }
         };
-        approval_of(&answer, &client_named(&self.peer))
+        approval_of(&answer, &self.client)
     }
 
     async fn relay(&self, request: RelayedRequest) -> Result<Value, RelayError> {

@@ -266,6 +266,11 @@ impl RawClient {
 
     /// `codemode mcp ARGS…`, started and initialised by a client declaring `capabilities`.
     pub async fn start_with(args: &[&str], capabilities: serde_json::Value) -> Self {
+        RawClient::start_as(args, capabilities, "raw").await
+    }
+
+    /// [`RawClient::start_with`], the client naming itself `name` (`clientInfo.name`).
+    pub async fn start_as(args: &[&str], capabilities: serde_json::Value, name: &str) -> Self {
         let mut child = tokio::process::Command::new(CODEMODE)
             .arg("mcp")
             .args(args)
@@ -287,7 +292,7 @@ impl RawClient {
             .send(
                 json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
                 "protocolVersion": "2025-11-25", "capabilities": capabilities,
-                "clientInfo": {"name": "raw", "version": "1"}}}),
+                "clientInfo": {"name": name, "version": "1"}}}),
             )
             .await;
         client.response(0).await;

@@ -1,0 +1,359 @@
+//! codemode inside the agents people use: Claude Code and Codex CLI (pinned, from npm, installed
+//! with the ecosystem tools), each starting `codemode mcp` from the settings the README gives
+//! (extracted from README.md here, so the README cannot drift), driven offline by a scripted
+//! model endpoint on loopback ([`model`]) that speaks each one's streaming API. One headless run
+//! per client plays a whole exchange: the tools offered (names, and `exec`'s descriptions as
+//! codemode serves them, whole), a round trip, a running cell and `wait`, a nested write asked of
+//! a client with nobody to answer (refused, saying so, and naming the rule), a thrown error and
+//! the next `exec`. Each client's non-essential traffic is off; nothing needs the internet.
+
+mod common;
+
+#[path = "agents/model.rs"]
+mod model;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use codemode_test_support::mcp_servers::{self, McpServers};
+use common::{CODEMODE, RawClient};
+use model::{ScriptedModel, Step};
+use serde_json::{Value, json};
+
+/// An agent's run that takes longer than this has hung.
+const HANG_GUARD: Duration = Duration::from_secs(180);
+
+fn tools() -> McpServers {
+    mcp_servers::install(&mcp_servers::workspace_root())
+        .unwrap_or_else(|error| panic!("cannot install the agents: {error}"))
+}
+
+/// The README, as a newcomer reads it.
+fn readme() -> String {
+    std::fs::read_to_string(mcp_servers::workspace_root().join("README.md")).unwrap()
+}
+
+/// The README's text from the line that starts with `heading` on.
+fn section<'a>(readme: &'a str, heading: &str) -> &'a str {
+    let at = readme
+        .find(heading)
+        .unwrap_or_else(|| panic!("the README has no {heading:?}"));
+    &readme[at..]
+}
+
+/// The first fenced block of `language` in `text`.
+fn block(text: &str, language: &str) -> String {
+    let fence = format!("```{language}\n");
+    let start = text
+        .find(&fence)
+        .unwrap_or_else(|| panic!("no ```{language} block in {text}"))
+        + fence.len();
+    let end = start + text[start..].find("```").unwrap();
+    text[start..end].to_owned()
+}
+
+/// The README's placeholders made real: `codemode` is the binary under test, and the user's
+/// configuration is `config`.
+fn made_real(text: &str, config: &Path) -> String {
+    text.replace(
+        "/home/you/.config/codemode/mcp.json",
+        &config.display().to_string(),
+    )
+    .replace("~/.config/codemode/mcp.json", &config.display().to_string())
+    .replace(
+        "\"command\": \"codemode\"",
+        &format!("\"command\": \"{CODEMODE}\""),
+    )
+    .replace(
+        "command = \"codemode\"",
+        &format!("command = \"{CODEMODE}\""),
+    )
+    .replace("-- codemode mcp", &format!("-- {CODEMODE} mcp"))
+}
+
+/// A configuration for codemode with the demo server (its notes in `folder/notes`), whose `note`
+/// (unannotated) asks the user.
+fn codemode_config(folder: &Path) -> PathBuf {
+    let config = folder.join("codemode.json");
+    let document = json!({"mcpServers": {"demo": {"command": CODEMODE, "args": ["demo-mcp-server"],
+        "env": {"CODEMODE_DEMO_NOTES": folder.join("notes")}}}});
+    std::fs::write(&config, document.to_string()).unwrap();
+    config
+}
+
+/// `exec` as codemode serves it for `config` to the client named `client`: its description and
+/// its `code` argument's.
+async fn served_exec(config: &Path, client: &str) -> (String, String) {
+    let config = config.display().to_string();
+    let mut client = RawClient::start_as(&["--config", &config], json!({}), client).await;
+    client
+        .send(json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}))
+        .await;
+    let listed = client.response(1).await;
+    let exec = &listed["result"]["tools"][0];
+    (
+        exec["description"].as_str().unwrap().to_owned(),
+        exec["inputSchema"]["properties"]["code"]["description"]
+            .as_str()
+            .unwrap()
+            .to_owned(),
+    )
+}
+
+/// Fails unless the agent passed `sent` to its model as `served`: the first difference, shown.
+fn assert_passed_whole(sent: &Value, served: &str) {
+    let sent = sent.as_str().unwrap_or_default();
+    if sent == served {
+        return;
+    }
+    let at = sent
+        .char_indices()
+        .zip(served.chars())
+        .find(|((_, a), b)| a != b)
+        .map_or(sent.len().min(served.len()), |((at, _), _)| at);
+    let from = at.saturating_sub(200);
+    panic!(
+        "the model got another text ({} characters, {} served); from character {from}:\n--- sent ---\n{}\n--- served ---\n{}",
+        sent.chars().count(),
+        served.chars().count(),
+        sent.get(from..)
+            .unwrap_or_default()
+            .chars()
+            .take(600)
+            .collect::<String>(),
+        served
+            .get(from..)
+            .unwrap_or_default()
+            .chars()
+            .take(600)
+            .collect::<String>(),
+    );
+}
+
+/// Runs `command` to its end within the hang guard; its output, whatever its status.
+fn run(mut command: Command) -> String {
+    command
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let description = format!("{command:?}");
+    let mut child = command
+        .spawn()
+        .unwrap_or_else(|error| panic!("cannot start {description}: {error}"));
+    let started = Instant::now();
+    loop {
+        if child.try_wait().unwrap().is_some() {
+            break;
+        }
+        if started.elapsed() > HANG_GUARD {
+            let _ = child.kill();
+            panic!("hung: {description}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let output = child.wait_with_output().unwrap();
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
+
+/// The exchange each agent plays, one step per model turn.
+fn exchange() -> Vec<Step> {
+    vec![
+        Step::exec("text('hello ' + (1 + 2))"),
+        Step::exec(
+            "// @exec: {\"yield_time_ms\": 100}\nawait new Promise((r) => setTimeout(r, 1500)); text('late');",
+        ),
+        Step::wait_on_the_running_cell(),
+        Step::exec(
+            "try { await tools.demo__note({text: 'from the agent'}); text('noted'); } \
+             catch (e) { text('refused: ' + e.message); }",
+        ),
+        Step::exec("throw new Error('boom')"),
+        Step::exec("text('after the error')"),
+    ]
+}
+
+/// What the agent sent back for the exchange: every step answered as it should be, and the
+/// nested write refused as a question `how` ("dismissed", "declined") that no one may have seen.
+fn check_the_exchange(
+    model: &ScriptedModel,
+    folder: &Path,
+    config: &Path,
+    how: &str,
+    output: &str,
+) {
+    let results = model.results();
+    assert_eq!(
+        results.len(),
+        model.steps(),
+        "the agent stopped early: {results:#?}\n{output}"
+    );
+    assert!(
+        results[0].contains("Script completed") && results[0].contains("hello 3"),
+        "{results:#?}"
+    );
+    assert!(
+        results[1].contains("Script running with cell ID "),
+        "{results:#?}"
+    );
+    assert!(
+        results[2].contains("Script completed") && results[2].contains("late"),
+        "{results:#?}"
+    );
+    for expected in [
+        "refused: tools.demo__note was not run".to_owned(),
+        format!("the question was {how} by the MCP client"),
+        "no one may have seen it".to_owned(),
+        format!(
+            "add \"demo__note\" to \"permissions\": {{\"allow\": [...]}} in {}",
+            config.display()
+        ),
+    ] {
+        assert!(results[3].contains(&expected), "{expected}\n{results:#?}");
+    }
+    assert!(
+        results[4].contains("Script failed") && results[4].contains("boom"),
+        "{results:#?}"
+    );
+    assert!(
+        results[5].contains("Script completed") && results[5].contains("after the error"),
+        "{results:#?}"
+    );
+    // Nothing reached the downstream server's write.
+    assert!(!folder.join("notes").exists(), "a refused note was written");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claude_code_runs_codemode_from_the_readmes_settings() {
+    let tools = tools();
+    let claude = tools.ecosystem_program("claude-code", "claude");
+    let folder = codemode_test_support::scratch_folder("agents-claude");
+    let config = codemode_config(&folder);
+    let home = folder.join("home");
+    let project = folder.join("project");
+    std::fs::create_dir_all(&home).unwrap();
+    std::fs::create_dir_all(&project).unwrap();
+    let readme = readme();
+    let claude_section = section(&readme, "**Claude Code**");
+    let model = ScriptedModel::start(exchange()).await;
+    let agent = |args: &[String]| {
+        let mut command = Command::new(&claude);
+        command
+            .args(args)
+            .current_dir(&project)
+            .env("HOME", &home)
+            .env("ANTHROPIC_BASE_URL", &model.url)
+            .env("ANTHROPIC_API_KEY", "sk-scripted")
+            .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
+            .env("DISABLE_AUTOUPDATER", "1");
+        command
+    };
+    // `claude mcp add ...` as the README writes it.
+    let add = made_real(block(claude_section, "sh").trim(), &config);
+    let add = shlex::split(&add).expect("a command line");
+    assert_eq!(add[0], "claude", "{add:?}");
+    let added = run(agent(&add[1..]));
+    assert!(added.to_lowercase().contains("codemode"), "{added}");
+    // `claude -p --allowedTools "..."` as the README writes it.
+    let headless = claude_section
+        .lines()
+        .find(|line| line.contains("claude -p --allowedTools"))
+        .expect("the README's headless line");
+    let allowed = headless
+        .split("--allowedTools \"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .unwrap()
+        .to_owned();
+    let output = run(agent(&[
+        "-p".to_owned(),
+        "--allowedTools".to_owned(),
+        allowed,
+        "--output-format".to_owned(),
+        "json".to_owned(),
+        "Use codemode.".to_owned(),
+    ]));
+    // The first request offers exec and wait, and exec as codemode serves it, whole.
+    let requests = model.requests();
+    let first = requests
+        .first()
+        .unwrap_or_else(|| panic!("no model request: {output}"));
+    let offered = |name: &str| {
+        first["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|tool| tool["name"] == name)
+            .cloned()
+            .unwrap_or_else(|| panic!("{name} is not offered: {first}"))
+    };
+    let exec = offered("mcp__codemode__exec");
+    offered("mcp__codemode__wait");
+    let (description, code) = served_exec(&config, "claude-code").await;
+    assert_passed_whole(&exec["description"], &description);
+    assert_passed_whole(
+        &exec["input_schema"]["properties"]["code"]["description"],
+        &code,
+    );
+    assert!(code.contains("demo__note("), "{code}");
+    check_the_exchange(&model, &folder, &config, "dismissed", &output);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_runs_codemode_from_the_readmes_settings() {
+    let tools = tools();
+    let codex = tools.ecosystem_program("codex", "codex");
+    let folder = codemode_test_support::scratch_folder("agents-codex");
+    let config = codemode_config(&folder);
+    let codex_home = folder.join("codex-home");
+    std::fs::create_dir_all(&codex_home).unwrap();
+    let readme = readme();
+    let model = ScriptedModel::start(exchange()).await;
+    // The scripted model as codex's provider, then the README's entry as written.
+    let entry = made_real(&block(section(&readme, "**Codex CLI**"), "toml"), &config);
+    let settings = format!(
+        "model = \"scripted\"\nmodel_provider = \"scripted\"\n\n[model_providers.scripted]\n\
+         name = \"scripted\"\nbase_url = \"{}/v1\"\nwire_api = \"responses\"\n\
+         env_key = \"CODEMODE_TEST_MODEL_KEY\"\n\n{entry}",
+        model.url
+    );
+    std::fs::write(codex_home.join("config.toml"), settings).unwrap();
+    let mut command = Command::new(&codex);
+    command
+        .args(["exec", "--skip-git-repo-check", "Use codemode."])
+        .current_dir(&folder)
+        .env("CODEX_HOME", &codex_home)
+        .env("CODEMODE_TEST_MODEL_KEY", "scripted");
+    let output = run(command);
+    let requests = model.requests();
+    let first = requests
+        .first()
+        .unwrap_or_else(|| panic!("no model request: {output}"));
+    let namespace = first["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|tool| tool["name"] == "mcp__codemode")
+        .cloned()
+        .unwrap_or_else(|| panic!("codemode's tools are not offered: {first}"));
+    let offered = |name: &str| {
+        namespace["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|tool| tool["name"] == name)
+            .cloned()
+            .unwrap_or_else(|| panic!("{name} is not offered: {namespace}"))
+    };
+    let exec = offered("exec");
+    offered("wait");
+    // Codex passes the whole description, declarations included.
+    let (description, _) = served_exec(&config, "codex-mcp-client").await;
+    assert!(description.contains("demo__note("), "{description}");
+    assert_passed_whole(&exec["description"], &description);
+    check_the_exchange(&model, &folder, &config, "declined", &output);
+}
