@@ -18,6 +18,7 @@ mod setup;
 mod stdio;
 mod telemetry;
 mod toolset;
+mod wrap;
 
 use std::process::ExitCode;
 
@@ -54,6 +55,11 @@ enum Command {
     Login(servers::LoginArgs),
     /// Remove the OAuth tokens `codemode login` kept for a server.
     Logout(servers::LoginArgs),
+    /// Put codemode in front of the servers of an agent's MCP configuration (Claude Code's
+    /// .mcp.json, Claude Desktop, Cursor, VS Code's mcp.json, codex's config.toml): they move into
+    /// codemode's own configuration beside it, and the file keeps one codemode entry. Shows the
+    /// change first, asks unless --yes, keeps a backup; --undo puts the file back.
+    Wrap(wrap::WrapArgs),
     /// Run cells for a parent codemode in an engine process (the parent starts it; not for
     /// people).
     #[command(hide = true)]
@@ -120,6 +126,7 @@ fn main() -> ExitCode {
             Command::Servers(args) => servers::servers(args).await,
             Command::Login(args) => servers::login(args).await,
             Command::Logout(args) => servers::logout(args),
+            Command::Wrap(args) => wrap::wrap(args),
             Command::EngineHost { .. } => {
                 unreachable!("handled before the async runtime starts")
             }

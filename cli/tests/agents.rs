@@ -5,7 +5,7 @@
 //! per client plays a whole exchange: the tools offered (names, and `exec`'s descriptions as
 //! codemode serves them, whole), a round trip, a running cell and `wait`, a nested write asked of
 //! a client with nobody to answer (refused, saying so, and naming the rule), a thrown error and
-//! the next `exec`. Each client's non-essential traffic is off; nothing needs the internet.
+//! the next `exec`; and each agent starting codemode from a file `codemode wrap` wrote. Each client's non-essential traffic is off; nothing needs the internet.
 
 mod common;
 
@@ -258,25 +258,19 @@ async fn claude_code_runs_codemode_from_the_readmes_settings() {
     assert_eq!(add[0], "claude", "{add:?}");
     let added = run(agent(&add[1..]));
     assert!(added.to_lowercase().contains("codemode"), "{added}");
-    // `claude -p --allowedTools "..."` as the README writes it.
-    let headless = claude_section
-        .lines()
-        .find(|line| line.contains("claude -p --allowedTools"))
-        .expect("the README's headless line");
-    let allowed = headless
-        .split("--allowedTools \"")
-        .nth(1)
-        .and_then(|rest| rest.split('"').next())
-        .unwrap()
-        .to_owned();
-    let output = run(agent(&[
-        "-p".to_owned(),
-        "--allowedTools".to_owned(),
-        allowed,
-        "--output-format".to_owned(),
-        "json".to_owned(),
-        "Use codemode.".to_owned(),
-    ]));
+    // The README's headless line, as written, with `--output-format json` added.
+    let headless = block(
+        &claude_section[claude_section.find("Headless").unwrap()..],
+        "sh",
+    );
+    let mut headless = shlex::split(headless.trim()).expect("a command line");
+    assert_eq!(headless[..2], ["claude", "-p"], "{headless:?}");
+    assert!(
+        headless.iter().any(|arg| arg == "--allowedTools"),
+        "{headless:?}"
+    );
+    headless.extend(["--output-format".to_owned(), "json".to_owned()]);
+    let output = run(agent(&headless[1..]));
     // The first request offers exec and wait, and exec as codemode serves it, whole.
     let requests = model.requests();
     let first = requests
@@ -356,4 +350,93 @@ async fn codex_runs_codemode_from_the_readmes_settings() {
     assert!(description.contains("demo__note("), "{description}");
     assert_passed_whole(&exec["description"], &description);
     check_the_exchange(&model, &folder, &config, "declined", &output);
+}
+
+/// `codemode wrap --yes FILE`: it must succeed.
+fn wrapped(file: &Path) {
+    let output = Command::new(CODEMODE)
+        .args(["wrap", "--yes"])
+        .arg(file)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// One step: a read-only call of the demo server's `add` through codemode.
+fn a_sum() -> Vec<Step> {
+    vec![Step::exec(
+        "const r = await tools.demo__add({a: 2, b: 3}); text('sum ' + r.structuredContent.sum);",
+    )]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn both_agents_start_codemode_from_a_file_codemode_wrap_wrote() {
+    let tools = tools();
+    let folder = codemode_test_support::scratch_folder("agents-wrapped");
+    let demo = json!({"command": CODEMODE, "args": ["demo-mcp-server"]});
+    // Claude Code: a project's .mcp.json with the demo server, wrapped.
+    let project = folder.join("project");
+    let home = folder.join("home");
+    std::fs::create_dir_all(&project).unwrap();
+    std::fs::create_dir_all(&home).unwrap();
+    let mcp_json = project.join(".mcp.json");
+    std::fs::write(&mcp_json, json!({"mcpServers": {"demo": demo}}).to_string()).unwrap();
+    wrapped(&mcp_json);
+    let model = ScriptedModel::start(a_sum()).await;
+    let mut claude = Command::new(tools.ecosystem_program("claude-code", "claude"));
+    claude
+        .args(["-p", "Use codemode.", "--mcp-config"])
+        .arg(&mcp_json)
+        .args(["--allowedTools", "mcp__codemode__exec,mcp__codemode__wait"])
+        .current_dir(&project)
+        .env("HOME", &home)
+        .env("ANTHROPIC_BASE_URL", &model.url)
+        .env("ANTHROPIC_API_KEY", "sk-scripted")
+        .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
+        .env("DISABLE_AUTOUPDATER", "1");
+    let output = run(claude);
+    let results = model.results();
+    assert!(
+        results
+            .first()
+            .is_some_and(|result| result.contains("sum 5")),
+        "{results:#?}\n{output}"
+    );
+    // Codex: a config.toml with its model settings and the demo server, wrapped.
+    let codex_home = folder.join("codex-home");
+    std::fs::create_dir_all(&codex_home).unwrap();
+    let model = ScriptedModel::start(a_sum()).await;
+    let config_toml = codex_home.join("config.toml");
+    std::fs::write(
+        &config_toml,
+        format!(
+            "model = \"scripted\"\nmodel_provider = \"scripted\"\n\n[model_providers.scripted]\n\
+             name = \"scripted\"\nbase_url = \"{}/v1\"\nwire_api = \"responses\"\n\
+             env_key = \"CODEMODE_TEST_MODEL_KEY\"\n\n[mcp_servers.demo]\ncommand = \"{CODEMODE}\"\n\
+             args = [\"demo-mcp-server\"]\n",
+            model.url
+        ),
+    )
+    .unwrap();
+    wrapped(&config_toml);
+    let mut codex = Command::new(tools.ecosystem_program("codex", "codex"));
+    codex
+        .args(["exec", "--skip-git-repo-check", "Use codemode."])
+        .current_dir(&folder)
+        .env("CODEX_HOME", &codex_home)
+        .env("CODEMODE_TEST_MODEL_KEY", "scripted");
+    let output = run(codex);
+    let results = model.results();
+    assert!(
+        results
+            .first()
+            .is_some_and(|result| result.contains("sum 5")),
+        "{results:#?}\n{output}"
+    );
 }

@@ -51,6 +51,10 @@ const STRING_ERRORS_ALLOWED: &[(&str, &str)] = &[
         "the binary's edge: what is wrong in a JSON config entry, printed for its author",
     ),
     (
+        "cli/src/wrap.rs",
+        "the binary's edge: why an agent's configuration file is left as it is, printed for its owner",
+    ),
+    (
         "cli/src/config/codex.rs",
         "the binary's edge: what is wrong in a codex config entry, printed for its author",
     ),
