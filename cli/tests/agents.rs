@@ -5,7 +5,9 @@
 //! per client plays a whole exchange: the tools offered (names, and `exec`'s descriptions as
 //! codemode serves them, whole), a round trip, a running cell and `wait`, a nested write asked of
 //! a client with nobody to answer (refused, saying so, and naming the rule), a thrown error and
-//! the next `exec`; and each agent starting codemode from a file `codemode wrap` wrote. Each client's non-essential traffic is off; nothing needs the internet.
+//! the next `exec`; Claude Code passing the approval to its host (stream-json control requests)
+//! and codemode following both answers; and each agent starting codemode from a file
+//! `codemode wrap` wrote. Each client's non-essential traffic is off; nothing needs the internet.
 
 mod common;
 
@@ -438,5 +440,122 @@ async fn both_agents_start_codemode_from_a_file_codemode_wrap_wrote() {
             .first()
             .is_some_and(|result| result.contains("sum 5")),
         "{results:#?}\n{output}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claude_code_passes_the_approval_to_its_host_and_codemode_follows_both_answers() {
+    let tools = tools();
+    let folder = codemode_test_support::scratch_folder("agents-claude-asked");
+    let config = codemode_config(&folder);
+    let home = folder.join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let attempt = |text: &str| {
+        Step::exec(&format!(
+            "try {{ await tools.demo__note({{text: '{text}'}}); text('noted {text}'); }} \
+             catch (e) {{ text('refused: ' + e.message); }}"
+        ))
+    };
+    let model = ScriptedModel::start(vec![attempt("yes"), attempt("no")]).await;
+    let servers = folder.join("servers.json");
+    std::fs::write(
+        &servers,
+        json!({"mcpServers": {"codemode": {"command": CODEMODE,
+            "args": ["mcp", "--config", config.display().to_string()]}}})
+        .to_string(),
+    )
+    .unwrap();
+    // Claude Code driven as its SDK drives it: stream-json both ways, the host answering the
+    // control requests; an elicitation carries codemode's approval form.
+    let mut child = Command::new(tools.ecosystem_program("claude-code", "claude"))
+        .args([
+            "-p",
+            "--input-format",
+            "stream-json",
+            "--output-format",
+            "stream-json",
+            "--verbose",
+            "--strict-mcp-config",
+            "--mcp-config",
+        ])
+        .arg(&servers)
+        .args(["--allowedTools", "mcp__codemode__exec,mcp__codemode__wait"])
+        .current_dir(&folder)
+        .env("HOME", &home)
+        .env("ANTHROPIC_BASE_URL", &model.url)
+        .env("ANTHROPIC_API_KEY", "sk-scripted")
+        .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
+        .env("DISABLE_AUTOUPDATER", "1")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let host = std::thread::spawn(move || {
+        use std::io::{BufRead, Write};
+        let send = |stdin: &mut std::process::ChildStdin, message: Value| {
+            writeln!(stdin, "{message}").unwrap();
+            stdin.flush().unwrap();
+        };
+        send(
+            &mut stdin,
+            json!({"type": "user", "message": {"role": "user", "content": "Use codemode."}}),
+        );
+        let mut asked = Vec::new();
+        for line in std::io::BufReader::new(stdout).lines() {
+            let Ok(message) = serde_json::from_str::<Value>(&line.unwrap()) else {
+                continue;
+            };
+            match message["type"].as_str() {
+                Some("control_request") if message["request"]["subtype"] == "elicitation" => {
+                    let question = message["request"]["message"].as_str().unwrap().to_owned();
+                    let decision = if question.contains("\"yes\"") {
+                        "allow_once"
+                    } else {
+                        "deny"
+                    };
+                    asked.push(question);
+                    send(
+                        &mut stdin,
+                        json!({"type": "control_response", "response": {"subtype": "success",
+                            "request_id": message["request_id"],
+                            "response": {"action": "accept", "content": {"decision": decision}}}}),
+                    );
+                }
+                Some("result") => break,
+                _ => {}
+            }
+        }
+        drop(stdin);
+        asked
+    });
+    let started = Instant::now();
+    while !host.is_finished() {
+        if started.elapsed() > HANG_GUARD {
+            let _ = child.kill();
+            panic!("hung: Claude Code in stream-json");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let asked = host.join().unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(asked.len(), 2, "{asked:#?}");
+    assert!(asked[0].contains("demo__note"), "{asked:#?}");
+    let results = model.results();
+    assert_eq!(results.len(), 2, "{results:#?}");
+    assert!(results[0].contains("noted yes"), "{results:#?}");
+    assert!(
+        results[1].contains("refused: tools.demo__note was denied by the user, who chose \"Deny\""),
+        "{results:#?}"
+    );
+    // The allowed call reached the server; the denied one did not.
+    assert_eq!(
+        std::fs::read_to_string(folder.join("notes"))
+            .unwrap()
+            .trim(),
+        "yes"
     );
 }
