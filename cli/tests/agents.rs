@@ -162,6 +162,43 @@ fn run(mut command: Command) -> String {
     )
 }
 
+/// Claude Code from `tools`, in `folder`, with a home of its own there, on `model`, its
+/// non-essential traffic off.
+fn claude(tools: &McpServers, model: &ScriptedModel, folder: &Path) -> Command {
+    let home = folder.join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let mut command = Command::new(tools.ecosystem_program("claude-code", "claude"));
+    command
+        .current_dir(folder)
+        .env("HOME", home)
+        .env("ANTHROPIC_BASE_URL", &model.url)
+        .env("ANTHROPIC_API_KEY", "sk-scripted")
+        .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
+        .env("DISABLE_AUTOUPDATER", "1");
+    command
+}
+
+/// The settings that make `model` codex's model provider, to go first in its `config.toml`.
+fn codex_provider(model: &ScriptedModel) -> String {
+    format!(
+        "model = \"scripted\"\nmodel_provider = \"scripted\"\n\n[model_providers.scripted]\n\
+         name = \"scripted\"\nbase_url = \"{}/v1\"\nwire_api = \"responses\"\n\
+         env_key = \"CODEMODE_TEST_MODEL_KEY\"\n\n",
+        model.url
+    )
+}
+
+/// `codex exec` from `tools` with its settings in `codex_home`, in `folder`.
+fn codex_exec(tools: &McpServers, codex_home: &Path, folder: &Path) -> Command {
+    let mut command = Command::new(tools.ecosystem_program("codex", "codex"));
+    command
+        .args(["exec", "--skip-git-repo-check", "Use codemode."])
+        .current_dir(folder)
+        .env("CODEX_HOME", codex_home)
+        .env("CODEMODE_TEST_MODEL_KEY", "scripted");
+    command
+}
+
 /// The exchange each agent plays, one step per model turn.
 fn exchange() -> Vec<Step> {
     vec![
@@ -232,26 +269,16 @@ fn check_the_exchange(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn claude_code_runs_codemode_from_the_readmes_settings() {
     let tools = tools();
-    let claude = tools.ecosystem_program("claude-code", "claude");
     let folder = codemode_test_support::scratch_folder("agents-claude");
     let config = codemode_config(&folder);
-    let home = folder.join("home");
     let project = folder.join("project");
-    std::fs::create_dir_all(&home).unwrap();
     std::fs::create_dir_all(&project).unwrap();
     let readme = readme();
     let claude_section = section(&readme, "**Claude Code**");
     let model = ScriptedModel::start(exchange()).await;
     let agent = |args: &[String]| {
-        let mut command = Command::new(&claude);
-        command
-            .args(args)
-            .current_dir(&project)
-            .env("HOME", &home)
-            .env("ANTHROPIC_BASE_URL", &model.url)
-            .env("ANTHROPIC_API_KEY", "sk-scripted")
-            .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
-            .env("DISABLE_AUTOUPDATER", "1");
+        let mut command = claude(&tools, &model, &project);
+        command.args(args);
         command
     };
     // `claude mcp add ...` as the README writes it.
@@ -302,7 +329,6 @@ async fn claude_code_runs_codemode_from_the_readmes_settings() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn codex_runs_codemode_from_the_readmes_settings() {
     let tools = tools();
-    let codex = tools.ecosystem_program("codex", "codex");
     let folder = codemode_test_support::scratch_folder("agents-codex");
     let config = codemode_config(&folder);
     let codex_home = folder.join("codex-home");
@@ -311,19 +337,9 @@ async fn codex_runs_codemode_from_the_readmes_settings() {
     let model = ScriptedModel::start(exchange()).await;
     // The scripted model as codex's provider, then the README's entry as written.
     let entry = made_real(&block(section(&readme, "**Codex CLI**"), "toml"), &config);
-    let settings = format!(
-        "model = \"scripted\"\nmodel_provider = \"scripted\"\n\n[model_providers.scripted]\n\
-         name = \"scripted\"\nbase_url = \"{}/v1\"\nwire_api = \"responses\"\n\
-         env_key = \"CODEMODE_TEST_MODEL_KEY\"\n\n{entry}",
-        model.url
-    );
+    let settings = format!("{}{entry}", codex_provider(&model));
     std::fs::write(codex_home.join("config.toml"), settings).unwrap();
-    let mut command = Command::new(&codex);
-    command
-        .args(["exec", "--skip-git-repo-check", "Use codemode."])
-        .current_dir(&folder)
-        .env("CODEX_HOME", &codex_home)
-        .env("CODEMODE_TEST_MODEL_KEY", "scripted");
+    let command = codex_exec(&tools, &codex_home, &folder);
     let output = run(command);
     let requests = model.requests();
     let first = requests
@@ -384,24 +400,16 @@ async fn both_agents_start_codemode_from_a_file_codemode_wrap_wrote() {
     let demo = json!({"command": CODEMODE, "args": ["demo-mcp-server"]});
     // Claude Code: a project's .mcp.json with the demo server, wrapped.
     let project = folder.join("project");
-    let home = folder.join("home");
     std::fs::create_dir_all(&project).unwrap();
-    std::fs::create_dir_all(&home).unwrap();
     let mcp_json = project.join(".mcp.json");
     std::fs::write(&mcp_json, json!({"mcpServers": {"demo": demo}}).to_string()).unwrap();
     wrapped(&mcp_json);
     let model = ScriptedModel::start(a_sum()).await;
-    let mut claude = Command::new(tools.ecosystem_program("claude-code", "claude"));
+    let mut claude = claude(&tools, &model, &project);
     claude
         .args(["-p", "Use codemode.", "--mcp-config"])
         .arg(&mcp_json)
-        .args(["--allowedTools", "mcp__codemode__exec,mcp__codemode__wait"])
-        .current_dir(&project)
-        .env("HOME", &home)
-        .env("ANTHROPIC_BASE_URL", &model.url)
-        .env("ANTHROPIC_API_KEY", "sk-scripted")
-        .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
-        .env("DISABLE_AUTOUPDATER", "1");
+        .args(["--allowedTools", "mcp__codemode__exec,mcp__codemode__wait"]);
     let output = run(claude);
     let results = model.results();
     assert!(
@@ -418,21 +426,13 @@ async fn both_agents_start_codemode_from_a_file_codemode_wrap_wrote() {
     std::fs::write(
         &config_toml,
         format!(
-            "model = \"scripted\"\nmodel_provider = \"scripted\"\n\n[model_providers.scripted]\n\
-             name = \"scripted\"\nbase_url = \"{}/v1\"\nwire_api = \"responses\"\n\
-             env_key = \"CODEMODE_TEST_MODEL_KEY\"\n\n[mcp_servers.demo]\ncommand = \"{CODEMODE}\"\n\
-             args = [\"demo-mcp-server\"]\n",
-            model.url
+            "{}[mcp_servers.demo]\ncommand = \"{CODEMODE}\"\nargs = [\"demo-mcp-server\"]\n",
+            codex_provider(&model)
         ),
     )
     .unwrap();
     wrapped(&config_toml);
-    let mut codex = Command::new(tools.ecosystem_program("codex", "codex"));
-    codex
-        .args(["exec", "--skip-git-repo-check", "Use codemode."])
-        .current_dir(&folder)
-        .env("CODEX_HOME", &codex_home)
-        .env("CODEMODE_TEST_MODEL_KEY", "scripted");
+    let codex = codex_exec(&tools, &codex_home, &folder);
     let output = run(codex);
     let results = model.results();
     assert!(
@@ -448,8 +448,6 @@ async fn claude_code_passes_the_approval_to_its_host_and_codemode_follows_both_a
     let tools = tools();
     let folder = codemode_test_support::scratch_folder("agents-claude-asked");
     let config = codemode_config(&folder);
-    let home = folder.join("home");
-    std::fs::create_dir_all(&home).unwrap();
     let attempt = |text: &str| {
         Step::exec(&format!(
             "try {{ await tools.demo__note({{text: '{text}'}}); text('noted {text}'); }} \
@@ -467,7 +465,7 @@ async fn claude_code_passes_the_approval_to_its_host_and_codemode_follows_both_a
     .unwrap();
     // Claude Code driven as its SDK drives it: stream-json both ways, the host answering the
     // control requests; an elicitation carries codemode's approval form.
-    let mut child = Command::new(tools.ecosystem_program("claude-code", "claude"))
+    let mut child = claude(&tools, &model, &folder)
         .args([
             "-p",
             "--input-format",
@@ -480,12 +478,6 @@ async fn claude_code_passes_the_approval_to_its_host_and_codemode_follows_both_a
         ])
         .arg(&servers)
         .args(["--allowedTools", "mcp__codemode__exec,mcp__codemode__wait"])
-        .current_dir(&folder)
-        .env("HOME", &home)
-        .env("ANTHROPIC_BASE_URL", &model.url)
-        .env("ANTHROPIC_API_KEY", "sk-scripted")
-        .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
-        .env("DISABLE_AUTOUPDATER", "1")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
