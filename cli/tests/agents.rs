@@ -162,6 +162,17 @@ fn run(mut command: Command) -> String {
     )
 }
 
+/// The tool named `name` among those a model request (or a namespace of tools) offers.
+fn offered(offering: &Value, name: &str) -> Value {
+    offering["tools"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|tool| tool["name"] == name)
+        .cloned()
+        .unwrap_or_else(|| panic!("{name} is not offered: {offering}"))
+}
+
 /// Claude Code from `tools`, in `folder`, with a home of its own there, on `model`, its
 /// non-essential traffic off.
 fn claude(tools: &McpServers, model: &ScriptedModel, folder: &Path) -> Command {
@@ -305,17 +316,8 @@ async fn claude_code_runs_codemode_from_the_readmes_settings() {
     let first = requests
         .first()
         .unwrap_or_else(|| panic!("no model request: {output}"));
-    let offered = |name: &str| {
-        first["tools"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|tool| tool["name"] == name)
-            .cloned()
-            .unwrap_or_else(|| panic!("{name} is not offered: {first}"))
-    };
-    let exec = offered("mcp__codemode__exec");
-    offered("mcp__codemode__wait");
+    let exec = offered(first, "mcp__codemode__exec");
+    offered(first, "mcp__codemode__wait");
     let (description, code) = served_exec(&config, "claude-code").await;
     assert_passed_whole(&exec["description"], &description);
     assert_passed_whole(
@@ -345,24 +347,10 @@ async fn codex_runs_codemode_from_the_readmes_settings() {
     let first = requests
         .first()
         .unwrap_or_else(|| panic!("no model request: {output}"));
-    let namespace = first["tools"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|tool| tool["name"] == "mcp__codemode")
-        .cloned()
-        .unwrap_or_else(|| panic!("codemode's tools are not offered: {first}"));
-    let offered = |name: &str| {
-        namespace["tools"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|tool| tool["name"] == name)
-            .cloned()
-            .unwrap_or_else(|| panic!("{name} is not offered: {namespace}"))
-    };
-    let exec = offered("exec");
-    offered("wait");
+    // Codex offers a server's tools in a namespace of its own.
+    let namespace = offered(first, "mcp__codemode");
+    let exec = offered(&namespace, "exec");
+    offered(&namespace, "wait");
     // Codex passes the whole description, declarations included.
     let (description, _) = served_exec(&config, "codex-mcp-client").await;
     assert!(description.contains("demo__note("), "{description}");
