@@ -7,7 +7,9 @@
 //! a client with nobody to answer (refused, saying so, and naming the rule), a thrown error and
 //! the next `exec`; Claude Code passing the approval to its host (stream-json control requests)
 //! and codemode following both answers; and each agent starting codemode from a file
-//! `codemode wrap` wrote. Each client's non-essential traffic is off; nothing needs the internet.
+//! `codemode wrap` wrote; and every JSON block of the README's quick start (Claude Code's
+//! `.mcp.json`, Claude Desktop and Cursor, VS Code) starting codemode as written. Each client's
+//! non-essential traffic is off; nothing needs the internet.
 
 mod common;
 
@@ -538,4 +540,50 @@ async fn claude_code_passes_the_approval_to_its_host_and_codemode_follows_both_a
             .trim(),
         "yes"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_json_block_of_the_readmes_quick_start_starts_codemode() {
+    let folder = codemode_test_support::scratch_folder("agents-readme-blocks");
+    let config = codemode_config(&folder);
+    let readme = readme();
+    let start = readme.find("Then add codemode to your agent").unwrap();
+    let end = readme.find("## What the model sees").unwrap();
+    let mut quick_start = &readme[start..end];
+    let mut clients = Vec::new();
+    while let Some(at) = quick_start.find("```json\n") {
+        let text = block(&quick_start[at..], "json");
+        quick_start = &quick_start[at + "```json\n".len() + text.len()..];
+        let document: Value = serde_json::from_str(&made_real(&text, &config))
+            .unwrap_or_else(|error| panic!("not JSON ({error}): {text}"));
+        let entry = document["mcpServers"]
+            .get("codemode")
+            .or_else(|| document["servers"].get("codemode"))
+            .unwrap_or_else(|| panic!("no codemode entry: {text}"))
+            .clone();
+        assert_eq!(entry["command"], CODEMODE, "{text}");
+        let args: Vec<String> = entry["args"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|arg| arg.as_str().unwrap().to_owned())
+            .collect();
+        assert_eq!(args[0], "mcp", "{text}");
+        // The entry as a client starts it: codemode's tools, with the configured servers'.
+        let args: Vec<&str> = args[1..].iter().map(String::as_str).collect();
+        let mut client = RawClient::start_with(&args, json!({})).await;
+        client
+            .send(json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}))
+            .await;
+        let listed = client.response(1).await;
+        assert!(
+            listed["result"]["tools"][0]["description"]
+                .as_str()
+                .is_some_and(|description| description.contains("demo__note(")),
+            "{listed}"
+        );
+        clients.push(text);
+    }
+    // Claude Code's .mcp.json, Claude Desktop and Cursor, VS Code.
+    assert_eq!(clients.len(), 3, "{clients:#?}");
 }
