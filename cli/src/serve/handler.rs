@@ -45,7 +45,7 @@ fn with_arguments_note(description: String) -> String {
 
 /// The most characters of a tool's description that the client named `client` (its
 /// `clientInfo.name`) passes whole to its model, when it cuts the rest: Claude Code cuts a longer
-/// one at 4,096 ("… [truncated]"), and with it the tool declarations, though it passes an
+/// one at 4,096 ("… \[truncated\]"), and with it the tool declarations, though it passes an
 /// argument's description whole. Codex CLI passes a long description whole but drops the
 /// descriptions of a large argument schema, so the declarations stay in the description for it
 /// and for every client not known to cut.
