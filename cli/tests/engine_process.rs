@@ -1302,6 +1302,86 @@ fn a_child_that_never_says_a_cell_with_a_result_ended_is_ended() {
     );
 }
 
+/// Sends `signal` (`STOP` or `CONT`) to every engine process of `engine`.
+fn signal_processes(engine: &ProcessEngine, signal: &str) {
+    for pid in engine.process_ids() {
+        let status = std::process::Command::new("kill")
+            .args([&format!("-{signal}"), &pid.to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+}
+
+/// On a busy machine a child that stops a cell late is slow, not hostile: a child that gets no
+/// CPU (stopped, as the scheduler may leave it) for five grace periods after a termination is
+/// not ended, and its other cell goes on to its result.
+#[test]
+fn a_child_starved_of_cpu_is_not_ended_for_stopping_a_cell_late() {
+    let engine = ProcessEngine::new(
+        config()
+            .with_spare_processes(0)
+            .with_cells_per_process(4)
+            .with_hard_stop_grace(Duration::from_millis(100)),
+    );
+    let mut neighbour = start(&engine, tenant_cell("t", &waiting("neighbour")));
+    let (call, _) = until_tool_call(&mut neighbour);
+    let mut stopped = start(&engine, tenant_cell("t", &waiting("stopped")));
+    let _ = until_tool_call(&mut stopped);
+    assert_eq!(engine.process_ids().len(), 1, "both cells in one process");
+    signal_processes(&engine, "STOP");
+    stopped.handles.terminate.terminate();
+    std::thread::sleep(Duration::from_millis(500));
+    signal_processes(&engine, "CONT");
+    let stopped = stopped.finish();
+    assert!(stopped.result.is_none(), "terminated: {stopped:?}");
+    let neighbour = neighbour.answer_and_finish(call);
+    assert_eq!(neighbour.texts, ["neighbour"], "{neighbour:?}");
+    assert_eq!(
+        neighbour.result.as_ref().map(|(_, error)| error),
+        Some(&None),
+        "{neighbour:?}"
+    );
+}
+
+/// A parent that reads a cell's result late (its owner's queue is full) does not hold the
+/// child's end of the cell against it: the child said it, the parent had not read it yet.
+#[test]
+fn a_result_read_late_by_the_parent_does_not_end_its_process() {
+    let engine = ProcessEngine::new(
+        config()
+            .with_spare_processes(0)
+            .with_cells_per_process(4)
+            .with_hard_stop_grace(Duration::from_millis(100)),
+    );
+    let mut neighbour = start(&engine, tenant_cell("t", &waiting("neighbour")));
+    let (call, _) = until_tool_call(&mut neighbour);
+    // A queue of two, not read: `Started` and `Usage` fill it, and the result waits to be
+    // handed over for five grace periods.
+    let (sender, mut events) = event_channel(Some(2));
+    let handles = engine
+        .start(tenant_cell("t", r#"store("done", 1)"#), sender)
+        .expect("the cell starts");
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(events.blocking_recv(), Some(RuntimeEvent::Started));
+    assert!(
+        matches!(events.blocking_recv(), Some(RuntimeEvent::Usage { .. })),
+        "the queue was full of what came before the result"
+    );
+    let late = Running { handles, events }.finish();
+    assert_eq!(
+        late.result.as_ref().map(|(stored, _)| stored.clone()),
+        Some(HashMap::from([("done".to_owned(), json!(1))]))
+    );
+    assert_eq!(late.result.as_ref().map(|(_, error)| error), Some(&None));
+    let neighbour = neighbour.answer_and_finish(call);
+    assert_eq!(
+        neighbour.result.as_ref().map(|(_, error)| error),
+        Some(&None),
+        "{neighbour:?}"
+    );
+}
+
 /// A lane keeps its V8 isolate for the tenant's next cell when its cell ended on its own, with a
 /// fresh context: nothing a cell left in its globals, its built-ins' prototypes or its own
 /// globals' count reaches the next cell on that lane.

@@ -44,6 +44,8 @@ pub(crate) struct LaneWriter {
     out: Mutex<Waiting>,
     /// Tells the lane task that bytes wait.
     pub waiting_bytes: tokio::sync::Notify,
+    /// Tells the lane task that the deadline for the child to say its cell ended passed.
+    pub end_overdue: tokio::sync::Notify,
 }
 
 #[derive(Debug)]
@@ -67,6 +69,7 @@ impl LaneWriter {
                 partial: false,
             }),
             waiting_bytes: tokio::sync::Notify::new(),
+            end_overdue: tokio::sync::Notify::new(),
         }
     }
 

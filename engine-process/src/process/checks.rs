@@ -179,11 +179,8 @@ pub(super) enum Misbehaviour {
     StoppedReading { waiting: usize },
     #[error("it stopped reading its channel for {} ms", deadline.as_millis())]
     StalledWrite { deadline: Duration },
-    #[error(
-        "it did not say that cell {cell} ended within {} ms of the cell's result",
-        grace.as_millis()
-    )]
-    EndNotSaid { cell: CellNumber, grace: Duration },
+    #[error("it did not say that cell {cell} ended within {after} of the cell's result")]
+    EndNotSaid { cell: CellNumber, after: String },
 }
 
 /// How a process ended, in words.

@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::os::unix::net::UnixStream;
 use std::process::Child;
 use std::sync::{Arc, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use codemode_engine::{EngineError, HardStopReason};
 
@@ -20,6 +20,7 @@ use super::grace::{GraceKills, Overdue};
 use super::outbox::{MAX_OUTBOX_BYTES, MAX_OUTBOX_FRAMES, OutFrame, Outbox, write_out};
 use super::spawn::Spawned;
 use super::state::{CellSlot, IdleLanes, ProcessState, Whose, failure};
+use super::verdict::{self, Verdict, Watch};
 use crate::config::ProcessEngineConfig;
 use crate::lane::{Lane, LaneWriter, Refused};
 use crate::wire::{self, CellNumber, ToChild, ToLane, ToParent};
@@ -363,10 +364,6 @@ impl EngineProcess {
             }
             state.killed_for.get_or_insert(cell);
         }
-        tracing::warn!(
-            pid = self.pid,
-            "a cell did not stop within its grace period: killing its engine process"
-        );
         self.kill();
     }
 
@@ -522,15 +519,42 @@ impl EngineProcess {
 }
 
 impl Overdue for EngineProcess {
-    fn kill_for(&self, cell: CellNumber) {
-        EngineProcess::kill_for(self, cell);
+    /// The stop deadline of cell `cell` passed: a child that had its grace period of CPU time
+    /// and has not stopped the cell is killed; one that waited for a CPU is given the rest.
+    fn stop_overdue(&self, cell: CellNumber, watch: &Watch) -> Option<Instant> {
+        if !self.hosts(cell) {
+            return None;
+        }
+        match watch.judge(self.pid) {
+            Verdict::RecheckAt(at) => Some(at),
+            Verdict::Overdue { cpu, wall } => {
+                tracing::warn!(
+                    pid = self.pid,
+                    cell,
+                    after = %verdict::in_words(cpu, wall),
+                    "a cell did not stop within its grace period: killing its engine process"
+                );
+                self.kill_for(cell);
+                None
+            }
+        }
     }
 
-    /// The end deadline of cell `cell` passed: a child that has not said the cell ended by then,
-    /// though it sent its result, keeps it going where no termination reaches it.
-    fn end_overdue(&self, cell: CellNumber, grace: Duration) {
-        if self.hosts(cell) {
-            self.misbehaved(Misbehaviour::EndNotSaid { cell, grace });
+    /// The end deadline of cell `cell` passed: its lane task, once it has read what the child
+    /// sent (so that the parent's own delay is never the child's), judges it.
+    fn end_overdue(&self, cell: CellNumber) {
+        let lane = {
+            let mut state = self.state.lock();
+            match state.cells.get_mut(&cell) {
+                Some(slot) => {
+                    slot.end_due = true;
+                    slot.lane.clone()
+                }
+                None => None,
+            }
+        };
+        if let Some(lane) = lane {
+            lane.end_overdue.notify_one();
         }
     }
 

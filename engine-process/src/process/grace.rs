@@ -1,35 +1,40 @@
 //! Grace kills: a cell asked to stop that has not ended by its deadline, a start the child has
 //! not taken up, or a cell whose end the child has not said, has its process ended; the
 //! deadlines of one pool are watched by one thread, woken only for a deadline earlier than the
-//! one it sleeps until.
+//! one it sleeps until. A stop's and an end's deadline are judged by the CPU time the child had
+//! (`verdict`): a child that has not had its grace period of CPU time is looked at again later.
 
 use parking_lot::{Condvar, Mutex};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
+use super::verdict::Watch;
 use crate::wire::CellNumber;
 
 /// What a deadline that passed does to the process it was armed for.
 pub(super) trait Overdue: Send + Sync {
-    /// Cell `cell` did not stop within its grace period: its process is killed.
-    fn kill_for(&self, cell: CellNumber);
+    /// Cell `cell`, asked to stop, has not stopped by its deadline: its process is killed if
+    /// the child had the time (`watch`), else the deadline is judged again at the time returned.
+    fn stop_overdue(&self, cell: CellNumber, watch: &Watch) -> Option<Instant>;
     /// The child did not take cell `cell`'s start up within `deadline`.
     fn start_overdue(&self, cell: CellNumber, deadline: Duration);
-    /// The child did not say cell `cell` ended within `grace` of its last event.
-    fn end_overdue(&self, cell: CellNumber, grace: Duration);
+    /// The child has not said cell `cell` ended by the deadline after its last event: the cell's
+    /// lane task, once it has read what the child sent, judges it.
+    fn end_overdue(&self, cell: CellNumber);
 }
 
 /// What a deadline of [`GraceKills`] waits for.
 #[derive(Debug, Clone, Copy)]
 pub(super) enum Deadline {
-    /// The cell, asked to stop, to end (else its process is killed).
-    Stop,
+    /// The cell, asked to stop, to end (else its process is killed, once the child had the
+    /// time).
+    Stop(Watch),
     /// The child to take the cell's start up, within this stall deadline (else it stopped
     /// reading).
     Start(Duration),
-    /// The child to say that the cell, whose last event it sent, ended, within this grace
-    /// period (else it keeps the cell going where no termination reaches it).
-    End(Duration),
+    /// The child to say that the cell, whose last event it sent, ended (else it keeps the cell
+    /// going where no termination reaches it); judged by the cell's lane task.
+    End,
 }
 
 /// The grace kills of one pool, on one thread: a cell asked to stop that has not ended by its
@@ -112,16 +117,23 @@ impl GraceKills {
             due.kills = waiting;
             if !expired.is_empty() {
                 drop(due);
-                for (_, process, cell, what) in expired {
-                    if let Some(process) = process.upgrade() {
-                        match what {
-                            Deadline::Stop => process.kill_for(cell),
-                            Deadline::Start(deadline) => process.start_overdue(cell, deadline),
-                            Deadline::End(grace) => process.end_overdue(cell, grace),
+                let mut again = Vec::new();
+                for (_, weak, cell, what) in expired {
+                    let Some(process) = weak.upgrade() else {
+                        continue;
+                    };
+                    match what {
+                        Deadline::Stop(watch) => {
+                            if let Some(at) = process.stop_overdue(cell, &watch) {
+                                again.push((at, weak, cell, what));
+                            }
                         }
+                        Deadline::Start(deadline) => process.start_overdue(cell, deadline),
+                        Deadline::End => process.end_overdue(cell),
                     }
                 }
                 due = self.due.lock();
+                due.kills.extend(again);
                 continue;
             }
             let earliest = due.kills.iter().map(|(deadline, _, _, _)| *deadline).min();

@@ -4,8 +4,8 @@
 //! drains, and at the cell's end gives the lane back; if the process ends first, it delivers
 //! what the cell sent before the end, then the cell's fate.
 
+use std::os::fd::AsFd;
 use std::sync::{Arc, Weak};
-use std::time::Instant;
 
 use codemode_engine::{EventSender, RuntimeEvent};
 
@@ -13,6 +13,7 @@ use super::checks::{Misbehaviour, check_lane};
 use super::engine_process::{EngineProcess, ProcessOwner};
 use super::grace::{Deadline, Overdue};
 use super::state::failure;
+use super::verdict::{self, Verdict, Watch};
 use crate::lane::{Lane, LaneWriter};
 use crate::wire::{self, CellNumber, FrameBuffer, ToChild, ToParent};
 
@@ -80,8 +81,12 @@ pub(super) async fn serve_cell(
                 let mut state = process.state.lock();
                 (state.cells.remove(&cell), state.fates.remove(&cell))
             };
+            // A cell whose result came before the end keeps it: the end was not its.
+            let finished = slot.as_ref().is_some_and(|slot| slot.finished);
             drop(slot);
-            if let Some(Some(fate)) = fate {
+            if let Some(Some(fate)) = fate
+                && !finished
+            {
                 let _ = events.send(fate).await;
             }
         }
@@ -98,6 +103,8 @@ async fn read_lane(
     owner: &Weak<dyn ProcessOwner>,
 ) -> LaneEnding {
     let mut buffer = FrameBuffer::default();
+    // The deadline for the child to say the cell ended passed: judged once what waits is read.
+    let mut judging = false;
     loop {
         loop {
             let (message, length) = match buffer.next::<ToParent>(wire::MAX_CHILD_FRAME_BYTES) {
@@ -143,6 +150,11 @@ async fn read_lane(
                 _ => {}
             }
         }
+        if std::mem::take(&mut judging)
+            && let Some(why) = judge_end(process, cell, owner)
+        {
+            return LaneEnding::Misbehaved(why);
+        }
         tokio::select! {
             biased;
             readable = socket.readable() => {
@@ -163,35 +175,103 @@ async fn read_lane(
                 }
             }
             () = writer.waiting_bytes.notified() => {}
+            () = writer.end_overdue.notified() => {
+                // What the child sent before now is read first: the parent's own delay (this
+                // task waiting for its turn) is never the child's.
+                if read_waiting(socket, &mut buffer).is_err() {
+                    return LaneEnding::Broke;
+                }
+                judging = true;
+            }
         }
     }
 }
 
 /// The child relayed the last event of cell `cell`: a termination has nothing left to stop
-/// there, and the child has the grace period to say that the cell ended (the first time
-/// only: a child may repeat a result, not the deadline).
+/// there, and the child has its grace period to say that the cell ended, judged by the CPU time
+/// it had (the first time only: a child may repeat a result, not the deadline).
 fn finished(process: &Arc<EngineProcess>, cell: CellNumber, owner: &Weak<dyn ProcessOwner>) {
-    {
-        let mut state = process.state.lock();
-        match state.cells.get_mut(&cell) {
-            Some(slot) if !slot.finished => slot.finished = true,
-            _ => return,
-        }
-    }
     let Some(owner) = owner.upgrade() else {
         return;
     };
-    let grace = owner.hard_stop_grace();
+    let watch = Watch::start(process.pid, owner.hard_stop_grace());
+    {
+        let mut state = process.state.lock();
+        match state.cells.get_mut(&cell) {
+            Some(slot) if !slot.finished => {
+                slot.finished = true;
+                slot.end_watch = Some(watch);
+            }
+            _ => return,
+        }
+    }
+    arm_end(process, &*owner, cell, watch.first_deadline());
+}
+
+/// Arms the deadline for the child to say cell `cell` ended, at `at`.
+fn arm_end(
+    process: &Arc<EngineProcess>,
+    owner: &dyn ProcessOwner,
+    cell: CellNumber,
+    at: std::time::Instant,
+) {
     let armed = owner.grace_kills().arm(
-        Instant::now() + grace,
+        at,
         Arc::downgrade(process) as Weak<dyn Overdue>,
         cell,
-        Deadline::End(grace),
+        Deadline::End,
     );
     if !armed {
         tracing::error!("cannot watch for the end of a cell; killing its process now");
         process.kill_for(cell);
     }
+}
+
+/// The deadline for the child to say cell `cell` ended passed, and what it sent before is read:
+/// the misbehaviour if it had the time ([`Watch::judge`]), else the deadline is armed again.
+fn judge_end(
+    process: &Arc<EngineProcess>,
+    cell: CellNumber,
+    owner: &Weak<dyn ProcessOwner>,
+) -> Option<Misbehaviour> {
+    let watch = {
+        let mut state = process.state.lock();
+        let slot = state.cells.get_mut(&cell)?;
+        if !std::mem::take(&mut slot.end_due) {
+            return None;
+        }
+        slot.end_watch?
+    };
+    match watch.judge(process.pid) {
+        Verdict::Overdue { cpu, wall } => Some(Misbehaviour::EndNotSaid {
+            cell,
+            after: verdict::in_words(cpu, wall),
+        }),
+        Verdict::RecheckAt(at) => {
+            if let Some(owner) = owner.upgrade() {
+                arm_end(process, &*owner, cell, at);
+            }
+            None
+        }
+    }
+}
+
+/// Reads what waits on the lane now, without waiting (and whatever tokio last saw of the
+/// socket's readiness); an error if the lane closed or broke.
+fn read_waiting(socket: &tokio::net::UnixStream, buffer: &mut FrameBuffer) -> std::io::Result<()> {
+    const ROOM: usize = 64 * 1024;
+    let bytes = buffer.space(ROOM);
+    let held = bytes.len();
+    bytes.resize(held + ROOM, 0);
+    let read = nix::unistd::read(socket.as_fd(), &mut bytes[held..]);
+    let read = match read {
+        Ok(0) => Err(std::io::ErrorKind::UnexpectedEof.into()),
+        Ok(read) => Ok(read),
+        Err(nix::errno::Errno::EAGAIN) => Ok(0),
+        Err(error) => Err(error.into()),
+    };
+    bytes.truncate(held + *read.as_ref().unwrap_or(&0));
+    read.map(drop)
 }
 
 /// How a lane's reading ended.

@@ -19,6 +19,7 @@ use super::lane_task::serve_cell;
 use super::route::{CellRoute, RouteState};
 use super::spawn::{raise_descriptor_limit, spawn};
 use super::state::{CellSlot, Whose, failure};
+use super::verdict::Watch;
 use crate::config::ProcessEngineConfig;
 use crate::lane::LaneWriter;
 #[cfg(feature = "test-hooks")]
@@ -760,12 +761,13 @@ impl Terminate for CellTerminator {
         }
         // The grace kill is armed before the child is asked: a child that never reads the
         // request is still stopped in time.
+        let watch = Watch::start(process.pid, self.grace);
         let armed = self.pool.upgrade().is_some_and(|pool| {
             pool.grace_kills.arm(
-                Instant::now() + self.grace,
+                watch.first_deadline(),
                 placed.clone(),
                 cell,
-                Deadline::Stop,
+                Deadline::Stop(watch),
             )
         });
         if !armed {

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use codemode_engine::{EventSender, HardStopReason, RuntimeEvent};
 
+use super::verdict::Watch;
 use crate::lane::{Lane, LaneWriter};
 use crate::wire::CellNumber;
 
@@ -68,6 +69,11 @@ pub(super) struct CellSlot {
     /// (the cell's owner terminates every cell it closes, so this spares each completed cell two
     /// frames and an armed grace kill).
     pub(super) finished: bool,
+    /// What the child had when its result came, for judging how long it takes to say the cell
+    /// ended (`verdict`).
+    pub(super) end_watch: Option<Watch>,
+    /// The deadline for that passed: the lane task judges it once it has read what waits.
+    pub(super) end_due: bool,
 }
 
 /// A cell's failure, as the result its owner receives.
@@ -100,6 +106,8 @@ impl CellSlot {
             lane: None,
             started: false,
             finished: false,
+            end_watch: None,
+            end_due: false,
         }
     }
 }
