@@ -26,6 +26,8 @@
 mod engines;
 #[path = "bench/first_list.rs"]
 mod first_list;
+#[path = "bench/load.rs"]
+mod load;
 #[path = "bench/measure.rs"]
 mod measure;
 #[path = "bench/memory.rs"]
@@ -83,6 +85,7 @@ fn main() {
         Mode::Exec { isolation, runs } => quick::exec(codemode, &isolation, runs),
         Mode::Engines => quick::engines(codemode),
         Mode::FirstList => first_list::run(codemode),
+        Mode::Load { isolation, load } => load::run(codemode, &isolation, load),
         Mode::Tracing { runs, baseline } => quick::tracing(codemode, runs, baseline.as_deref()),
     }
 }

@@ -76,7 +76,8 @@ const CASES: &[Case] = &[
         "one huge ArrayBuffer",
         r#"text("before"); new ArrayBuffer(2**32)"#,
         Failed(&[
-            "Array buffer allocation failed",
+            // V8 past the heap limit; QuickJS past the longest buffer it makes.
+            "heap limit exceeded",
             "Invalid array buffer length",
             // QuickJS's wording
             "invalid array buffer length",
@@ -165,15 +166,79 @@ const CASES: &[Case] = &[
         "memory",
         "JSON bomb: wide parse",
         r#"text("before"); JSON.parse("[" + "1,".repeat(2e8) + "1]")"#,
-        // Whichever V8 reaches first: the heap limit, or the largest array it can make, which
-        // it refuses by ending its engine process (the crash names it).
+        // A text that could make an array longer than V8 can hold is refused before V8 ends its
+        // process over it; QuickJS reaches the heap limit.
         Failed(&[
             "heap limit exceeded",
             "cpu time limit exceeded",
-            "Invalid",
-            "allocation failed",
-            "Fatal JavaScript invalid size error",
+            "larger than the engine can hold",
         ]),
+        Some("before"),
+    ),
+    // Each allocation a built-in makes is held to the heap limit (256 MiB here), however the
+    // built-in makes it: V8 builds some results without checking it, and ends its process over
+    // an array longer than it can hold (134,217,725 elements).
+    case(
+        "memory",
+        "a global match's result past the heap limit",
+        r#"text("before"); "a".repeat(1e8).match(/a/g)"#,
+        Failed(HEAP),
+        Some("before"),
+    ),
+    case(
+        "memory",
+        "a global match longer than V8's longest array",
+        r#"text("before"); "a".repeat(2e8).match(/a/g)"#,
+        Failed(HEAP),
+        Some("before"),
+    ),
+    case(
+        "memory",
+        "a split past the heap limit",
+        r#"text("before"); "a".repeat(1e8).split("")"#,
+        Failed(HEAP),
+        Some("before"),
+    ),
+    case(
+        "memory",
+        "a split longer than V8's longest array, by a string and by a regular expression",
+        r#"text("before"); try { "a".repeat(2e8).split("") } catch { text("caught") } "a,".repeat(1.5e8).split(/,/)"#,
+        Failed(HEAP),
+        Some("before"),
+    ),
+    case(
+        "memory",
+        "Array.from past the heap limit",
+        r#"text("before"); Array.from({ length: 8e7 }, (_, i) => i)"#,
+        Failed(HEAP),
+        Some("before"),
+    ),
+    case(
+        "memory",
+        "concat past the heap limit",
+        r#"text("before"); const a = new Array(4e7).fill(1); a.concat(a, a, a)"#,
+        Failed(HEAP),
+        Some("before"),
+    ),
+    case(
+        "memory",
+        "a typed array past the heap limit",
+        r#"text("before"); try { new Float64Array(5e7) } catch { text("caught, and retried") } new Float64Array(5e7)"#,
+        Failed(HEAP),
+        Some("before"),
+    ),
+    case(
+        "memory",
+        "JSON.parse past the heap limit",
+        r#"text("before"); JSON.parse("[" + "1,".repeat(6e7) + "1]")"#,
+        Failed(HEAP),
+        Some("before"),
+    ),
+    case(
+        "memory",
+        "a string built past the heap limit",
+        r#"text("before"); text("x".repeat(2e8).toUpperCase().length)"#,
+        Failed(HEAP),
         Some("before"),
     ),
     case(

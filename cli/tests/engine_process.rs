@@ -1382,6 +1382,51 @@ fn a_result_read_late_by_the_parent_does_not_end_its_process() {
     );
 }
 
+/// V8 ends its process over an array longer than 134,217,725 elements, which a global match, a
+/// split or JSON.parse of a string that long may ask for: the bootstrap builds those results
+/// itself for such strings, and they must be what the language says.
+#[test]
+fn split_and_match_on_strings_longer_than_v8_s_longest_array_keep_their_meaning() {
+    let engine = ProcessEngine::new(config());
+    let mut long_strings = cell(
+        r#"
+        const long = "a".repeat(134217725) + ",b,,c";
+        const pieces = long.split(",");
+        text([pieces.length, pieces[0].length, pieces[1], pieces[2], pieces[3]].join("|"));
+        text(long.split(",", 2).length + "|" + long.split(",", 0).length);
+        text(long.split(/(,)/).length + "|" + long.split(/,/).slice(1).join("/"));
+        text(long.match(/,./g).join("/") + "|" + long.match(/,./).index + "|" + long.match(/x/g));
+        const flags = /,/g; flags.lastIndex = 7; long.match(flags); text(String(flags.lastIndex));
+        try { JSON.parse(" ".repeat(134217725) + "1"); text("parsed"); }
+        catch (error) { text(error.name + ": " + error.message); }
+        "#,
+    );
+    long_strings.limits = long_strings
+        .limits
+        .with_heap_limit_bytes(1024 * 1024 * 1024);
+    let ended = start(&engine, long_strings).finish();
+    assert_eq!(
+        ended.result.as_ref().map(|(_, error)| error),
+        Some(&None),
+        "{ended:?}"
+    );
+    assert_eq!(
+        ended.texts[..5],
+        [
+            "4|134217725|b||c",
+            "2|0",
+            "7|b//c",
+            ",b/,,|134217725|null",
+            "0"
+        ]
+    );
+    assert!(
+        ended.texts[5].starts_with("RangeError: JSON.parse: a text of 134217726 characters"),
+        "{:?}",
+        ended.texts
+    );
+}
+
 /// A lane keeps its V8 isolate for the tenant's next cell when its cell ended on its own, with a
 /// fresh context: nothing a cell left in its globals, its built-ins' prototypes or its own
 /// globals' count reaches the next cell on that lane.

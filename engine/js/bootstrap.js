@@ -9,7 +9,8 @@
 // before the cell's module runs). Every rule that does not need JavaScript (ids, output items,
 // stored values, refusals) is decided in Rust behind `host`; this file does only what needs
 // JavaScript: String(), JSON.stringify/parse, promises and callbacks. It defines no built-in of
-// the language: both engines have today's natively (the conformance suite holds them to it).
+// the language (both engines have today's natively: the conformance suite holds them to it),
+// but guards three (split, match, JSON.parse) against strings too long for V8's arrays.
 (function installCodemodeGlobals(host, configJson) {
   'use strict';
 
@@ -283,6 +284,174 @@
     delete global.SharedArrayBuffer;
     delete global.Atomics;
     delete global.WebAssembly;
+  }
+
+  // ---- built-ins whose result the engine cannot hold ----
+
+  // V8 ends its whole process ("Fatal JavaScript invalid size error") when a global match, a
+  // split or JSON.parse would make an array longer than it can hold (config.longestArray:
+  // 134,217,725 elements, its FixedArray::kMaxLength), which only a string at least that long
+  // can ask for. For such a
+  // string a global match and a split build their result here, element by element, exactly as
+  // the language says, so that the heap limit ends the cell as it ends any other allocation; a
+  // JSON text that long throws a RangeError that says so. Shorter strings, the common case, take
+  // the built-in itself after one length comparison. (QuickJS has no such limit: its engine
+  // gives no longestArray, and its built-ins stay as they are.)
+  const LONGEST_ARRAY = config.longestArray;
+  const $RegExp = RegExp;
+  const nativeSplit = String.prototype.split;
+  const nativeMatch = String.prototype.match;
+  const nativeRegExpMatch = RegExp.prototype[Symbol.match];
+  const nativeRegExpSplit = RegExp.prototype[Symbol.split];
+  const symbolSplit = $Symbol.split;
+  const symbolMatch = $Symbol.match;
+  const stringPrototype = String.prototype;
+  const stringIndexOf = uncurry(String.prototype.indexOf);
+  const stringSlice = uncurry(String.prototype.slice);
+  const stringCharCodeAt = uncurry(String.prototype.charCodeAt);
+  const regExpFlags = uncurry(Object.getOwnPropertyDescriptor(RegExp.prototype, 'flags').get);
+  const isRegExp = (value) => {
+    try {
+      regExpFlags(value);
+      return typeof value === 'object' && value !== null && value instanceof $RegExp;
+    } catch {
+      return false;
+    }
+  };
+  const toLength = (value) => {
+    const number = $Number(value);
+    if (!(number > 0)) return 0;
+    return $Math.min($Math.floor(number), 2 ** 53 - 1);
+  };
+  // AdvanceStringIndex: past a surrogate pair in unicode mode.
+  const advance = (string, index, unicode) => {
+    if (!unicode || index + 1 >= string.length) return index + 1;
+    const first = stringCharCodeAt(string, index);
+    const second = stringCharCodeAt(string, index + 1);
+    const pair = first >= 0xd800 && first <= 0xdbff && second >= 0xdc00 && second <= 0xdfff;
+    return index + (pair ? 2 : 1);
+  };
+  // RegExpExec: the regular expression's own `exec`.
+  const regExpExec = (regexp, string) => {
+    const exec = regexp.exec;
+    const result = reflectApply(exec, regexp, [string]);
+    if (result !== null && (typeof result !== 'object' || result === undefined)) {
+      throw new $TypeError('exec must return an object or null');
+    }
+    return result;
+  };
+  // String.prototype.split on a string this long, by a string or a regular expression.
+  function splitLong(string, separator, limit) {
+    const most = limit === undefined ? 2 ** 32 - 1 : limit >>> 0;
+    const pieces = [];
+    if (most === 0) return pieces;
+    if (typeof separator === 'string') {
+      if (separator === '') {
+        for (let i = 0; i < string.length && pieces.length < most; i++) {
+          arrayPush(pieces, stringSlice(string, i, i + 1));
+        }
+        return pieces;
+      }
+      let from = 0;
+      for (let at = stringIndexOf(string, separator, 0); at !== -1; at = stringIndexOf(string, separator, from)) {
+        arrayPush(pieces, stringSlice(string, from, at));
+        if (pieces.length === most) return pieces;
+        from = at + separator.length;
+      }
+      arrayPush(pieces, stringSlice(string, from));
+      return pieces;
+    }
+    // RegExp.prototype[Symbol.split], with a sticky copy of the expression.
+    const flags = $String(separator.flags);
+    const unicode = stringIncludes(flags, 'u') || stringIncludes(flags, 'v');
+    const splitter = new $RegExp(separator, stringIncludes(flags, 'y') ? flags : flags + 'y');
+    let from = 0;
+    let at = 0;
+    while (at < string.length) {
+      splitter.lastIndex = at;
+      const match = regExpExec(splitter, string);
+      if (match === null) {
+        at = advance(string, at, unicode);
+        continue;
+      }
+      const end = $Math.min(toLength(splitter.lastIndex), string.length);
+      if (end === from) {
+        at = advance(string, at, unicode);
+        continue;
+      }
+      arrayPush(pieces, stringSlice(string, from, at));
+      if (pieces.length === most) return pieces;
+      from = end;
+      const captures = $Math.max(toLength(match.length) - 1, 0);
+      for (let i = 1; i <= captures; i++) {
+        arrayPush(pieces, match[i]);
+        if (pieces.length === most) return pieces;
+      }
+      at = from;
+    }
+    arrayPush(pieces, stringSlice(string, from));
+    return pieces;
+  }
+  // RegExp.prototype[Symbol.match] of a global expression on a string this long.
+  function matchAllLong(regexp, string) {
+    const flags = $String(regexp.flags);
+    const unicode = stringIncludes(flags, 'u') || stringIncludes(flags, 'v');
+    regexp.lastIndex = 0;
+    const found = [];
+    for (;;) {
+      const match = regExpExec(regexp, string);
+      if (match === null) return found.length === 0 ? null : found;
+      const text = $String(match[0]);
+      arrayPush(found, text);
+      if (text === '') regexp.lastIndex = advance(string, toLength(regexp.lastIndex), unicode);
+    }
+  }
+  const longStringBuiltIns = {
+    split(separator, limit) {
+      if (typeof this === 'string' && this.length >= LONGEST_ARRAY) {
+        if (typeof separator === 'string' && stringPrototype[symbolSplit] === undefined) {
+          return splitLong(this, separator, limit);
+        }
+        if (isRegExp(separator) && separator[symbolSplit] === nativeRegExpSplit) {
+          return splitLong(this, separator, limit);
+        }
+      }
+      return reflectApply(nativeSplit, this, arguments);
+    },
+    match(regexp) {
+      if (
+        typeof this === 'string' &&
+        this.length >= LONGEST_ARRAY &&
+        isRegExp(regexp) &&
+        regexp[symbolMatch] === nativeRegExpMatch &&
+        stringIncludes($String(regexp.flags), 'g')
+      ) {
+        return matchAllLong(regexp, this);
+      }
+      return reflectApply(nativeMatch, this, arguments);
+    },
+    parse(text, reviver) {
+      if (typeof text === 'string' && text.length >= LONGEST_ARRAY) {
+        throw new $RangeError(
+          `JSON.parse: a text of ${text.length} characters could make an array or object larger ` +
+            `than the engine can hold (${LONGEST_ARRAY} elements); parse it in smaller pieces`,
+        );
+      }
+      return reflectApply(jsonParse, JSON, arguments);
+    },
+  };
+  const replaceMethod = (owner, name) => {
+    defineProperty(owner, name, {
+      value: longStringBuiltIns[name],
+      writable: true,
+      enumerable: false,
+      configurable: true,
+    });
+  };
+  if (LONGEST_ARRAY !== undefined) {
+    replaceMethod(stringPrototype, 'split');
+    replaceMethod(stringPrototype, 'match');
+    replaceMethod(JSON, 'parse');
   }
 
   // ---- the dispatcher the runtime thread calls ----

@@ -11,11 +11,14 @@
 //! errors in the same shapes as V8's (`errors`).
 //!
 //! This crate knows nothing of cell actors, sessions or tools beyond their definitions: it speaks
-//! only the channels of `codemode_engine`. It has no `unsafe` code.
+//! only the channels of `codemode_engine`. Its one `unsafe` code is the runtime's allocator
+//! (`allocator`, which holds QuickJS to the heap limit and says when it refused).
 
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
 #![deny(missing_docs)]
 
+#[allow(unsafe_code)]
+mod allocator;
 mod errors;
 mod runtime;
 mod watchdog;

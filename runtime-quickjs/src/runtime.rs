@@ -16,6 +16,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use crate::allocator::LimitedAllocator;
 use codemode_engine::EngineError;
 use codemode_engine::globals::{THROW_SITE_BINDING, THROW_SITE_MODULE, THROW_SITE_PROPERTY};
 use codemode_engine::script::{
@@ -183,6 +184,8 @@ pub struct QuickJsRuntime {
     /// What the throw-site setter recorded last: the value and where it was thrown.
     thrown: ThrownRecord,
     heap_limit_bytes: usize,
+    /// Set by the runtime's allocator when it refused an allocation past the heap limit.
+    refused: Arc<AtomicBool>,
 }
 
 impl std::fmt::Debug for QuickJsRuntime {
@@ -207,10 +210,11 @@ impl QuickJsRuntime {
     /// A runtime whose heap (every allocation of QuickJS, strings and array buffers included)
     /// may grow to `heap_limit_bytes`.
     pub fn new(heap_limit_bytes: usize, host: CellHost) -> Result<Self, EngineError> {
-        let runtime = Runtime::new().map_err(|error| {
+        // The limit is the allocator's (QuickJS's own is left unset): a refusal is then known.
+        let (allocator, refused) = LimitedAllocator::new(heap_limit_bytes);
+        let runtime = Runtime::new_with_alloc(allocator).map_err(|error| {
             EngineError::Runtime(format!("QuickJS could not create a runtime: {error}"))
         })?;
-        runtime.set_memory_limit(heap_limit_bytes);
         runtime.set_max_stack_size(MAX_STACK_BYTES);
         let thrown: ThrownRecord = Rc::default();
         runtime.set_loader(
@@ -226,8 +230,11 @@ impl QuickJsRuntime {
         {
             let halt = halt.clone();
             let budget = Rc::clone(&budget);
+            let refused = Arc::clone(&refused);
             runtime.set_interrupt_handler(Some(Box::new(move || {
-                if halt.requested() {
+                // An allocation refused for the heap limit ends the cell, even if it caught the
+                // error QuickJS threw.
+                if halt.requested() || refused.load(Ordering::Relaxed) {
                     return true;
                 }
                 if let Some(cell) = budget.borrow().as_ref() {
@@ -259,6 +266,7 @@ impl QuickJsRuntime {
             budget,
             thrown,
             heap_limit_bytes,
+            refused,
         })
     }
 
@@ -516,7 +524,7 @@ impl ScriptRuntime for QuickJsRuntime {
     }
 
     fn heap_limit_hit(&self) -> bool {
-        self.flags.out_of_memory.get()
+        self.flags.out_of_memory.get() || self.refused.load(Ordering::Relaxed)
     }
 
     fn bootstrap(&mut self, source: &str, config: &str) -> RunStatus {

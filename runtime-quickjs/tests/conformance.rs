@@ -14,7 +14,6 @@ const DIALECT: Dialect = Dialect {
     unexpected_semicolon: "SyntaxError: unexpected token in expression: ';'",
     circular_json: "circular reference",
     bigint_json: "BigInt are forbidden in JSON.stringify",
-    array_buffer_allocation_failed: "InternalError: out of memory",
     new_error_column_offset: 4,
 };
 

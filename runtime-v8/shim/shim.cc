@@ -156,10 +156,16 @@ class CountingAllocator final : public ArrayBuffer::Allocator {
   }
 
  private:
+  // A reservation past the limit is refused, and stops the cell as its heap limit does: the
+  // cell ends with the heap-limit error instead of a RangeError it could catch and retry.
   bool Reserve(size_t length) {
     size_t current = used_.load(std::memory_order_relaxed);
     do {
-      if (length > limit_ || current > limit_ - length) return false;
+      if (length > limit_ || current > limit_ - length) {
+        refused_.store(true);
+        if (Isolate* isolate = isolate_.load()) isolate->TerminateExecution();
+        return false;
+      }
     } while (!used_.compare_exchange_weak(current, current + length, std::memory_order_relaxed));
     return true;
   }
@@ -168,11 +174,17 @@ class CountingAllocator final : public ArrayBuffer::Allocator {
 
  public:
   size_t used() const { return used_.load(std::memory_order_relaxed); }
+  // Whether a reservation past the limit was refused.
+  bool refused() const { return refused_.load(); }
+  // The isolate a refusal stops (set once it exists).
+  void set_isolate(Isolate* isolate) { isolate_.store(isolate); }
 
  private:
 
   const size_t limit_;
   std::atomic<size_t> used_{0};
+  std::atomic<bool> refused_{false};
+  std::atomic<Isolate*> isolate_{nullptr};
 };
 
 }  // namespace
@@ -206,6 +218,9 @@ struct cm_runtime {
   cm_host_fn host = nullptr;
   void* host_data = nullptr;
   std::atomic<bool> heap_limit_hit{false};
+  // The heap limit the isolate was made with: a heap found above it (a built-in such as a global
+  // `match` builds its result where V8 does not check the limit) is the limit hit.
+  size_t heap_limit_bytes = 0;
   std::string last_error;
   // Where the cell last threw through the throw-site object, or where the last promise rejected
   // without a handler was rejected in the cell (line, 1-based column; 0 when unknown), and with
@@ -722,6 +737,7 @@ cm_runtime* cm_runtime_new(size_t heap_limit_bytes, cm_host_fn host, void* host_
   try {
     rt = new cm_runtime();
     rt->allocator = std::make_unique<CountingAllocator>(heap_limit_bytes);
+    rt->heap_limit_bytes = heap_limit_bytes;
     rt->host = host;
     rt->host_data = host_data;
     Isolate::CreateParams params;
@@ -744,6 +760,7 @@ cm_runtime* cm_runtime_new(size_t heap_limit_bytes, cm_host_fn host, void* host_
     Isolate* isolate = rt->isolate;
     isolate->SetMicrotasksPolicy(MicrotasksPolicy::kExplicit);
     isolate->AddNearHeapLimitCallback(NearHeapLimit, rt);
+    rt->allocator->set_isolate(isolate);
     isolate->SetHostImportModuleDynamicallyCallback(RefuseDynamicImport);
     // The cell has no WebAssembly (the bootstrap deletes the global): should a reference to it
     // survive anyway, V8 compiles no module for it.
@@ -793,7 +810,7 @@ constexpr size_t kMaxResetHeapBytes = 16 * 1024 * 1024;
 
 int32_t cm_runtime_reset(cm_runtime* rt) {
   try {
-    if (rt->heap_limit_hit.load()) return 1;
+    if (rt->heap_limit_hit.load() || rt->allocator->refused()) return 1;
     Isolate* isolate = rt->isolate;
     Isolate::Scope isolate_scope(isolate);
     HeapStatistics statistics;
@@ -822,7 +839,23 @@ void cm_set_fatal_hook(cm_fatal_fn hook) { g_fatal_hook.store(hook); }
 // Thread-safe: stops whatever JavaScript runs now, or the next that would run.
 void cm_runtime_terminate(cm_runtime* rt) { rt->isolate->TerminateExecution(); }
 
-int32_t cm_runtime_heap_limit_hit(cm_runtime* rt) { return rt->heap_limit_hit.load() ? 1 : 0; }
+// Whether the cell went past its heap limit: V8 said so (NearHeapLimit), an ArrayBuffer past it
+// was refused, or the heap is above it now (V8 builds some results, such as a global `match`'s
+// array, without checking the limit, and the cell would go on holding them).
+int32_t cm_runtime_heap_limit_hit(cm_runtime* rt) {
+  if (rt->heap_limit_hit.load() || rt->allocator->refused()) return 1;
+  try {
+    Isolate::Scope isolate_scope(rt->isolate);
+    HeapStatistics statistics;
+    rt->isolate->GetHeapStatistics(&statistics);
+    if (statistics.used_heap_size() > rt->heap_limit_bytes) {
+      rt->heap_limit_hit.store(true);
+      return 1;
+    }
+  } catch (...) {
+  }
+  return 0;
+}
 
 const char* cm_runtime_last_error(cm_runtime* rt, size_t* length) {
   *length = rt->last_error.size();

@@ -62,6 +62,10 @@ impl ScriptRuntime for V8Runtime<CellHost> {
         V8Runtime::heap_limit_hit(self)
     }
 
+    /// V8's `FixedArray::kMaxLength` with pointer compression (Node 24's build): an array past it
+    /// is a fatal error ("invalid size"), which ends the process.
+    const LONGEST_ARRAY: Option<u32> = Some(134_217_725);
+
     fn prepare_bootstrap(source: &str, config: &str, snapshot_config: &str) {
         snapshot::prepare(source, config, snapshot_config);
     }

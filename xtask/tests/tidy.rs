@@ -31,6 +31,10 @@ const UNSAFE_ALLOWED: &[(&str, &str)] = &[
         "the test-only native attack probe's one call: its rules at its top",
     ),
     (
+        "runtime-quickjs/src/allocator.rs",
+        "QuickJS's allocator, passed on to rquickjs's RustAllocator and held to the heap limit: its rules at its top",
+    ),
+    (
         "engine-process/src/descriptors.rs",
         "two system calls on descriptors (SCM_RIGHTS, closing inherited ones): its rules at its top",
     ),

@@ -42,6 +42,12 @@ pub(crate) enum Mode {
         runs: usize,
         baseline: Option<String>,
     },
+    /// `--load-only`: one HTTP server under load, its engine processes killed at intervals
+    /// (`--seconds`, `--sessions`, `--kill-every`, `--isolation`).
+    Load {
+        isolation: String,
+        load: crate::load::Load,
+    },
 }
 
 /// What every mode may be given.
@@ -75,6 +81,7 @@ const MODE_FLAGS: &[&str] = &[
     "--engines-only",
     "--tracing-only",
     "--first-list-only",
+    "--load-only",
 ];
 
 /// The value after `--name`, if given.
@@ -139,6 +146,14 @@ pub(crate) fn parse(args: &[String]) -> Result<(Mode, Options), String> {
         ["--tracing-only"] => Mode::Tracing {
             runs: count("--runs", 40)?,
             baseline: flag(args, "--baseline"),
+        },
+        ["--load-only"] => Mode::Load {
+            isolation: flag(args, "--isolation").unwrap_or_else(|| "process".into()),
+            load: crate::load::Load {
+                seconds: count("--seconds", 90)? as u64,
+                sessions: count("--sessions", 40)?,
+                kill_every_seconds: count("--kill-every", 10)? as u64,
+            },
         },
         several => {
             return Err(format!(

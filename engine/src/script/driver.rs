@@ -129,6 +129,12 @@ pub trait ScriptRuntime: Sized + 'static {
     fn host_panicked(&self) -> bool;
     /// Whether the heap limit stopped the runtime.
     fn heap_limit_hit(&self) -> bool;
+    /// The most elements an array of this engine can hold, when going past it ends the process
+    /// instead of throwing (V8: "Fatal JavaScript invalid size error"): the bootstrap then builds
+    /// the results of a global `match` and a `split` on strings that long itself, element by
+    /// element, so that the heap limit ends the cell, and refuses `JSON.parse` of a text that
+    /// long. `None` (the default): the engine's own built-ins are safe.
+    const LONGEST_ARRAY: Option<u32> = None;
     /// Called before each runtime is created with the bootstrap it will run (the same `source`
     /// and `config` each time in a process, as a rule): an engine may prepare, once, something its
     /// runtimes share, such as a snapshot of the bootstrapped global scope from which each runtime
@@ -182,16 +188,26 @@ struct BootstrapConfig {
     /// [`ScriptRuntime::prepare_bootstrap`]); left out when not.
     #[serde(rename = "forSnapshot", skip_serializing_if = "std::ops::Not::not")]
     for_snapshot: bool,
+    /// The engine's [`ScriptRuntime::LONGEST_ARRAY`]; left out when it has none.
+    #[serde(rename = "longestArray", skip_serializing_if = "Option::is_none")]
+    longest_array: Option<u32>,
 }
 
 impl BootstrapConfig {
-    /// The configuration as the bootstrap reads it (JSON): encoded once per process for each
-    /// value of `test_hooks` and `for_snapshot`, not again for every runtime and every cell a
-    /// runtime serves.
-    fn json(test_hooks: bool, for_snapshot: bool) -> Result<&'static str, EngineError> {
-        static ENCODED: [std::sync::OnceLock<String>; 4] =
-            [const { std::sync::OnceLock::new() }; 4];
-        let slot = &ENCODED[usize::from(test_hooks) * 2 + usize::from(for_snapshot)];
+    /// The configuration as the bootstrap reads it (JSON): encoded once per
+    /// process for each value of `test_hooks` and `for_snapshot` and each engine's
+    /// [`ScriptRuntime::LONGEST_ARRAY`] (some or none: one engine, V8, has one), not again for
+    /// every runtime and every cell a runtime serves.
+    fn json(
+        test_hooks: bool,
+        for_snapshot: bool,
+        longest_array: Option<u32>,
+    ) -> Result<&'static str, EngineError> {
+        static ENCODED: [std::sync::OnceLock<String>; 8] =
+            [const { std::sync::OnceLock::new() }; 8];
+        let slot = &ENCODED[usize::from(test_hooks) * 4
+            + usize::from(for_snapshot) * 2
+            + usize::from(longest_array.is_some())];
         if let Some(json) = slot.get() {
             return Ok(json);
         }
@@ -199,6 +215,7 @@ impl BootstrapConfig {
             test_hooks,
             ops: HostOp::numbers(),
             for_snapshot,
+            longest_array,
         })
         .map_err(|error| {
             EngineError::Runtime(format!(
@@ -468,8 +485,8 @@ impl<R: ScriptRuntime> WarmRuntime<R> {
     pub fn create(heap_limit_bytes: usize, test_hooks: bool) -> Result<Self, EngineError> {
         R::prepare_bootstrap(
             BOOTSTRAP_JS,
-            BootstrapConfig::json(test_hooks, false)?,
-            BootstrapConfig::json(test_hooks, true)?,
+            BootstrapConfig::json(test_hooks, false, R::LONGEST_ARRAY)?,
+            BootstrapConfig::json(test_hooks, true, R::LONGEST_ARRAY)?,
         );
         let runtime = R::create(heap_limit_bytes, placeholder_host(test_hooks))?;
         Self::bootstrapped(runtime, heap_limit_bytes, test_hooks, 0)
@@ -495,7 +512,7 @@ impl<R: ScriptRuntime> WarmRuntime<R> {
         test_hooks: bool,
         cells_before: u32,
     ) -> Result<Self, EngineError> {
-        let config = BootstrapConfig::json(test_hooks, false)?;
+        let config = BootstrapConfig::json(test_hooks, false, R::LONGEST_ARRAY)?;
         match runtime.bootstrap(BOOTSTRAP_JS, config) {
             RunStatus::Ok => Ok(WarmRuntime {
                 runtime,
@@ -807,12 +824,23 @@ mod tests {
 
     #[test]
     fn the_snapshot_config_is_the_config_marked_for_a_snapshot() {
-        for test_hooks in [false, true] {
-            let config: serde_json::Value =
-                serde_json::from_str(BootstrapConfig::json(test_hooks, false).unwrap()).unwrap();
-            let snapshot: serde_json::Value =
-                serde_json::from_str(BootstrapConfig::json(test_hooks, true).unwrap()).unwrap();
+        for (test_hooks, longest_array) in [false, true]
+            .into_iter()
+            .flat_map(|hooks| [(hooks, None), (hooks, Some(134_217_725))])
+        {
+            let config: serde_json::Value = serde_json::from_str(
+                BootstrapConfig::json(test_hooks, false, longest_array).unwrap(),
+            )
+            .unwrap();
+            let snapshot: serde_json::Value = serde_json::from_str(
+                BootstrapConfig::json(test_hooks, true, longest_array).unwrap(),
+            )
+            .unwrap();
             assert_eq!(config["testHooks"], test_hooks);
+            assert_eq!(
+                config.get("longestArray").and_then(|n| n.as_u64()),
+                longest_array.map(u64::from)
+            );
             assert!(config.get("forSnapshot").is_none());
             let mut marked = config.clone();
             marked["forSnapshot"] = serde_json::Value::Bool(true);

@@ -38,8 +38,6 @@ pub struct Dialect {
     pub circular_json: &'static str,
     /// `JSON.stringify`'s message for a BigInt.
     pub bigint_json: &'static str,
-    /// What `new ArrayBuffer(...)` throws past the heap limit (`name: message`).
-    pub array_buffer_allocation_failed: &'static str,
     /// How many columns after the `new` keyword the position of an error made by `new X()` is.
     pub new_error_column_offset: u32,
 }
@@ -52,17 +50,8 @@ impl Dialect {
         unexpected_semicolon: "SyntaxError: Unexpected token ';'",
         circular_json: "Converting circular structure to JSON",
         bigint_json: "Do not know how to serialize a BigInt",
-        array_buffer_allocation_failed: "RangeError: Array buffer allocation failed",
         new_error_column_offset: 0,
     };
-
-    /// The name part of [`Dialect::array_buffer_allocation_failed`].
-    pub fn allocation_failure_name(&self) -> &'static str {
-        self.array_buffer_allocation_failed
-            .split(':')
-            .next()
-            .unwrap_or_default()
-    }
 }
 
 /// A test an engine is known to fail, with the reason, in one visible place.
