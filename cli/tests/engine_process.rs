@@ -1427,6 +1427,41 @@ fn split_and_match_on_strings_longer_than_v8_s_longest_array_keep_their_meaning(
     );
 }
 
+/// A deadline judges the thread that runs its cell, not the whole process: a child late to say
+/// that a cell ended (here, never: a forged result) is not ended while another of its cells
+/// computes, legitimately, for longer than the grace period on a thread of its own.
+#[test]
+fn a_late_cell_is_judged_by_its_own_thread_not_by_its_busy_neighbour() {
+    use codemode_engine_process::Forgery;
+    let engine = ProcessEngine::new(
+        config()
+            .with_spare_processes(0)
+            .with_cells_per_process(4)
+            .with_hard_stop_grace(Duration::from_millis(300)),
+    );
+    // Cell 1 computes for a second once its call is answered; cell 2 gets a forged result.
+    let mut busy = start(
+        &engine,
+        tenant_cell(
+            "t",
+            r#"await tools.echo(1); const until = Date.now() + 1000; while (Date.now() < until) {} text("done");"#,
+        ),
+    );
+    let (call, _) = until_tool_call(&mut busy);
+    let mut forger = start(&engine, tenant_cell("t", &waiting("forger")));
+    let _ = until_tool_call(&mut forger);
+    engine
+        .probe_sandbox(Probe::Forge(Forgery::ResultWithoutEnd(2)))
+        .unwrap();
+    assert_eq!(forger.until_result(), None);
+    let busy = busy.answer_and_finish(call);
+    assert_eq!(busy.texts, ["done"], "{busy:?}");
+    assert_eq!(busy.result.as_ref().map(|(_, error)| error), Some(&None), "{busy:?}");
+    // The forger's process is still ended, once its wall-clock bound has passed.
+    forger.handles.terminate.terminate();
+    let _ = forger.finish();
+}
+
 /// A lane keeps its V8 isolate for the tenant's next cell when its cell ended on its own, with a
 /// fresh context: nothing a cell left in its globals, its built-ins' prototypes or its own
 /// globals' count reaches the next cell on that lane.

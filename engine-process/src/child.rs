@@ -674,6 +674,9 @@ impl CellLane for SocketLane {
             (cell, start)
         };
         self.cell = Some(cell);
+        // Which thread runs the cell (this one): the parent judges its deadlines by its CPU time.
+        let thread = u32::try_from(nix::unistd::gettid().as_raw()).unwrap_or_default();
+        send_on(&self.writer, ToParent::Thread { cell, thread });
         self.cells
             .lock()
             .entry(cell)

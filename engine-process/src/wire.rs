@@ -55,7 +55,7 @@ pub(crate) const MAX_CHILD_FRAME_BYTES: usize = {
 
 /// The version of this protocol. Parent and child say theirs first; a mismatch (a binary replaced
 /// under a running parent by another version) is a clear error, not a garbled frame.
-pub(crate) const WIRE_VERSION: u32 = 5;
+pub(crate) const WIRE_VERSION: u32 = 6;
 
 /// The largest frame a child may send for `event`, given what the limits allow it to carry:
 /// `None` when any frame within [`MAX_CHILD_FRAME_BYTES`] will do.
@@ -213,6 +213,12 @@ pub(crate) enum ToParent {
     Event {
         cell: CellNumber,
         event: RuntimeEvent,
+    },
+    /// The thread (its id in the system) that runs the cell, sent on the cell's lane before
+    /// its events: a deadline judges the child by that thread's CPU time.
+    Thread {
+        cell: CellNumber,
+        thread: u32,
     },
     /// The cell's runtime has ended; nothing more comes for it.
     Ended {

@@ -31,6 +31,9 @@ const TOKENS: [(&str, &str); 2] = [
     ("beta", "beta-token-0123456789abcdef0"),
 ];
 
+/// How long a call may go unanswered before the run counts it as lost (a hang guard).
+const HANG_GUARD: Duration = Duration::from_secs(60);
+
 /// The cell each session runs, numbered: five awaited calls, a store, a load, and its number.
 fn cell(number: usize) -> String {
     format!(
@@ -66,7 +69,15 @@ async fn call(
 ) -> String {
     let params = CallToolRequestParams::new(tool)
         .with_arguments(arguments.as_object().cloned().unwrap_or_default());
-    match client.call_tool(params).await {
+    let asked = utc_time_of_day();
+    let answer = tokio::time::timeout(HANG_GUARD, client.call_tool(params)).await;
+    let Ok(answer) = answer else {
+        return format!(
+            "no answer to {tool} asked at {asked} UTC within {} s",
+            HANG_GUARD.as_secs()
+        );
+    };
+    match answer {
         Ok(result) => result
             .content
             .iter()
@@ -75,6 +86,21 @@ async fn call(
             .join("\n"),
         Err(error) => format!("the call failed: {error}"),
     }
+}
+
+/// The time of day now, UTC (`HH:MM:SS.mmm`), to find a lost call in the server's log.
+fn utc_time_of_day() -> String {
+    let since_epoch = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    let millis = since_epoch.as_millis() % 86_400_000;
+    format!(
+        "{:02}:{:02}:{:02}.{:03}",
+        millis / 3_600_000,
+        millis / 60_000 % 60,
+        millis / 1000 % 60,
+        millis % 1000
+    )
 }
 
 /// One session's loop until `stop`: each `exec` (and its `wait`s, if it yields), its latency and
@@ -108,7 +134,7 @@ async fn session_loop(
             .lock()
             .push((crate::measure::ms(began.elapsed()), outcome));
     }
-    let _ = client.cancel().await;
+    let _ = tokio::time::timeout(Duration::from_secs(5), client.cancel()).await;
 }
 
 /// The engine processes of the server `pid`: its child processes.
@@ -237,8 +263,17 @@ pub(crate) fn run(codemode: &str, isolation: &str, load: Load) {
         latency.p99,
         lost.len(),
     );
-    for why in lost.iter().take(5) {
-        println!("  lost: {why}");
+    let mut reasons: std::collections::BTreeMap<String, usize> = Default::default();
+    for why in &lost {
+        let last_line = why.lines().last().unwrap_or_default();
+        *reasons.entry(last_line.chars().take(200).collect()).or_default() += 1;
     }
-    let _ = std::fs::remove_dir_all(&folder);
+    for (why, count) in &reasons {
+        println!("  lost {count}: {why}");
+    }
+    if lost.is_empty() {
+        let _ = std::fs::remove_dir_all(&folder);
+    } else {
+        println!("  the server's log is kept: {}", log.display());
+    }
 }

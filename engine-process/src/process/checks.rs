@@ -79,6 +79,7 @@ pub(super) fn check_cell_frame(
         ToParent::Ended { cell } | ToParent::StartFailed { cell, .. } if !hosts(cell) => {
             Err(Misbehaviour::EndedUnknownCell(*cell))
         }
+        ToParent::Thread { cell, .. } if !hosts(cell) => Err(Misbehaviour::UnknownCell(*cell)),
         // The process's own frames never come here: `check_lane` refuses them first.
         _ => Ok(()),
     }
@@ -88,6 +89,7 @@ pub(super) fn check_cell_frame(
 pub(super) fn check_control(message: &ToParent) -> Result<(), Misbehaviour> {
     match message {
         ToParent::Event { cell, .. }
+        | ToParent::Thread { cell, .. }
         | ToParent::Ended { cell }
         | ToParent::StartFailed { cell, .. } => Err(Misbehaviour::OffLane {
             cell: *cell,
@@ -107,6 +109,7 @@ pub(super) fn check_lane(
 ) -> Result<(), Misbehaviour> {
     match message {
         ToParent::Event { cell, .. }
+        | ToParent::Thread { cell, .. }
         | ToParent::Ended { cell }
         | ToParent::StartFailed { cell, .. }
             if *cell != lane_cell =>
@@ -116,9 +119,10 @@ pub(super) fn check_lane(
                 lane: Some(lane_cell),
             })
         }
-        ToParent::Event { .. } | ToParent::Ended { .. } | ToParent::StartFailed { .. } => {
-            check_cell_frame(state, message, length)
-        }
+        ToParent::Event { .. }
+        | ToParent::Thread { .. }
+        | ToParent::Ended { .. }
+        | ToParent::StartFailed { .. } => check_cell_frame(state, message, length),
         _ => Err(Misbehaviour::OffLane {
             cell: lane_cell,
             lane: None,

@@ -396,7 +396,10 @@ impl EngineProcess {
             }
             match message {
                 // Refused by the check: a cell's frames come on its lane.
-                ToParent::Event { .. } | ToParent::Ended { .. } | ToParent::StartFailed { .. } => {}
+                ToParent::Event { .. }
+                | ToParent::Thread { .. }
+                | ToParent::Ended { .. }
+                | ToParent::StartFailed { .. } => {}
                 ToParent::HardStop {
                     cell,
                     reason,

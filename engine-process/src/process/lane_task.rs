@@ -145,6 +145,11 @@ async fn read_lane(
                     let _ = events.send(RuntimeEvent::Started).await;
                     let _ = events.send(failure(error)).await;
                 }
+                ToParent::Thread { thread, .. } => {
+                    if let Some(slot) = process.state.lock().cells.get_mut(&cell) {
+                        slot.thread = Some(thread);
+                    }
+                }
                 ToParent::Ended { .. } => return LaneEnding::Ended,
                 // Refused by the check.
                 _ => {}
@@ -194,17 +199,18 @@ fn finished(process: &Arc<EngineProcess>, cell: CellNumber, owner: &Weak<dyn Pro
     let Some(owner) = owner.upgrade() else {
         return;
     };
-    let watch = Watch::start(process.pid, owner.hard_stop_grace());
-    {
+    let watch = {
         let mut state = process.state.lock();
         match state.cells.get_mut(&cell) {
             Some(slot) if !slot.finished => {
+                let watch = Watch::start(process.pid, slot.thread, owner.hard_stop_grace());
                 slot.finished = true;
                 slot.end_watch = Some(watch);
+                watch
             }
             _ => return,
         }
-    }
+    };
     arm_end(process, &*owner, cell, watch.first_deadline());
 }
 

@@ -752,16 +752,19 @@ impl Terminate for CellTerminator {
             return;
         };
         let cell = self.route.number;
-        {
+        let thread = {
             let mut state = process.state.lock();
             match state.cells.get_mut(&cell) {
-                Some(slot) if !slot.terminating && !slot.finished => slot.terminating = true,
+                Some(slot) if !slot.terminating && !slot.finished => {
+                    slot.terminating = true;
+                    slot.thread
+                }
                 _ => return,
             }
-        }
+        };
         // The grace kill is armed before the child is asked: a child that never reads the
         // request is still stopped in time.
-        let watch = Watch::start(process.pid, self.grace);
+        let watch = Watch::start(process.pid, thread, self.grace);
         let armed = self.pool.upgrade().is_some_and(|pool| {
             pool.grace_kills.arm(
                 watch.first_deadline(),

@@ -69,6 +69,8 @@ pub(super) struct CellSlot {
     /// (the cell's owner terminates every cell it closes, so this spares each completed cell two
     /// frames and an armed grace kill).
     pub(super) finished: bool,
+    /// The thread of the child that runs the cell, as the child said (`ToParent::Thread`).
+    pub(super) thread: Option<u32>,
     /// What the child had when its result came, for judging how long it takes to say the cell
     /// ended (`verdict`).
     pub(super) end_watch: Option<Watch>,
@@ -106,6 +108,7 @@ impl CellSlot {
             lane: None,
             started: false,
             finished: false,
+            thread: None,
             end_watch: None,
             end_due: false,
         }

@@ -1,9 +1,15 @@
-//! How a deadline judges a child: by the CPU time the child had, not by the wall clock alone. On
-//! a busy machine a child that answers late is slow, not hostile: it waits for a CPU (or its
-//! parent had not read what it sent), so its CPU time barely moves. A child that had a whole grace
-//! period of CPU time and still has not done what it must (stop a cell, say that a cell ended) is
-//! ended; so is one that takes [`WALL_GRACES`] grace periods of wall time, whatever its CPU (a
-//! child that sleeps instead of ending a cell holds its slot no longer than that).
+//! How a deadline judges a child: by the CPU time the thread running the cell had, not by the
+//! wall clock alone. On a busy machine a child that answers late is slow, not hostile: its thread
+//! waits for a CPU (or its parent had not read what it sent), so its CPU time barely moves. A
+//! thread that had a whole grace period of CPU time and still has not done what it must (stop a
+//! cell, say that a cell ended) has its process ended; so does one that takes [`WALL_GRACES`]
+//! grace periods of wall time, whatever its CPU (a child that sleeps instead of ending a cell
+//! holds its slot no longer than that).
+//!
+//! The thread is the one the child named for the cell (`ToParent::Thread`): the other cells of
+//! the process run on threads of their own, and their work is not this cell's. A child that
+//! names another thread only moves its own verdict to the wall clock's; one that names none (a
+//! cell stopped before it started) is judged by the wall clock alone.
 
 use std::time::{Duration, Instant};
 
@@ -19,7 +25,9 @@ const RECHECK_FRACTION: u32 = 10;
 pub(super) struct Watch {
     /// When the deadline was armed.
     armed: Instant,
-    /// The child's CPU time then (`None`: it could not be read, so only the wall clock judges).
+    /// The thread watched, if the child named one.
+    thread: Option<u32>,
+    /// Its CPU time then (`None`: it could not be read, so only the wall clock judges).
     cpu: Option<Duration>,
     /// The grace period: of CPU time, and a [`WALL_GRACES`]th of the wall time allowed.
     pub(super) grace: Duration,
@@ -39,11 +47,12 @@ pub(super) enum Verdict {
 }
 
 impl Watch {
-    /// Starts watching process `pid` for a deadline of `grace`.
-    pub(super) fn start(pid: u32, grace: Duration) -> Watch {
+    /// Starts watching thread `thread` of process `pid` for a deadline of `grace`.
+    pub(super) fn start(pid: u32, thread: Option<u32>, grace: Duration) -> Watch {
         Watch {
             armed: Instant::now(),
-            cpu: cpu_time(pid),
+            thread,
+            cpu: thread.and_then(|thread| cpu_time(pid, thread)),
             grace,
         }
     }
@@ -55,7 +64,8 @@ impl Watch {
 
     /// Judges process `pid` now.
     pub(super) fn judge(&self, pid: u32) -> Verdict {
-        self.verdict(cpu_time(pid), Instant::now())
+        let cpu_now = self.thread.and_then(|thread| cpu_time(pid, thread));
+        self.verdict(cpu_now, Instant::now())
     }
 
     /// Judges a child whose CPU time is `cpu_now` at `now`.
@@ -76,13 +86,29 @@ impl Watch {
     }
 }
 
-/// The CPU time process `pid` has used, all its threads, if it can be read.
-fn cpu_time(pid: u32) -> Option<Duration> {
-    use nix::time::{ClockId, clock_gettime};
-    let pid = nix::unistd::Pid::from_raw(i32::try_from(pid).ok()?);
-    let clock = ClockId::pid_cpu_clock_id(pid).ok()?;
-    let time = clock_gettime(clock).ok()?;
-    Some(Duration::from(time))
+/// The CPU time thread `thread` of process `pid` has used, if it can be read: the first field of
+/// its `schedstat` (nanoseconds on a CPU), else its `stat`'s user and system time (clock ticks).
+fn cpu_time(pid: u32, thread: u32) -> Option<Duration> {
+    let task = format!("/proc/{pid}/task/{thread}");
+    if let Ok(schedstat) = std::fs::read_to_string(format!("{task}/schedstat"))
+        && let Some(nanos) = schedstat
+            .split_whitespace()
+            .next()
+            .and_then(|nanos| nanos.parse().ok())
+    {
+        return Some(Duration::from_nanos(nanos));
+    }
+    let stat = std::fs::read_to_string(format!("{task}/stat")).ok()?;
+    // After the command's closing parenthesis: state is field 3, utime and stime 14 and 15.
+    let mut fields = stat.rsplit_once(')')?.1.split_whitespace().skip(11);
+    let user: u64 = fields.next()?.parse().ok()?;
+    let system: u64 = fields.next()?.parse().ok()?;
+    let ticks = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
+        .ok()
+        .flatten()
+        .and_then(|ticks| u64::try_from(ticks).ok())
+        .filter(|ticks| *ticks > 0)?;
+    Some(Duration::from_nanos((user + system).saturating_mul(1_000_000_000) / ticks))
 }
 
 /// `cpu` of CPU time in `wall`, in words for a misbehaviour's reason.
@@ -104,7 +130,16 @@ mod tests {
     fn watch(cpu: Option<Duration>) -> (Watch, Instant) {
         let armed = Instant::now();
         let grace = Duration::from_millis(100);
-        (Watch { armed, cpu, grace }, armed)
+        let thread = Some(1);
+        (
+            Watch {
+                armed,
+                thread,
+                cpu,
+                grace,
+            },
+            armed,
+        )
     }
 
     const MS: Duration = Duration::from_millis(1);
@@ -166,15 +201,29 @@ mod tests {
     }
 
     #[test]
-    fn the_cpu_time_of_this_process_can_be_read_and_grows() {
-        let before = cpu_time(std::process::id()).expect("readable");
+    fn the_cpu_time_of_one_thread_grows_with_its_work_only() {
+        let pid = std::process::id();
+        let this = u32::try_from(nix::unistd::gettid().as_raw()).unwrap();
+        let (idle_sender, idle_thread) = std::sync::mpsc::channel();
+        let (stop, stopped) = std::sync::mpsc::channel::<()>();
+        let idle = std::thread::spawn(move || {
+            idle_sender
+                .send(u32::try_from(nix::unistd::gettid().as_raw()).unwrap())
+                .unwrap();
+            let _ = stopped.recv();
+        });
+        let idle_thread = idle_thread.recv().unwrap();
+        let before = (cpu_time(pid, this).expect("readable"), cpu_time(pid, idle_thread).unwrap());
         let mut spin = 0u64;
         let start = Instant::now();
-        while start.elapsed() < 20 * MS {
+        while start.elapsed() < 50 * MS {
             spin = spin.wrapping_add(1);
         }
         std::hint::black_box(spin);
-        let after = cpu_time(std::process::id()).expect("readable");
-        assert!(after > before, "{before:?} -> {after:?}");
+        let after = (cpu_time(pid, this).unwrap(), cpu_time(pid, idle_thread).unwrap());
+        stop.send(()).unwrap();
+        idle.join().unwrap();
+        assert!(after.0 >= before.0 + 10 * MS, "{before:?} -> {after:?}");
+        assert!(after.1 < before.1 + 10 * MS, "{before:?} -> {after:?}");
     }
 }
