@@ -11,7 +11,8 @@
 //! workers (`bench/monty.rs`, with the Python given by `--monty-python`; left out, saying so,
 //! without one); a fifth, a fresh global scope with and without V8's startup snapshot; last, the
 //! time from starting `codemode mcp` to its first `tools/list` with a slow downstream server
-//! (`bench/first_list.rs`). V8 engine
+//! (`bench/first_list.rs`), and one HTTP server under load, its engine processes killed at
+//! intervals, with every result lost outside them (`bench/load.rs`). V8 engine
 //! processes load the engine library `--v8-library` names, else the release one `cargo xtask
 //! setup-v8` builds. Run on a quiet machine: the figures are wall-clock times.
 //!

@@ -1456,7 +1456,11 @@ fn a_late_cell_is_judged_by_its_own_thread_not_by_its_busy_neighbour() {
     assert_eq!(forger.until_result(), None);
     let busy = busy.answer_and_finish(call);
     assert_eq!(busy.texts, ["done"], "{busy:?}");
-    assert_eq!(busy.result.as_ref().map(|(_, error)| error), Some(&None), "{busy:?}");
+    assert_eq!(
+        busy.result.as_ref().map(|(_, error)| error),
+        Some(&None),
+        "{busy:?}"
+    );
     // The forger's process is still ended, once its wall-clock bound has passed.
     forger.handles.terminate.terminate();
     let _ = forger.finish();

@@ -26,6 +26,15 @@ pub(crate) struct Load {
     pub(crate) kill_every_seconds: u64,
 }
 
+impl Load {
+    /// The operator's run: 40 sessions for 90 s, engine processes killed every 10 s.
+    pub(crate) const DEFAULT: Load = Load {
+        seconds: 90,
+        sessions: 40,
+        kill_every_seconds: 10,
+    };
+}
+
 const TOKENS: [(&str, &str); 2] = [
     ("alpha", "alpha-token-0123456789abcdef"),
     ("beta", "beta-token-0123456789abcdef0"),
@@ -266,7 +275,9 @@ pub(crate) fn run(codemode: &str, isolation: &str, load: Load) {
     let mut reasons: std::collections::BTreeMap<String, usize> = Default::default();
     for why in &lost {
         let last_line = why.lines().last().unwrap_or_default();
-        *reasons.entry(last_line.chars().take(200).collect()).or_default() += 1;
+        *reasons
+            .entry(last_line.chars().take(200).collect())
+            .or_default() += 1;
     }
     for (why, count) in &reasons {
         println!("  lost {count}: {why}");

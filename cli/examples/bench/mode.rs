@@ -150,9 +150,12 @@ pub(crate) fn parse(args: &[String]) -> Result<(Mode, Options), String> {
         ["--load-only"] => Mode::Load {
             isolation: flag(args, "--isolation").unwrap_or_else(|| "process".into()),
             load: crate::load::Load {
-                seconds: count("--seconds", 90)? as u64,
-                sessions: count("--sessions", 40)?,
-                kill_every_seconds: count("--kill-every", 10)? as u64,
+                seconds: count("--seconds", crate::load::Load::DEFAULT.seconds as usize)? as u64,
+                sessions: count("--sessions", crate::load::Load::DEFAULT.sessions)?,
+                kill_every_seconds: count(
+                    "--kill-every",
+                    crate::load::Load::DEFAULT.kill_every_seconds as usize,
+                )? as u64,
             },
         },
         several => {

@@ -119,6 +119,8 @@ pub(crate) fn run(codemode: &str, json_path: Option<String>, monty_python: Optio
     );
     println!();
     crate::first_list::run(codemode);
+    println!();
+    crate::load::run(codemode, "process", crate::load::Load::DEFAULT);
     if let Some(path) = json_path {
         if let Some(parent) = std::path::Path::new(&path).parent() {
             let _ = std::fs::create_dir_all(parent);

@@ -105,6 +105,11 @@ async fn read_lane(
     let mut buffer = FrameBuffer::default();
     // The deadline for the child to say the cell ended passed: judged once what waits is read.
     let mut judging = false;
+    // The process is over: what it sent is read to the last byte, then the lane is done. (The
+    // child's end of a lane made as it died may still wait in its outbox here, so the socket
+    // need not close.)
+    let mut over = process.over.subscribe();
+    let mut process_over = false;
     loop {
         loop {
             let (message, length) = match buffer.next::<ToParent>(wire::MAX_CHILD_FRAME_BYTES) {
@@ -160,6 +165,12 @@ async fn read_lane(
         {
             return LaneEnding::Misbehaved(why);
         }
+        if process_over {
+            match read_waiting(socket, &mut buffer) {
+                Ok(read) if read > 0 => continue,
+                _ => return LaneEnding::Broke,
+            }
+        }
         tokio::select! {
             biased;
             readable = socket.readable() => {
@@ -188,6 +199,7 @@ async fn read_lane(
                 }
                 judging = true;
             }
+            _ = over.wait_for(|over| *over) => process_over = true,
         }
     }
 }
@@ -263,8 +275,11 @@ fn judge_end(
 }
 
 /// Reads what waits on the lane now, without waiting (and whatever tokio last saw of the
-/// socket's readiness); an error if the lane closed or broke.
-fn read_waiting(socket: &tokio::net::UnixStream, buffer: &mut FrameBuffer) -> std::io::Result<()> {
+/// socket's readiness): how many bytes; an error if the lane closed or broke.
+fn read_waiting(
+    socket: &tokio::net::UnixStream,
+    buffer: &mut FrameBuffer,
+) -> std::io::Result<usize> {
     const ROOM: usize = 64 * 1024;
     let bytes = buffer.space(ROOM);
     let held = bytes.len();
@@ -277,7 +292,7 @@ fn read_waiting(socket: &tokio::net::UnixStream, buffer: &mut FrameBuffer) -> st
         Err(error) => Err(error.into()),
     };
     bytes.truncate(held + *read.as_ref().unwrap_or(&0));
-    read.map(drop)
+    read
 }
 
 /// How a lane's reading ended.

@@ -423,6 +423,8 @@ impl Pool {
         let mut failed = Vec::new();
         // Cells the new process could not take after all: failed once the pool's lock is let go.
         let mut failed_now = Vec::new();
+        // Processes still needed for cells that wait: started once the pool's lock is let go.
+        let mut still_needed = Vec::new();
         {
             let mut processes = self.processes.lock();
             if let Some(tenant) = for_tenant
@@ -430,6 +432,16 @@ impl Pool {
             {
                 *starting = starting.saturating_sub(1);
             }
+            // A process that ended as it became ready (killed, say) could not start after all.
+            let spawned = spawned.and_then(|process| {
+                if process.alive() {
+                    Ok(process)
+                } else {
+                    Err(EngineError::Unavailable(
+                        "the engine process ended as it became ready".to_owned(),
+                    ))
+                }
+            });
             match spawned {
                 Ok(process) => {
                     let tenant = for_tenant
@@ -445,8 +457,16 @@ impl Pool {
                     if placed > 0 {
                         processes.latest = Some(Arc::downgrade(&process));
                         processes.active.push(process);
-                    } else {
+                    } else if process.alive() {
                         processes.spares.push(process);
+                    }
+                    // Cells it could not take (it ended just after the check above, say) would
+                    // wait for ever if no process were starting for them.
+                    for waiting in [tenant.as_ref(), for_tenant].into_iter().flatten() {
+                        let needed = self.spawners_needed(&mut processes, waiting);
+                        if needed > 0 && !still_needed.iter().any(|(t, _)| t == waiting) {
+                            still_needed.push((waiting.clone(), needed));
+                        }
                     }
                 }
                 Err(error) => {
@@ -490,6 +510,9 @@ impl Pool {
         for (slot, error) in failed_now {
             let _ = slot.events.send_blocking(RuntimeEvent::Started);
             let _ = slot.events.send_blocking(failure(error.to_string()));
+        }
+        for (tenant, count) in still_needed {
+            self.start_processes_for(&tenant, count);
         }
     }
 

@@ -108,7 +108,9 @@ fn cpu_time(pid: u32, thread: u32) -> Option<Duration> {
         .flatten()
         .and_then(|ticks| u64::try_from(ticks).ok())
         .filter(|ticks| *ticks > 0)?;
-    Some(Duration::from_nanos((user + system).saturating_mul(1_000_000_000) / ticks))
+    Some(Duration::from_nanos(
+        (user + system).saturating_mul(1_000_000_000) / ticks,
+    ))
 }
 
 /// `cpu` of CPU time in `wall`, in words for a misbehaviour's reason.
@@ -213,14 +215,20 @@ mod tests {
             let _ = stopped.recv();
         });
         let idle_thread = idle_thread.recv().unwrap();
-        let before = (cpu_time(pid, this).expect("readable"), cpu_time(pid, idle_thread).unwrap());
+        let before = (
+            cpu_time(pid, this).expect("readable"),
+            cpu_time(pid, idle_thread).unwrap(),
+        );
         let mut spin = 0u64;
         let start = Instant::now();
         while start.elapsed() < 50 * MS {
             spin = spin.wrapping_add(1);
         }
         std::hint::black_box(spin);
-        let after = (cpu_time(pid, this).unwrap(), cpu_time(pid, idle_thread).unwrap());
+        let after = (
+            cpu_time(pid, this).unwrap(),
+            cpu_time(pid, idle_thread).unwrap(),
+        );
         stop.send(()).unwrap();
         idle.join().unwrap();
         assert!(after.0 >= before.0 + 10 * MS, "{before:?} -> {after:?}");
