@@ -1437,14 +1437,15 @@ fn a_late_cell_is_judged_by_its_own_thread_not_by_its_busy_neighbour() {
         config()
             .with_spare_processes(0)
             .with_cells_per_process(4)
-            .with_hard_stop_grace(Duration::from_millis(300)),
+            .with_hard_stop_grace(Duration::from_millis(100)),
     );
-    // Cell 1 computes for a second once its call is answered; cell 2 gets a forged result.
+    // Cell 1 computes for 1.5 s once its call is answered, past the 1 s of CPU time a child has
+    // to say a cell ended (ten grace periods); cell 2 gets a forged result.
     let mut busy = start(
         &engine,
         tenant_cell(
             "t",
-            r#"await tools.echo(1); const until = Date.now() + 1000; while (Date.now() < until) {} text("done");"#,
+            r#"await tools.echo(1); const until = Date.now() + 1500; while (Date.now() < until) {} text("done");"#,
         ),
     );
     let (call, _) = until_tool_call(&mut busy);

@@ -219,8 +219,10 @@ struct cm_runtime {
   void* host_data = nullptr;
   std::atomic<bool> heap_limit_hit{false};
   // The heap limit the isolate was made with: a heap found above it (a built-in such as a global
-  // `match` builds its result where V8 does not check the limit) is the limit hit.
+  // `match` builds its result where V8 does not check the limit) is the limit hit too. Kept apart
+  // from `heap_limit_hit`, which NearHeapLimit reads to tell its second call from its first.
   size_t heap_limit_bytes = 0;
+  std::atomic<bool> heap_found_over{false};
   std::string last_error;
   // Where the cell last threw through the throw-site object, or where the last promise rejected
   // without a handler was rejected in the cell (line, 1-based column; 0 when unknown), and with
@@ -810,7 +812,9 @@ constexpr size_t kMaxResetHeapBytes = 16 * 1024 * 1024;
 
 int32_t cm_runtime_reset(cm_runtime* rt) {
   try {
-    if (rt->heap_limit_hit.load() || rt->allocator->refused()) return 1;
+    if (rt->heap_limit_hit.load() || rt->heap_found_over.load() || rt->allocator->refused()) {
+      return 1;
+    }
     Isolate* isolate = rt->isolate;
     Isolate::Scope isolate_scope(isolate);
     HeapStatistics statistics;
@@ -843,13 +847,15 @@ void cm_runtime_terminate(cm_runtime* rt) { rt->isolate->TerminateExecution(); }
 // was refused, or the heap is above it now (V8 builds some results, such as a global `match`'s
 // array, without checking the limit, and the cell would go on holding them).
 int32_t cm_runtime_heap_limit_hit(cm_runtime* rt) {
-  if (rt->heap_limit_hit.load() || rt->allocator->refused()) return 1;
+  if (rt->heap_limit_hit.load() || rt->heap_found_over.load() || rt->allocator->refused()) {
+    return 1;
+  }
   try {
     Isolate::Scope isolate_scope(rt->isolate);
     HeapStatistics statistics;
     rt->isolate->GetHeapStatistics(&statistics);
     if (statistics.used_heap_size() > rt->heap_limit_bytes) {
-      rt->heap_limit_hit.store(true);
+      rt->heap_found_over.store(true);
       return 1;
     }
   } catch (...) {

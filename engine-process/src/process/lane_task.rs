@@ -215,7 +215,8 @@ fn finished(process: &Arc<EngineProcess>, cell: CellNumber, owner: &Weak<dyn Pro
         let mut state = process.state.lock();
         match state.cells.get_mut(&cell) {
             Some(slot) if !slot.finished => {
-                let watch = Watch::start(process.pid, slot.thread, owner.hard_stop_grace());
+                let grace = owner.hard_stop_grace() * verdict::END_GRACES;
+                let watch = Watch::start(process.pid, slot.thread, grace);
                 slot.finished = true;
                 slot.end_watch = Some(watch);
                 watch

@@ -38,11 +38,12 @@
 //! cell. A termination asks the child, then kills the process after the grace period if the cell
 //! has not ended (`grace`: one thread per pool keeps every armed deadline, woken only by one
 //! earlier than it sleeps until). A cell whose result has come is not asked: the child must say it
-//! ended within the grace period of its result (`Deadline::End`, judged by the cell's lane task
+//! ended within ten grace periods of its result (`Deadline::End`, judged by the cell's lane task
 //! once it has read what waits), or is ended for keeping a cell going where no termination
-//! reaches it. Both grace periods are of CPU time (`verdict`): a child that waits for a CPU is
-//! slow, not hostile, and is ended only after 20 grace periods of wall time. A process that breaks a rule of `checks` is ended with
-//! the `Misbehaviour` that says which; one writer thread per process drains a bounded `Outbox`, so
+//! reaches it. Both are counted in the CPU time of the thread that runs the cell (`verdict`): a
+//! child that waits for a CPU is slow, not hostile, and is ended only after 20 grace periods of
+//! wall time. A process that breaks a rule of `checks` is ended with the `Misbehaviour` that
+//! says which; one writer thread per process drains a bounded `Outbox`, so
 //! no caller ever blocks on a child.
 //!
 //! The parts, bottom to top: `state` and `outbox` (plain data), `checks` (the rules a child's

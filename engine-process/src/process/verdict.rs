@@ -16,6 +16,11 @@ use std::time::{Duration, Instant};
 /// How many grace periods of wall time a child has, at most, whatever CPU time it had.
 pub(super) const WALL_GRACES: u32 = 20;
 
+/// How many stop grace periods a child has to say that a cell whose result it sent ended: its
+/// thread may first dispose of the cell's isolate (unmapping a heap of up to the cell's limit,
+/// which took over 100 ms of CPU time in a debug build), which is work, not a cell going on.
+pub(super) const END_GRACES: u32 = 10;
+
 /// The shortest wait before a deadline is judged again (a tenth of the grace period): a child
 /// that had almost a grace period of CPU time is not looked at again in a busy loop.
 const RECHECK_FRACTION: u32 = 10;

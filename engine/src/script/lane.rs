@@ -2,9 +2,8 @@
 //! cell, runs it there with the lane's inbox, and again, until the lane closes. A runtime whose
 //! cell ran to an end of its own is reset for the next cell rather than replaced (the lane's cells
 //! are all one tenant's, see `crate::lane`): a fresh global scope in the same isolate costs a
-//! fraction of a new isolate, and it is made before the cell's end is said, so the lane is given
-//! back with its next scope ready. The runtime of a cell whose heap limit is not the one warmed
-//! for is made when the cell arrives (the cold path).
+//! fraction of a new isolate. The runtime of a
+//! cell whose heap limit is not the one warmed for is made when the cell arrives (the cold path).
 
 use std::sync::Arc;
 
@@ -66,12 +65,6 @@ fn lane_thread<R: ScriptRuntime>(
             kept = warm.ok();
             continue;
         }
-        let warmed_for_it =
-            matches!(&warm, Ok(warm) if warm.heap_limit_bytes() == start.limits.heap_limit_bytes);
-        // On the warm path the cell's end is said (its last event sender dropped) once the
-        // runtime is ready for the next cell: a lane given back has its next scope made, so a
-        // start never waits for it (another idle lane takes a cell meanwhile).
-        let ended_when_ready = warmed_for_it.then(|| events.clone());
         let context = ThreadContext {
             events,
             inbox,
@@ -79,11 +72,10 @@ fn lane_thread<R: ScriptRuntime>(
             test_hooks,
         };
         match warm {
-            Ok(warm) if warmed_for_it => {
+            Ok(warm) if warm.heap_limit_bytes() == start.limits.heap_limit_bytes => {
                 kept = driver::run_warm_then_reuse(warm, start, context);
             }
             _ => driver::run::<R>(start, context),
         }
-        drop(ended_when_ready);
     }
 }
